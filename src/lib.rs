@@ -1,0 +1,2 @@
+//! rucx umbrella crate.
+pub use ucs; pub use uct; pub use ucp;

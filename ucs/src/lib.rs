@@ -1,0 +1,10 @@
+//! `ucs` — rucx services: status codes, async context, MPMC queue, memory pools, callback queue,
+//! arbiter, configuration, logging and the module loader.
+//!
+//! Unsafe code is confined to the modules that need it (memory pool chunks, module loading,
+//! fd/epoll FFI); each such module says so at its top with `#![allow(unsafe_code)]`.
+#![deny(unsafe_code)]
+
+pub mod status;
+
+pub use status::{Result, Status};
