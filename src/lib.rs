@@ -1,2 +1,4 @@
 //! rucx umbrella crate.
-pub use ucs; pub use uct; pub use ucp;
+pub use ucp;
+pub use ucs;
+pub use uct;

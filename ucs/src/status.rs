@@ -303,7 +303,10 @@ mod tests {
 
     #[test]
     fn display_and_name() {
-        assert_eq!(Status::NoResource.to_string(), "No resources are available to initiate the operation");
+        assert_eq!(
+            Status::NoResource.to_string(),
+            "No resources are available to initiate the operation"
+        );
         assert_eq!(Status::ConnectionReset.name(), "UCS_ERR_CONNECTION_RESET");
         assert!(Status::InProgress.is_ok_or_inprogress());
         assert!(Status::Canceled.is_err());
@@ -315,6 +318,9 @@ mod tests {
     fn errno_mapping() {
         assert_eq!(Status::from_errno(104), Status::ConnectionReset);
         assert_eq!(Status::from_errno(111), Status::Rejected);
-        assert_eq!(Status::from(std::io::Error::from_raw_os_error(110)), Status::EndpointTimeout);
+        assert_eq!(
+            Status::from(std::io::Error::from_raw_os_error(110)),
+            Status::EndpointTimeout
+        );
     }
 }
