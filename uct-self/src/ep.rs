@@ -1,0 +1,185 @@
+//! The self endpoint: every operation completes before it returns.
+
+use std::rc::{Rc, Weak};
+
+use ucs::{Result, Status};
+use uct::callbacks::{Comp, PackCb, PendingReq, ResultPtr, UnpackCb};
+use uct::iov::{total_len, Iov};
+use uct::transport::{AtomicSize, Ep};
+use uct::types::{AtomicOp, FlushFlags, AM_ID_MAX};
+
+use crate::iface::Shared;
+use crate::md::REGIONS;
+
+pub struct SelfEp {
+    target: Weak<Shared>,
+}
+
+impl SelfEp {
+    pub(crate) fn new(target: Weak<Shared>) -> SelfEp {
+        SelfEp { target }
+    }
+
+    #[inline]
+    fn target(&self) -> Result<Rc<Shared>> {
+        self.target.upgrade().ok_or(Status::Unreachable)
+    }
+
+    /// Checks the AM id and total length, then delivers what `fill` writes into a buffer.
+    #[inline]
+    fn deliver(&self, id: u8, len: usize, fill: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result<usize> {
+        if id >= AM_ID_MAX {
+            tracing::error!(id, "AM id out of range 0..{}", AM_ID_MAX - 1);
+            return Err(Status::InvalidParam);
+        }
+        let t = self.target()?;
+        if len > t.seg_size {
+            tracing::error!(len, max = t.seg_size, "self: message longer than the segment size (RUCX_SELF_SEG_SIZE)");
+            return Err(Status::InvalidParam);
+        }
+        t.with_buf(|buf| {
+            let n = fill(buf)?;
+            t.am.invoke(id, &buf[..n], std::ptr::null_mut())?;
+            Ok(n)
+        })
+    }
+}
+
+fn gather(dst: &mut [u8], parts: &[Iov]) -> usize {
+    let mut off = 0;
+    for p in parts {
+        let b = p.bytes();
+        dst[off..off + b.len()].copy_from_slice(b);
+        off += b.len();
+    }
+    off
+}
+
+impl Ep for SelfEp {
+    #[inline]
+    fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> Result<()> {
+        self.deliver(id, 8 + payload.len(), |buf| {
+            buf[..8].copy_from_slice(&header.to_le_bytes());
+            buf[8..8 + payload.len()].copy_from_slice(payload);
+            Ok(8 + payload.len())
+        })
+        .map(|_| ())
+    }
+
+    fn am_short_iov(&self, id: u8, iov: &[Iov]) -> Result<()> {
+        self.deliver(id, total_len(iov), |buf| Ok(gather(buf, iov))).map(|_| ())
+    }
+
+    fn am_bcopy(&self, id: u8, pack: PackCb, _flags: u32) -> Result<usize> {
+        self.deliver(id, 0, |buf| pack.pack(buf))
+    }
+
+    fn am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], _flags: u32, _comp: Comp) -> Result<Status> {
+        let hl = header.len();
+        self.deliver(id, hl + total_len(iov), |buf| {
+            buf[..hl].copy_from_slice(header);
+            Ok(hl + gather(&mut buf[hl..], iov))
+        })?;
+        Ok(Status::Ok)
+    }
+
+    #[inline]
+    fn put_short(&self, data: &[u8], raddr: u64, rkey: u64) -> Result<()> {
+        REGIONS.with(|t| t.write(rkey, raddr, data))
+    }
+
+    fn put_bcopy(&self, pack: PackCb, raddr: u64, rkey: u64) -> Result<usize> {
+        let t = self.target()?;
+        t.with_buf(|buf| {
+            let n = pack.pack(buf)?;
+            REGIONS.with(|r| r.write(rkey, raddr, &buf[..n]))?;
+            Ok(n)
+        })
+    }
+
+    fn put_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, _comp: Comp) -> Result<Status> {
+        let mut addr = raddr;
+        for e in iov {
+            REGIONS.with(|r| r.write(rkey, addr, e.bytes()))?;
+            addr += e.len() as u64;
+        }
+        Ok(Status::Ok)
+    }
+
+    fn get_short(&self, buf: &mut [u8], raddr: u64, rkey: u64) -> Result<()> {
+        REGIONS.with(|r| r.read(rkey, raddr, buf))
+    }
+
+    fn get_bcopy(&self, unpack: UnpackCb, len: usize, raddr: u64, rkey: u64, _comp: Comp) -> Result<Status> {
+        let r = REGIONS.with(|r| r.with_source(rkey, raddr, len, |src| src.to_vec()));
+        match r {
+            Ok(data) => {
+                unpack.deliver(&data);
+                Ok(Status::Ok)
+            }
+            Err(e) => {
+                unpack.cancel();
+                Err(e)
+            }
+        }
+    }
+
+    fn get_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, _comp: Comp) -> Result<Status> {
+        let mut addr = raddr;
+        for e in iov {
+            REGIONS.with(|r| r.with_source(rkey, addr, e.len(), |src| e.write_at(0, src)))?;
+            addr += e.len() as u64;
+        }
+        Ok(Status::Ok)
+    }
+
+    fn atomic_post(&self, size: AtomicSize, op: AtomicOp, value: u64, raddr: u64, rkey: u64) -> Result<()> {
+        if matches!(op, AtomicOp::Swap | AtomicOp::Cswap) {
+            tracing::error!(?op, "atomic_post supports add/and/or/xor; use atomic_fetch/atomic_cswap");
+            return Err(Status::InvalidParam);
+        }
+        REGIONS.with(|r| r.atomic(rkey, raddr, size, op, value, 0)).map(|_| ())
+    }
+
+    fn atomic_fetch(
+        &self,
+        size: AtomicSize,
+        op: AtomicOp,
+        value: u64,
+        result: ResultPtr,
+        raddr: u64,
+        rkey: u64,
+        _comp: Comp,
+    ) -> Result<Status> {
+        if op == AtomicOp::Cswap {
+            return Err(Status::InvalidParam);
+        }
+        result.set(REGIONS.with(|r| r.atomic(rkey, raddr, size, op, value, 0))?);
+        Ok(Status::Ok)
+    }
+
+    fn atomic_cswap(
+        &self,
+        size: AtomicSize,
+        compare: u64,
+        swap: u64,
+        result: ResultPtr,
+        raddr: u64,
+        rkey: u64,
+        _comp: Comp,
+    ) -> Result<Status> {
+        result.set(REGIONS.with(|r| r.atomic(rkey, raddr, size, AtomicOp::Cswap, swap, compare))?);
+        Ok(Status::Ok)
+    }
+
+    /// Resources are always available: the caller should just send (UCX's self does the same).
+    fn pending_add(&self, _req: PendingReq, _flags: u32) -> Result<()> {
+        Err(Status::Busy)
+    }
+
+    fn pending_purge(&self, _purge: uct::callbacks::PurgeCb) {}
+
+    fn flush(&self, _flags: FlushFlags, _comp: Comp) -> Result<Status> {
+        Ok(Status::Ok)
+    }
+}

@@ -1,0 +1,192 @@
+//! The self interface: a per-thread registry of interfaces that endpoints deliver to.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ucs::{Result, Status};
+use uct::am::AmTable;
+use uct::callbacks::Comp;
+use uct::transport::{Iface, IfaceParams, Transport};
+use uct::types::*;
+
+use crate::config::SELF_CONFIG;
+use crate::ep::SelfEp;
+use crate::md::SelfMd;
+
+/// The one device of the self transport.
+pub const DEVICE: &str = "memory0";
+
+static NEXT_THREAD_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// Identifies this thread in device addresses: self reaches only interfaces on its thread.
+    static THREAD_TOKEN: u64 = NEXT_THREAD_TOKEN.fetch_add(1, Ordering::Relaxed) | (std::process::id() as u64) << 32;
+    static IFACES: RefCell<HashMap<u64, Weak<Shared>>> = RefCell::new(HashMap::new());
+    static NEXT_IFACE_ID: Cell<u64> = const { Cell::new(1) };
+}
+
+/// What endpoints need of their target interface.
+pub(crate) struct Shared {
+    pub(crate) am: Rc<AmTable>,
+    pub(crate) seg_size: usize,
+    /// Reusable delivery buffers; a handler that sends again (nested delivery) takes another.
+    bufs: RefCell<Vec<Box<[u8]>>>,
+}
+
+impl Shared {
+    /// Runs `f` with a buffer of `seg_size` bytes (allocated only when nesting deeper than ever).
+    #[inline]
+    pub(crate) fn with_buf<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        let popped = self.bufs.borrow_mut().pop();
+        let mut buf = popped.unwrap_or_else(|| vec![0u8; self.seg_size].into_boxed_slice());
+        let r = f(&mut buf);
+        self.bufs.borrow_mut().push(buf);
+        r
+    }
+}
+
+pub struct SelfTransport;
+
+impl Transport for SelfTransport {
+    type Md = SelfMd;
+    type Iface = SelfIface;
+    const NAME: &'static CStr = c"self";
+
+    fn query_devices(_md: &SelfMd) -> Result<Vec<TlResource>> {
+        Ok(vec![TlResource::new("self", DEVICE, DeviceType::SelfDev)])
+    }
+
+    fn iface_open(_md: &SelfMd, params: IfaceParams) -> Result<SelfIface> {
+        if params.dev_name != DEVICE {
+            tracing::error!(dev = %params.dev_name, "self has one device, {DEVICE}");
+            return Err(Status::NoDevice);
+        }
+        let seg = SELF_CONFIG.get_memunits("SEG_SIZE")?.bytes_or(8192);
+        if !(16..=(1 << 30)).contains(&seg) {
+            tracing::error!(seg, "RUCX_SELF_SEG_SIZE must be between 16 bytes and 1g");
+            return Err(Status::InvalidParam);
+        }
+        let shared = Rc::new(Shared { am: params.am, seg_size: seg as usize, bufs: RefCell::new(Vec::new()) });
+        let id = NEXT_IFACE_ID.with(|n| {
+            let id = n.get();
+            n.set(id + 1);
+            id
+        });
+        IFACES.with(|m| m.borrow_mut().insert(id, Rc::downgrade(&shared)));
+        Ok(SelfIface { id, shared })
+    }
+}
+
+pub struct SelfIface {
+    id: u64,
+    shared: Rc<Shared>,
+}
+
+impl Drop for SelfIface {
+    fn drop(&mut self) {
+        IFACES.with(|m| m.borrow_mut().remove(&self.id));
+    }
+}
+
+fn find(dev: &[u8], iface: &[u8]) -> Option<Weak<Shared>> {
+    let token = u64::from_le_bytes(dev.try_into().ok()?);
+    let id = u64::from_le_bytes(iface.try_into().ok()?);
+    if token != THREAD_TOKEN.with(|t| *t) {
+        return None;
+    }
+    IFACES.with(|m| m.borrow().get(&id).filter(|w| w.strong_count() > 0).cloned())
+}
+
+impl Iface for SelfIface {
+    type Ep = SelfEp;
+
+    fn query(&self) -> IfaceAttr {
+        let seg = self.shared.seg_size;
+        let all = AtomicOps::ADD | AtomicOps::AND | AtomicOps::OR | AtomicOps::XOR;
+        let fetch = all | AtomicOps::SWAP | AtomicOps::CSWAP;
+        IfaceAttr {
+            flags: IfaceFlags::AM_SHORT
+                | IfaceFlags::AM_BCOPY
+                | IfaceFlags::AM_ZCOPY
+                | IfaceFlags::PENDING
+                | IfaceFlags::PUT_SHORT
+                | IfaceFlags::PUT_BCOPY
+                | IfaceFlags::PUT_ZCOPY
+                | IfaceFlags::GET_SHORT
+                | IfaceFlags::GET_BCOPY
+                | IfaceFlags::GET_ZCOPY
+                | IfaceFlags::ATOMIC_CPU
+                | IfaceFlags::ERRHANDLE_SHORT_BUF
+                | IfaceFlags::ERRHANDLE_BCOPY_BUF
+                | IfaceFlags::ERRHANDLE_ZCOPY_BUF
+                | IfaceFlags::ERRHANDLE_AM_ID
+                | IfaceFlags::ERRHANDLE_REMOTE_MEM
+                | IfaceFlags::ERRHANDLE_BCOPY_LEN
+                | IfaceFlags::CONNECT_TO_IFACE
+                | IfaceFlags::CB_SYNC,
+            event_flags: EventFlags::EMPTY,
+            am: OpCaps { max_short: seg, max_bcopy: seg, max_zcopy: seg, max_hdr: seg, max_iov: uct::MAX_IOV, ..Default::default() },
+            put: OpCaps {
+                max_short: u32::MAX as usize,
+                max_bcopy: seg,
+                max_zcopy: usize::MAX,
+                max_iov: uct::MAX_IOV,
+                ..Default::default()
+            },
+            get: OpCaps {
+                max_short: u32::MAX as usize,
+                max_bcopy: seg,
+                max_zcopy: usize::MAX,
+                max_iov: uct::MAX_IOV,
+                ..Default::default()
+            },
+            atomic32: AtomicCaps { op_flags: all, fop_flags: fetch },
+            atomic64: AtomicCaps { op_flags: all, fop_flags: fetch },
+            device_addr_len: 8,
+            iface_addr_len: 8,
+            ep_addr_len: 0,
+            max_num_eps: usize::MAX,
+            overhead: 10e-9,
+            bandwidth: Bandwidth { dedicated: 10e9, shared: 0.0 },
+            latency: LinearFunc { c: 0.0, m: 0.0 },
+            priority: 0,
+        }
+    }
+
+    fn device_address(&self, buf: &mut [u8]) -> Result<()> {
+        let out = buf.get_mut(..8).ok_or(Status::BufferTooSmall)?;
+        out.copy_from_slice(&THREAD_TOKEN.with(|t| *t).to_le_bytes());
+        Ok(())
+    }
+
+    fn iface_address(&self, buf: &mut [u8]) -> Result<()> {
+        let out = buf.get_mut(..8).ok_or(Status::BufferTooSmall)?;
+        out.copy_from_slice(&self.id.to_le_bytes());
+        Ok(())
+    }
+
+    fn is_reachable(&self, dev: &[u8], iface: &[u8]) -> bool {
+        find(dev, iface).is_some()
+    }
+
+    fn progress(&self) -> u32 {
+        0
+    }
+
+    fn flush(&self, _flags: FlushFlags, _comp: Comp) -> Result<Status> {
+        Ok(Status::Ok)
+    }
+
+    fn ep_create_connected(&self, dev: &[u8], iface: &[u8]) -> Result<SelfEp> {
+        match find(dev, iface) {
+            Some(target) => Ok(SelfEp::new(target)),
+            None => {
+                tracing::error!("self: the peer is not an interface of this thread; self only connects within a thread");
+                Err(Status::Unreachable)
+            }
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! The active-message handler table of an interface (32 ids), shared by the host (which sets
+//! handlers) and the transport (which invokes them).
+#![allow(unsafe_code)]
+
+use std::cell::Cell;
+use std::ffi::c_void;
+
+use ucs::Status;
+
+use crate::abi::{RawAmCb, RawRxDesc};
+use crate::types::{AmCbFlags, AM_ID_MAX};
+
+#[derive(Clone, Copy)]
+struct Entry {
+    cb: Option<RawAmCb>,
+    arg: *mut c_void,
+}
+
+const EMPTY: Entry = Entry { cb: None, arg: std::ptr::null_mut() };
+
+/// Handlers by AM id. Interior-mutable so a handler may replace handlers while running.
+pub struct AmTable {
+    entries: [Cell<Entry>; AM_ID_MAX as usize],
+    /// One warning per id without a handler, so a flood does not flood the log.
+    warned: Cell<u32>,
+    /// Whether handlers may be sync (the iface only calls them from progress: `CB_SYNC`).
+    supports_sync: bool,
+}
+
+/// What an AM handler did with the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AmDisposition {
+    /// Consumed (or copied); the transport may reuse the buffer.
+    Done,
+    /// The handler kept the descriptor; it will call its `release`.
+    Kept,
+}
+
+impl AmTable {
+    /// A table with no handlers. `supports_sync` is true when the iface has `CB_SYNC`.
+    pub fn new(supports_sync: bool) -> AmTable {
+        AmTable { entries: [const { Cell::new(EMPTY) }; AM_ID_MAX as usize], warned: Cell::new(0), supports_sync }
+    }
+
+    /// Installs (`cb` some) or removes (`cb` none) the handler of `id` (`uct_iface_set_am_handler`).
+    pub fn set(&self, id: u8, cb: Option<RawAmCb>, arg: *mut c_void, flags: AmCbFlags) -> Result<(), Status> {
+        if id >= AM_ID_MAX {
+            tracing::error!(id, "set_am_handler: AM id out of range 0..{}", AM_ID_MAX - 1);
+            return Err(Status::InvalidParam);
+        }
+        if flags.contains(AmCbFlags::RESERVED) {
+            tracing::error!(id, "set_am_handler: the RESERVED flag must not be used");
+            return Err(Status::InvalidParam);
+        }
+        if cb.is_some() && !flags.contains(AmCbFlags::ASYNC) && !self.supports_sync {
+            tracing::error!(id, "set_am_handler: this transport calls handlers asynchronously; pass AmCbFlags::ASYNC");
+            return Err(Status::InvalidParam);
+        }
+        self.entries[id as usize].set(Entry { cb, arg });
+        Ok(())
+    }
+
+    /// True when `id` has a handler.
+    pub fn has_handler(&self, id: u8) -> bool {
+        id < AM_ID_MAX && self.entries[id as usize].get().cb.is_some()
+    }
+
+    /// Delivers a message to the handler of `id`. `desc` is the descriptor the handler may keep
+    /// (null when the data lives in a buffer the transport reuses at once).
+    ///
+    /// Returns `Err(InvalidParam)` for an id out of range (a malformed message: the caller
+    /// should drop the connection). A message for an id without handler is logged once per id
+    /// and dropped, as UCX does.
+    #[inline]
+    pub fn invoke(&self, id: u8, data: &[u8], desc: *mut RawRxDesc) -> Result<AmDisposition, Status> {
+        let Some(cell) = self.entries.get(id as usize) else {
+            tracing::error!(id, "received active message with id beyond {}: dropping", AM_ID_MAX - 1);
+            return Err(Status::InvalidParam);
+        };
+        let e = cell.get();
+        let Some(cb) = e.cb else {
+            self.warn_unhandled(id, data.len());
+            return Ok(AmDisposition::Done);
+        };
+        // SAFETY: the handler and its argument were installed by the host, which keeps them
+        // alive while installed; `data` is valid for the call.
+        let st = unsafe { cb(e.arg, data.as_ptr(), data.len(), desc) };
+        if st == Status::InProgress.as_raw() {
+            if desc.is_null() {
+                tracing::error!(id, "AM handler returned InProgress for data it cannot keep; treated as consumed");
+                return Ok(AmDisposition::Done);
+            }
+            return Ok(AmDisposition::Kept);
+        }
+        Ok(AmDisposition::Done)
+    }
+
+    #[cold]
+    fn warn_unhandled(&self, id: u8, len: usize) {
+        let bit = 1u32 << id;
+        if self.warned.get() & bit == 0 {
+            self.warned.set(self.warned.get() | bit);
+            tracing::warn!(id, len, "got active message id {id}, but no handler installed: dropped (set one with set_am_handler)");
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! The worker: the progress engine of one thread (`uct_worker_h`).
+//!
+//! `progress()` first runs async events queued for this worker (fd readiness and timers, detected
+//! by the async context's background thread and handed over through its queue, so none is lost
+//! while the owner is busy), then every progress callback (the ifaces' progress functions and
+//! one-shot callbacks). With nothing to do this is a few loads: no allocation, lock or syscall.
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::rc::Rc;
+use std::time::Duration;
+
+use slab::Slab;
+use ucs::async_ctx::{AsyncContext, AsyncMode, Events, HandlerId};
+use ucs::callbackq::{CallbackId, CallbackQueue};
+use ucs::{Result, Status};
+
+use crate::abi::host::{CbGuard, EvGuard, WORKER_API};
+use crate::abi::RawWorker;
+
+/// Threading mode of a worker (`ucs_thread_mode_t`). Only `Single` is supported: a worker and
+/// its objects belong to the thread that created them (they are `!Send`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadMode {
+    Single,
+    Serialized,
+    Multi,
+}
+
+pub(crate) struct WorkerInner {
+    cbq: CallbackQueue,
+    async_ctx: AsyncContext,
+    /// Progress callback ids handed to transports (slab index + 1) → callbackq ids.
+    progress_ids: RefCell<Slab<CallbackId>>,
+    /// Async handler ids handed to transports (slab index + 1) → async ids.
+    async_ids: RefCell<Slab<HandlerId>>,
+}
+
+impl WorkerInner {
+    pub(crate) fn progress_add(&self, cb: CbGuard) -> u64 {
+        let id = self.cbq.add(move || cb.call());
+        self.progress_ids.borrow_mut().insert(id) as u64 + 1
+    }
+
+    pub(crate) fn progress_remove(&self, id: u64) {
+        let Some(idx) = (id as usize).checked_sub(1) else { return };
+        let cid = self.progress_ids.borrow_mut().try_remove(idx);
+        if let Some(cid) = cid {
+            self.cbq.remove(cid);
+        }
+    }
+
+    pub(crate) fn oneshot_add(&self, key: u64, cb: CbGuard) {
+        self.cbq.add_oneshot(key, move || {
+            cb.call();
+        });
+    }
+
+    pub(crate) fn oneshot_remove(&self, key: u64) {
+        self.cbq.remove_oneshot(key);
+    }
+
+    pub(crate) fn timer_add(&self, interval_ns: u64, cb: CbGuard) -> Result<i64> {
+        let id = self.async_ctx.add_timer(Duration::from_nanos(interval_ns), move || {
+            cb.call();
+        })?;
+        Ok(self.async_ids.borrow_mut().insert(id) as i64 + 1)
+    }
+
+    pub(crate) fn fd_add(&self, fd: i32, events: u32, cb: EvGuard) -> Result<i64> {
+        let id = self.async_ctx.add_fd_handler(fd, to_events(events), move |ev: Events| cb.call(from_events(ev)))?;
+        Ok(self.async_ids.borrow_mut().insert(id) as i64 + 1)
+    }
+
+    pub(crate) fn fd_modify(&self, id: i64, events: u32) -> Result<()> {
+        let hid = self.async_id(id).ok_or(Status::InvalidParam)?;
+        self.async_ctx.modify_fd_handler(hid, to_events(events))
+    }
+
+    pub(crate) fn handler_remove(&self, id: i64) {
+        let Some(idx) = usize::try_from(id).ok().and_then(|i| i.checked_sub(1)) else { return };
+        let hid = self.async_ids.borrow_mut().try_remove(idx);
+        if let Some(hid) = hid {
+            // Not sync: this may be called from inside the handler itself.
+            let _ = self.async_ctx.remove_handler(hid, false);
+        }
+    }
+
+    fn async_id(&self, id: i64) -> Option<HandlerId> {
+        let idx = usize::try_from(id).ok()?.checked_sub(1)?;
+        self.async_ids.borrow().get(idx).copied()
+    }
+}
+
+fn to_events(bits: u32) -> Events {
+    // The boundary's fd event bits are the async context's bits (read 1, write 2, error 4).
+    Events::from_bits_truncate(bits)
+}
+
+fn from_events(e: Events) -> u32 {
+    e.bits()
+}
+
+/// A worker. Cheap to clone (shared handle); `!Send`.
+#[derive(Clone)]
+pub struct Worker {
+    pub(crate) inner: Rc<WorkerInner>,
+}
+
+impl Worker {
+    /// Creates a worker with its own async context in `mode`.
+    pub fn new(mode: AsyncMode, thread_mode: ThreadMode) -> Result<Worker> {
+        Self::with_async(AsyncContext::new(mode)?, thread_mode)
+    }
+
+    /// Creates a worker over an existing async context (which it then owns the dispatch of).
+    pub fn with_async(async_ctx: AsyncContext, thread_mode: ThreadMode) -> Result<Worker> {
+        if thread_mode == ThreadMode::Multi {
+            tracing::error!("uct workers support only single-threaded use (ThreadMode::Single/Serialized)");
+            return Err(Status::Unsupported);
+        }
+        Ok(Worker {
+            inner: Rc::new(WorkerInner {
+                cbq: CallbackQueue::new(),
+                async_ctx,
+                progress_ids: RefCell::new(Slab::new()),
+                async_ids: RefCell::new(Slab::new()),
+            }),
+        })
+    }
+
+    /// Runs async events and progress callbacks; returns the amount of work done.
+    #[inline]
+    pub fn progress(&self) -> u32 {
+        let n = self.inner.async_ctx.dispatch() as u32;
+        n + self.inner.cbq.dispatch()
+    }
+
+    /// The async context (its `event_fd` is readable while async events wait for `progress`).
+    pub fn async_context(&self) -> &AsyncContext {
+        &self.inner.async_ctx
+    }
+
+    /// Adds an application progress callback.
+    pub fn progress_register(&self, cb: impl FnMut() -> u32 + 'static) -> CallbackId {
+        self.inner.cbq.add(cb)
+    }
+
+    /// Removes an application progress callback.
+    pub fn progress_unregister(&self, id: CallbackId) {
+        self.inner.cbq.remove(id);
+    }
+
+    pub(crate) fn raw(&self) -> RawWorker {
+        RawWorker { handle: Rc::as_ptr(&self.inner) as *mut c_void, api: &WORKER_API }
+    }
+}

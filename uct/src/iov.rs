@@ -1,0 +1,105 @@
+//! Scatter/gather entries of registered memory, as transports see them.
+#![allow(unsafe_code)]
+
+use std::ffi::c_void;
+use std::marker::PhantomData;
+
+use crate::abi::RawIov;
+
+/// One entry of an I/O vector. `repr(transparent)` over [`RawIov`], so the host's array is used
+/// in place. The memory stays valid, by the host's contract, until the operation it came with
+/// completes (its completion is updated, or the call returned anything but `InProgress`).
+#[derive(Clone, Copy, Debug)]
+#[repr(transparent)]
+pub struct Iov<'a> {
+    raw: RawIov,
+    _life: PhantomData<&'a [u8]>,
+}
+
+impl<'a> Iov<'a> {
+    /// Wraps an array passed by the host.
+    ///
+    /// # Safety
+    /// `ptr` must point to `n` valid `RawIov` entries whose buffers are valid for the contract
+    /// above, or `n` must be 0.
+    pub(crate) unsafe fn slice_from_raw<'b>(ptr: *const RawIov, n: usize) -> &'b [Iov<'b>] {
+        if n == 0 {
+            return &[];
+        }
+        // SAFETY: Iov is repr(transparent) over RawIov; the caller guarantees validity.
+        unsafe { std::slice::from_raw_parts(ptr as *const Iov<'b>, n) }
+    }
+
+    /// Builds an entry (host side).
+    pub fn from_raw(raw: RawIov) -> Iov<'a> {
+        Iov { raw, _life: PhantomData }
+    }
+
+    /// The raw entry.
+    pub fn raw(&self) -> RawIov {
+        self.raw
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.raw.length
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.raw.length == 0
+    }
+
+    /// The memory handle from the memory domain (may be null).
+    pub fn memh(&self) -> *mut c_void {
+        self.raw.memh
+    }
+
+    /// Start address (for transports that hand it to hardware).
+    pub fn addr(&self) -> *mut u8 {
+        self.raw.buffer
+    }
+
+    /// The bytes, for sending.
+    pub fn bytes(&self) -> &'a [u8] {
+        if self.raw.length == 0 {
+            return &[];
+        }
+        // SAFETY: by the boundary contract the buffer is valid and not written by the host while
+        // the operation is outstanding.
+        unsafe { std::slice::from_raw_parts(self.raw.buffer, self.raw.length) }
+    }
+
+    /// Copies `src` into the entry at `offset` (for receiving: get_zcopy targets). Returns the
+    /// number of bytes copied (bounded by the entry's length).
+    pub fn write_at(&self, offset: usize, src: &[u8]) -> usize {
+        if offset >= self.raw.length {
+            return 0;
+        }
+        let n = src.len().min(self.raw.length - offset);
+        // SAFETY: `offset + n <= length`; the host lent this buffer for writing until completion
+        // and does not access it meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.raw.buffer.add(offset), n) };
+        n
+    }
+
+    /// The writable bytes (for `recv()` straight into a get_zcopy target).
+    ///
+    /// # Safety
+    /// The caller must not keep the slice beyond the operation's completion, and must not create
+    /// two live slices of the same entry.
+    pub unsafe fn bytes_mut(&self) -> &'a mut [u8] {
+        // SAFETY: forwarded to the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.raw.buffer, self.raw.length) }
+    }
+
+    /// Extends the lifetime, for transports that keep the entry until completion.
+    pub fn detach(&self) -> Iov<'static> {
+        Iov { raw: self.raw, _life: PhantomData }
+    }
+}
+
+/// Total length of a vector.
+pub fn total_len(iov: &[Iov]) -> usize {
+    iov.iter().map(|e| e.len()).sum()
+}
