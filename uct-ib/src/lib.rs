@@ -1,1 +1,4 @@
 //! Filled by a later issue.
+#![deny(unsafe_code)]
+
+pub mod verbs;

@@ -39,7 +39,7 @@ impl SelfEp {
         }
         t.with_buf(|buf| {
             let n = fill(buf)?;
-            t.am.invoke(id, &buf[..n], std::ptr::null_mut())?;
+            t.am.invoke(id, &buf[..n], None)?;
             Ok(n)
         })
     }

@@ -27,6 +27,22 @@ pub struct AmTable {
     supports_sync: bool,
 }
 
+/// A receive descriptor a transport lends to an AM handler (see [`RawRxDesc`]).
+#[derive(Debug)]
+pub struct LentDesc(std::ptr::NonNull<RawRxDesc>);
+
+impl LentDesc {
+    /// Wraps a descriptor.
+    ///
+    /// # Safety
+    /// `desc` must point to a `RawRxDesc` whose `release` stays callable, with the received data
+    /// valid, until the host calls it (exactly once) — the host keeps it only if the handler
+    /// asks to.
+    pub unsafe fn new(desc: std::ptr::NonNull<RawRxDesc>) -> LentDesc {
+        LentDesc(desc)
+    }
+}
+
 /// What an AM handler did with the message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AmDisposition {
@@ -66,13 +82,14 @@ impl AmTable {
     }
 
     /// Delivers a message to the handler of `id`. `desc` is the descriptor the handler may keep
-    /// (null when the data lives in a buffer the transport reuses at once).
+    /// (`None` when the data lives in a buffer the transport reuses at once).
     ///
     /// Returns `Err(InvalidParam)` for an id out of range (a malformed message: the caller
     /// should drop the connection). A message for an id without handler is logged once per id
     /// and dropped, as UCX does.
     #[inline]
-    pub fn invoke(&self, id: u8, data: &[u8], desc: *mut RawRxDesc) -> Result<AmDisposition, Status> {
+    pub fn invoke(&self, id: u8, data: &[u8], desc: Option<LentDesc>) -> Result<AmDisposition, Status> {
+        let desc = desc.map_or(std::ptr::null_mut(), |d| d.0.as_ptr());
         let Some(cell) = self.entries.get(id as usize) else {
             tracing::error!(id, "received active message with id beyond {}: dropping", AM_ID_MAX - 1);
             return Err(Status::InvalidParam);

@@ -166,7 +166,7 @@ impl RegionTable {
             AtomicSize::U32 => 4,
             AtomicSize::U64 => 8,
         };
-        if addr % width as u64 != 0 {
+        if !addr.is_multiple_of(width as u64) {
             tracing::error!("atomic at unaligned address {addr:#x} (needs {width}-byte alignment): refused");
             return Err(Status::InvalidAddr);
         }

@@ -121,7 +121,7 @@ pub enum AtomicSize {
 /// Send calls return `Err(NoResource)` when resources are exhausted (and while a pending queue
 /// is non-empty, so nothing overtakes), `Ok(Status::Ok)` when complete, `Ok(InProgress)` when
 /// `comp` will be updated later.
-#[allow(unused_variables)]
+#[allow(unused_variables, clippy::too_many_arguments)]
 pub trait Ep: 'static {
     /// Called once, right after creation, with the handle the host will see in error reports.
     fn on_created(&self, handle: EpHandle) {}

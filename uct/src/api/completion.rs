@@ -23,11 +23,13 @@ pub(crate) enum KeepAlive {
     Result(AtomicResult),
 }
 
+type CompCallback = Box<dyn FnMut(Status)>;
+
 #[repr(C)]
 pub(crate) struct CompInner {
     /// Must stay the first field: the transport's pointer is a pointer to the whole struct.
     raw: UnsafeCell<RawCompletion>,
-    cb: RefCell<Option<Box<dyn FnMut(Status)>>>,
+    cb: RefCell<Option<CompCallback>>,
     keep: RefCell<Vec<KeepAlive>>,
     /// Keeps this completion alive while operations are outstanding, even if the user dropped it.
     self_ref: Cell<Option<Rc<CompInner>>>,
@@ -93,7 +95,7 @@ impl Completion {
         Self::make(None)
     }
 
-    fn make(cb: Option<Box<dyn FnMut(Status)>>) -> Completion {
+    fn make(cb: Option<CompCallback>) -> Completion {
         Completion {
             inner: Rc::new(CompInner {
                 raw: UnsafeCell::new(RawCompletion { func: comp_func, count: 0, status: 0 }),

@@ -138,6 +138,9 @@ pub(crate) struct IfaceInner {
     tl_name: String,
     dev_name: String,
     handlers: RefCell<Vec<Option<Box<AmHandler>>>>,
+    /// Replaced handlers, kept until close: a handler may replace itself while running, and the
+    /// transport holds a pointer into the outer box.
+    #[allow(clippy::vec_box)]
     retired: RefCell<Vec<Box<AmHandler>>>,
     _err: Option<Box<ErrHandlerBox>>,
     /// Stands in when the application passes no completion, to keep buffers alive.

@@ -1,0 +1,4 @@
+//! Shared code of the rucx command-line tools.
+#![deny(unsafe_code)]
+
+pub mod info;

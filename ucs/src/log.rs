@@ -1,0 +1,255 @@
+//! Logging setup. rucx logs through `tracing`; the application's subscriber wins. [`init`] only
+//! installs a stderr subscriber (level from `RUCX_LOG_LEVEL`, default `warn`) when the
+//! application has none. Plugins, which carry their own copy of `tracing`, call
+//! [`init_forwarding`] with a sink from the host (e.g. [`emit`]) so their events reach the host's
+//! subscriber.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use once_cell::sync::OnceCell;
+use tracing::field::{Field, Visit};
+use tracing::level_filters::LevelFilter;
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Level, Metadata, Subscriber};
+
+use crate::config::{GLOBAL_TABLE, LOG_LEVELS};
+
+/// Function receiving forwarded events: level, target (module path) and formatted message.
+pub type LogSink = fn(Level, &str, &str);
+
+/// Parses `error|warn|info|debug|trace|off` (any case).
+pub fn parse_level(s: &str) -> Option<LevelFilter> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("off") {
+        return Some(LevelFilter::OFF);
+    }
+    crate::config::parse_enum(s, LOG_LEVELS).map(|i| level_filter_from_index(i as u8))
+}
+
+/// `0..=4` = error, warn, info, debug, trace (the order of [`LOG_LEVELS`]); for C-ABI use.
+pub fn level_to_index(level: Level) -> u8 {
+    match level {
+        Level::ERROR => 0,
+        Level::WARN => 1,
+        Level::INFO => 2,
+        Level::DEBUG => 3,
+        Level::TRACE => 4,
+    }
+}
+
+/// Inverse of [`level_to_index`]; out-of-range values give `None`.
+pub fn level_from_index(index: u8) -> Option<Level> {
+    [Level::ERROR, Level::WARN, Level::INFO, Level::DEBUG, Level::TRACE]
+        .get(index as usize)
+        .copied()
+}
+
+fn level_filter_from_index(index: u8) -> LevelFilter {
+    level_from_index(index).map_or(LevelFilter::OFF, LevelFilter::from_level)
+}
+
+/// Installs the stderr subscriber unless the application installed one; idempotent. Returns
+/// the effective maximum level.
+pub fn init() -> LevelFilter {
+    static INIT: OnceCell<LevelFilter> = OnceCell::new();
+    *INIT.get_or_init(|| {
+        if tracing::dispatcher::has_been_set() {
+            return LevelFilter::current();
+        }
+        let (level, bad) = match GLOBAL_TABLE.read("LOG_LEVEL") {
+            Ok(crate::config::ConfigValue::Enum(i)) => (level_filter_from_index(i as u8), None),
+            Ok(_) => (LevelFilter::WARN, None),
+            Err(e) => (LevelFilter::WARN, Some(e)),
+        };
+        let installed = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_max_level(level)
+            .try_init()
+            .is_ok();
+        if let Some(e) = bad {
+            tracing::error!("{e}; using warn");
+        }
+        if installed {
+            level
+        } else {
+            LevelFilter::current()
+        }
+    })
+}
+
+/// The highest level any subscriber currently wants (cheap; use it to skip costly formatting).
+pub fn max_level() -> LevelFilter {
+    LevelFilter::current()
+}
+
+/// Installs a global [`ForwardingSubscriber`]; false if a global subscriber already exists.
+pub fn init_forwarding(sink: LogSink, level: LevelFilter) -> bool {
+    tracing::subscriber::set_global_default(ForwardingSubscriber::new(sink, level)).is_ok()
+}
+
+/// Emits a forwarded event into this process's subscriber, with the origin as field `origin`
+/// (tracing targets must be static). Use it as the host side of [`init_forwarding`].
+pub fn emit(level: Level, target: &str, message: &str) {
+    match level {
+        Level::ERROR => tracing::error!(origin = target, "{message}"),
+        Level::WARN => tracing::warn!(origin = target, "{message}"),
+        Level::INFO => tracing::info!(origin = target, "{message}"),
+        Level::DEBUG => tracing::debug!(origin = target, "{message}"),
+        Level::TRACE => tracing::trace!(origin = target, "{message}"),
+    }
+}
+
+/// A subscriber that formats each enabled event as `message key=value...` and hands it to a
+/// sink. Spans are accepted and ignored.
+pub struct ForwardingSubscriber {
+    sink: LogSink,
+    level: LevelFilter,
+    next_span: AtomicU64,
+}
+
+impl ForwardingSubscriber {
+    pub fn new(sink: LogSink, level: LevelFilter) -> ForwardingSubscriber {
+        ForwardingSubscriber {
+            sink,
+            level,
+            next_span: AtomicU64::new(1),
+        }
+    }
+}
+
+/// Collects an event's fields: the message first, then `key=value` pairs.
+struct MessageVisitor {
+    message: String,
+    fields: String,
+}
+
+impl Visit for MessageVisitor {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.message.push_str(value);
+        } else {
+            let _ = write!(self.fields, " {}={}", field.name(), value);
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            let _ = write!(self.message, "{value:?}");
+        } else {
+            let _ = write!(self.fields, " {}={:?}", field.name(), value);
+        }
+    }
+}
+
+impl Subscriber for ForwardingSubscriber {
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        *metadata.level() <= self.level
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(self.level)
+    }
+
+    fn new_span(&self, _span: &Attributes<'_>) -> Id {
+        Id::from_u64(self.next_span.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn record(&self, _span: &Id, _values: &Record<'_>) {}
+
+    fn record_follows_from(&self, _span: &Id, _follows: &Id) {}
+
+    fn event(&self, event: &Event<'_>) {
+        let meta = event.metadata();
+        let mut v = MessageVisitor {
+            message: String::new(),
+            fields: String::new(),
+        };
+        event.record(&mut v);
+        v.message.push_str(&v.fields);
+        (self.sink)(*meta.level(), meta.target(), &v.message);
+    }
+
+    fn enter(&self, _span: &Id) {}
+
+    fn exit(&self, _span: &Id) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    static SEEN: Mutex<Vec<(Level, String, String)>> = Mutex::new(Vec::new());
+
+    fn record(level: Level, target: &str, msg: &str) {
+        SEEN.lock()
+            .unwrap()
+            .push((level, target.to_string(), msg.to_string()));
+    }
+
+    fn seen_with(marker: &str) -> Vec<(Level, String, String)> {
+        SEEN.lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e.2.contains(marker))
+            .cloned()
+            .collect()
+    }
+
+    #[test]
+    fn levels() {
+        assert_eq!(parse_level("warn"), Some(LevelFilter::WARN));
+        assert_eq!(parse_level("TRACE"), Some(LevelFilter::TRACE));
+        assert_eq!(parse_level("off"), Some(LevelFilter::OFF));
+        assert_eq!(parse_level("loud"), None);
+        for i in 0..5 {
+            assert_eq!(level_to_index(level_from_index(i).unwrap()), i);
+        }
+        assert_eq!(level_from_index(5), None);
+    }
+
+    #[test]
+    fn forwarding_formats_and_filters() {
+        let sub = ForwardingSubscriber::new(record, LevelFilter::INFO);
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!(peer = 7, "fwd-marker-1 hello {}", "world");
+            tracing::debug!("fwd-marker-1 filtered out");
+            let span = tracing::info_span!("s");
+            let _g = span.enter();
+            tracing::error!(target: "plugin::x", "fwd-marker-1 bad");
+        });
+        let got = seen_with("fwd-marker-1");
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].0, Level::INFO);
+        assert_eq!(got[0].1, module_path!());
+        assert_eq!(got[0].2, "fwd-marker-1 hello world peer=7");
+        assert_eq!((got[1].0, got[1].1.as_str()), (Level::ERROR, "plugin::x"));
+    }
+
+    #[test]
+    fn emit_reaches_current_subscriber() {
+        let sub = ForwardingSubscriber::new(record, LevelFilter::TRACE);
+        tracing::subscriber::with_default(sub, || {
+            emit(Level::WARN, "libuct_fake", "fwd-marker-2 from plugin");
+        });
+        let got = seen_with("fwd-marker-2");
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, Level::WARN);
+        assert_eq!(got[0].2, "fwd-marker-2 from plugin origin=libuct_fake");
+    }
+
+    #[test]
+    fn init_keeps_application_subscriber() {
+        // The "application" installs its subscriber first; init() must not replace it.
+        let _ = init_forwarding(record, LevelFilter::WARN);
+        let first = init();
+        assert_eq!(init(), first, "idempotent");
+        std::thread::spawn(|| tracing::warn!("fwd-marker-3 global"))
+            .join()
+            .unwrap();
+        assert_eq!(seen_with("fwd-marker-3").len(), 1);
+        assert!(max_level() >= LevelFilter::WARN);
+    }
+}

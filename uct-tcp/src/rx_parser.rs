@@ -1,0 +1,394 @@
+//! Receive-side reassembly of the tcp byte stream into handshake messages, frames and bulk data.
+//!
+//! The transport `recv()`s straight into [`RxParser::buf_mut`], reports the byte count with
+//! [`RxParser::advance`], then drains [`RxParser::next_frame`] until it returns `None`. A
+//! message may be split at any byte, including inside its header; each one is yielded once,
+//! whole. The buffer is allocated once (twice the largest frame) and partial messages are moved
+//! to its front when the tail runs short, so steady-state receiving allocates nothing.
+//!
+//! Bulk data after a PUT_REQ / GET_REP is handed out as [`Frame::Bulk`] chunks of whatever is
+//! buffered; when nothing is buffered the transport may instead `recv()` up to
+//! [`RxParser::bulk_direct_max`] bytes directly into the destination and report them with
+//! [`RxParser::bulk_direct_done`], saving a copy for large transfers. Ignoring the chunks
+//! discards the data (what a target does after a failed rkey check).
+
+use ucs::Status;
+
+use crate::wire::{decode_frame, decode_handshake, Handshake, Msg, MsgType, WireError, FRAME_HDR_LEN};
+
+/// One item out of the stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// A complete frame.
+    Msg(Msg<'a>),
+    /// The next piece of the bulk data of the last PUT_REQ / GET_REP: `data` belongs at
+    /// `offset` within it; `last` marks the final piece.
+    Bulk { data: &'a [u8], offset: u64, last: bool },
+}
+
+/// The reassembly state of one connection's receive direction.
+pub struct RxParser {
+    buf: Box<[u8]>,
+    /// Unparsed bytes are `buf[start..end]`.
+    start: usize,
+    end: usize,
+    max_payload: u32,
+    max_bulk: u64,
+    /// The largest single item that must fit contiguously (frame or handshake message).
+    max_item: usize,
+    bulk_total: u64,
+    bulk_done: u64,
+    /// Sticky: once the stream is broken every later call reports the same error.
+    failed: Option<WireError>,
+}
+
+impl RxParser {
+    /// A parser accepting AM payloads up to `max_payload` bytes (the value this side announces
+    /// in its handshake). Allocates its buffer once.
+    pub fn new(max_payload: u32) -> RxParser {
+        let frame = FRAME_HDR_LEN + (max_payload as usize).max(MsgType::MAX_FIXED_PAYLOAD);
+        let max_item = frame.max(Handshake::MAX_LEN);
+        RxParser {
+            buf: vec![0u8; 2 * max_item].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            max_payload,
+            max_bulk: u64::MAX,
+            max_item,
+            bulk_total: 0,
+            bulk_done: 0,
+            failed: None,
+        }
+    }
+
+    /// Limits the bulk data length a PUT_REQ / GET_REP may announce (default: unlimited).
+    pub fn with_max_bulk(mut self, max_bulk: u64) -> RxParser {
+        self.max_bulk = max_bulk;
+        self
+    }
+
+    pub fn max_payload(&self) -> u32 {
+        self.max_payload
+    }
+
+    /// Size of the internal buffer (fixed at creation).
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Received bytes not yet handed out.
+    pub fn buffered(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Bulk bytes of the current PUT_REQ / GET_REP not yet handed out or received directly.
+    pub fn bulk_remaining(&self) -> u64 {
+        self.bulk_total - self.bulk_done
+    }
+
+    /// The error that broke the stream, if any.
+    pub fn error(&self) -> Option<WireError> {
+        self.failed
+    }
+
+    /// Free space to `recv()` into; report what was written with [`advance`](Self::advance).
+    /// Call after draining [`next_frame`](Self::next_frame): then it is at least as large as
+    /// the largest frame (and never empty).
+    pub fn buf_mut(&mut self) -> &mut [u8] {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        } else if self.start > 0 && self.buf.len() - self.end < self.max_item {
+            // Move the partial item to the front; it is shorter than `max_item` once drained,
+            // so this moves less than one item per `max_item` bytes received.
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        &mut self.buf[self.end..]
+    }
+
+    /// Records that `n` bytes were written at the start of the last [`buf_mut`](Self::buf_mut).
+    pub fn advance(&mut self, n: usize) {
+        debug_assert!(n <= self.buf.len() - self.end, "advance past buf_mut()");
+        self.end = (self.end + n).min(self.buf.len());
+    }
+
+    /// Copies as much of `data` as fits (tests and fuzzing; the transport recv()s directly).
+    pub fn feed(&mut self, data: &[u8]) -> usize {
+        let room = self.buf_mut();
+        let n = room.len().min(data.len());
+        room[..n].copy_from_slice(&data[..n]);
+        self.advance(n);
+        n
+    }
+
+    /// The next handshake message, for a connection still in its handshake phase (frames sent
+    /// right behind it stay buffered for [`next_frame`](Self::next_frame)). `None`: need more
+    /// bytes.
+    pub fn next_handshake(&mut self) -> Option<Result<Handshake, WireError>> {
+        if let Some(e) = self.failed {
+            return Some(Err(e));
+        }
+        match decode_handshake(&self.buf[self.start..self.end]) {
+            Ok((h, used)) => {
+                self.start += used;
+                Some(Ok(h))
+            }
+            Err(WireError::Incomplete(_)) => None,
+            Err(e) => self.fail(e),
+        }
+    }
+
+    /// The next complete frame or bulk chunk; `None`: need more bytes.
+    pub fn next_frame(&mut self) -> Option<Result<Frame<'_>, WireError>> {
+        if let Some(e) = self.failed {
+            return Some(Err(e));
+        }
+        if self.bulk_done < self.bulk_total {
+            let avail = self.end - self.start;
+            if avail == 0 {
+                return None;
+            }
+            let n = avail.min(usize::try_from(self.bulk_total - self.bulk_done).unwrap_or(usize::MAX));
+            let (s, offset) = (self.start, self.bulk_done);
+            self.start += n;
+            self.bulk_done += n as u64;
+            let last = self.bulk_done == self.bulk_total;
+            return Some(Ok(Frame::Bulk {
+                data: &self.buf[s..s + n],
+                offset,
+                last,
+            }));
+        }
+        let s = self.start;
+        match decode_frame(&self.buf[s..self.end], self.max_payload) {
+            Ok((msg, used)) => {
+                let bulk = msg.bulk_len();
+                if bulk > self.max_bulk {
+                    let e = WireError::LengthTooLarge {
+                        what: "bulk data length",
+                        len: bulk,
+                        max: self.max_bulk,
+                    };
+                    self.failed = Some(e);
+                    return Some(Err(e));
+                }
+                self.start = s + used;
+                self.bulk_total = bulk;
+                self.bulk_done = 0;
+                Some(Ok(Frame::Msg(msg)))
+            }
+            Err(WireError::Incomplete(_)) => None,
+            Err(e) => {
+                self.failed = Some(e);
+                Some(Err(e))
+            }
+        }
+    }
+
+    /// How many bulk bytes the caller may now `recv()` directly into its destination: 0 while
+    /// bulk bytes are still buffered (take those first via `next_frame`) or none is expected.
+    pub fn bulk_direct_max(&self) -> u64 {
+        if self.failed.is_some() || self.start != self.end {
+            return 0;
+        }
+        self.bulk_remaining()
+    }
+
+    /// Records `n` bulk bytes received directly into the destination. Returns whether the bulk
+    /// data is now complete. `InvalidParam` if `n` exceeds [`bulk_direct_max`](Self::bulk_direct_max).
+    pub fn bulk_direct_done(&mut self, n: u64) -> Result<bool, Status> {
+        if n > self.bulk_direct_max() {
+            tracing::error!(
+                n,
+                allowed = self.bulk_direct_max(),
+                "tcp rx: direct bulk receive beyond the allowed size; drain next_frame() first"
+            );
+            return Err(Status::InvalidParam);
+        }
+        self.bulk_done += n;
+        Ok(self.bulk_done == self.bulk_total)
+    }
+
+    fn fail<T>(&mut self, e: WireError) -> Option<Result<T, WireError>> {
+        self.failed = Some(e);
+        Some(Err(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::fuzz::{oracle, run_chunked, sample_stream, XorShift};
+    use crate::wire::{encode_frame, ConnReq, ConnectMode, FrameHeader, HandshakeMsg, PutReq};
+
+    const MAXP: u32 = 256;
+
+    fn check_chunking(stream: &[u8], cuts: &[usize]) {
+        let want = oracle(stream, MAXP);
+        let mut p = RxParser::new(MAXP);
+        let mut got = Vec::new();
+        let mut prev = 0;
+        for &c in cuts.iter().chain(std::iter::once(&stream.len())) {
+            let mut chunk = &stream[prev..c];
+            while !chunk.is_empty() {
+                let n = p.feed(chunk);
+                chunk = &chunk[n..];
+                crate::wire::fuzz::drain(&mut p, &mut got);
+            }
+            crate::wire::fuzz::drain(&mut p, &mut got);
+            prev = c;
+        }
+        assert_eq!(crate::wire::fuzz::coalesce(got), want.0, "cuts {cuts:?}");
+    }
+
+    #[test]
+    fn every_single_and_double_split_point() {
+        let stream = sample_stream(1, 3);
+        assert!(stream.len() < 400);
+        for i in 0..=stream.len() {
+            check_chunking(&stream, &[i]);
+        }
+        let small = &stream[..120];
+        for i in 0..=small.len() {
+            for j in i..=small.len() {
+                check_chunking(small, &[i, j]);
+            }
+        }
+    }
+
+    #[test]
+    fn random_chunkings_long_stream() {
+        // Long enough (several buffer lengths, bulk larger than the buffer) to force compaction.
+        let stream = sample_stream(40, 5000);
+        let cap = RxParser::new(MAXP).capacity();
+        assert!(stream.len() > 10 * cap);
+        let want = oracle(&stream, MAXP);
+        assert!(want.1.is_none());
+        let mut rng = XorShift::new(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..200 {
+            let seed = rng.next_u64();
+            let got = run_chunked(&stream, MAXP, seed);
+            assert_eq!(got, want, "seed {seed:#x}");
+        }
+    }
+
+    #[test]
+    fn oversized_length_rejected_and_sticky() {
+        let mut p = RxParser::new(MAXP);
+        p.feed(&FrameHeader { ty: 5, len: MAXP + 1 }.encode());
+        let e = p.next_frame().unwrap().unwrap_err();
+        assert!(matches!(
+            e,
+            WireError::LengthTooLarge {
+                len: 257,
+                max: 256,
+                ..
+            }
+        ));
+        p.feed(&FrameHeader { ty: 5, len: 0 }.encode());
+        assert_eq!(p.next_frame().unwrap().unwrap_err(), e);
+        assert_eq!(p.error(), Some(e));
+        // Detected from the header alone, before any payload arrives.
+        let mut q = RxParser::new(MAXP).with_max_bulk(100);
+        let mut b = [0u8; 64];
+        let put = PutReq {
+            remote_addr: 0,
+            rkey: 0,
+            length: 101,
+            seq: 0,
+            ack_req: false,
+        };
+        let n = encode_frame(&Msg::PutReq(put), &mut b).unwrap();
+        q.feed(&b[..n]);
+        assert!(matches!(
+            q.next_frame(),
+            Some(Err(WireError::LengthTooLarge { len: 101, .. }))
+        ));
+    }
+
+    #[test]
+    fn garbage_rejected() {
+        let mut rng = XorShift::new(7);
+        let mut rejected = 0;
+        for _ in 0..500 {
+            let mut g = [0u8; 64];
+            g.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
+            let mut p = RxParser::new(MAXP);
+            p.feed(&g);
+            let mut got = Vec::new();
+            crate::wire::fuzz::drain(&mut p, &mut got);
+            rejected += usize::from(p.error().is_some());
+            let mut h = RxParser::new(MAXP);
+            h.feed(&g);
+            assert!(matches!(
+                h.next_handshake(),
+                Some(Err(WireError::BadMagic { .. }))
+            ));
+        }
+        // Random headers almost always carry a bad type, reserved bytes or length.
+        assert!(rejected > 450, "{rejected}");
+    }
+
+    #[test]
+    fn handshake_then_frames_in_one_read() {
+        let req = ConnReq {
+            conn_sn: 1,
+            src_ep_key: 2,
+            mode: ConnectMode::ToEp { ep_key: 3 },
+            listen_addr: "[::1]:4000".parse().unwrap(),
+            max_payload: MAXP,
+        };
+        let mut bytes = req.encode().to_vec();
+        bytes.extend_from_slice(&sample_stream(1, 3));
+        let mut p = RxParser::new(MAXP);
+        p.feed(&bytes[..10]);
+        assert!(p.next_handshake().is_none());
+        p.feed(&bytes[10..]);
+        assert_eq!(p.next_handshake().unwrap().unwrap().msg, HandshakeMsg::Req(req));
+        let mut got = Vec::new();
+        crate::wire::fuzz::drain(&mut p, &mut got);
+        assert_eq!(
+            crate::wire::fuzz::coalesce(got),
+            oracle(&sample_stream(1, 3), MAXP).0
+        );
+    }
+
+    #[test]
+    fn direct_bulk_receive() {
+        let mut b = [0u8; 64];
+        let put = PutReq {
+            remote_addr: 0,
+            rkey: 0,
+            length: 1000,
+            seq: 0,
+            ack_req: false,
+        };
+        let n = encode_frame(&Msg::PutReq(put), &mut b).unwrap();
+        let mut p = RxParser::new(MAXP);
+        p.feed(&b[..n]);
+        p.feed(&[7u8; 10]);
+        assert_eq!(p.bulk_direct_max(), 0);
+        assert!(matches!(p.next_frame(), Some(Ok(Frame::Msg(Msg::PutReq(_))))));
+        assert_eq!(p.bulk_direct_max(), 0, "10 bulk bytes are buffered");
+        assert!(
+            matches!(p.next_frame(), Some(Ok(Frame::Bulk { offset: 0, last: false, data })) if data.len() == 10)
+        );
+        assert_eq!(p.bulk_direct_max(), 990);
+        assert_eq!(p.bulk_direct_done(991), Err(Status::InvalidParam));
+        assert_eq!(p.bulk_direct_done(500), Ok(false));
+        assert_eq!(p.bulk_direct_done(490), Ok(true));
+        assert_eq!(p.bulk_remaining(), 0);
+        p.feed(
+            &FrameHeader {
+                ty: MsgType::Fin as u8,
+                len: 0,
+            }
+            .encode(),
+        );
+        assert_eq!(p.next_frame(), Some(Ok(Frame::Msg(Msg::Fin))));
+        assert!(p.next_frame().is_none());
+        assert!(p.buf_mut().len() >= p.capacity() / 2);
+    }
+}
