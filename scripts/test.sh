@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The whole rucx test suite, as the README and CI run it:
+#   1. installs the system packages it needs (scripts/install-deps.sh, idempotent);
+#   2. builds everything and runs every crate's unit and integration tests on the host
+#      (RDMA tests skip themselves there: the host kernel has no InfiniBand);
+#   3. runs the release demo, the network-namespace multi-host tests and the fuzz bodies;
+#   4. boots the soft-RoCE VM (testbed/) and runs the verbs transports' tests and demos there.
+# Ends with one line `N passed, N failed` summing every test run, and exits non-zero if any
+# step failed. Options: --no-vm skips step 4, --quick skips steps 3 and 4.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+VM=1 EXTRA=1
+for a in "$@"; do
+  case $a in
+    --no-vm) VM=0 ;;
+    --quick) VM=0 EXTRA=0 ;;
+    *) echo "usage: scripts/test.sh [--no-vm|--quick]" >&2; exit 2 ;;
+  esac
+done
+export CARGO_TERM_COLOR=never RUST_BACKTRACE=1
+LOG=$(mktemp /tmp/rucx-test.XXXXXX)
+trap 'rm -f "$LOG"' EXIT
+failed_steps=()
+total_pass=0 total_fail=0
+
+# Runs a step, echoing its output, and adds up the test counts it prints (cargo's
+# "test result:" lines and our scripts' "N passed, N failed" lines).
+step() {
+  local name=$1; shift
+  echo; echo "=== [$name] $*"
+  local t0=$SECONDS rc
+  "$@" 2>&1 | tee "$LOG"
+  rc=${PIPESTATUS[0]}
+  local p f
+  p=$(grep -E '^test result:' "$LOG" | sed -E 's/.* ([0-9]+) passed; ([0-9]+) failed.*/\1/' | paste -sd+ - | bc 2>/dev/null)
+  f=$(grep -E '^test result:' "$LOG" | sed -E 's/.* ([0-9]+) passed; ([0-9]+) failed.*/\2/' | paste -sd+ - | bc 2>/dev/null)
+  local sp sf
+  sp=$(grep -E '^[A-Za-z-]*:? ?[0-9]+ passed, [0-9]+ failed' "$LOG" | tail -1 | sed -E 's/.*\b([0-9]+) passed, ([0-9]+) failed.*/\1/')
+  sf=$(grep -E '^[A-Za-z-]*:? ?[0-9]+ passed, [0-9]+ failed' "$LOG" | tail -1 | sed -E 's/.*\b([0-9]+) passed, ([0-9]+) failed.*/\2/')
+  total_pass=$((total_pass + ${p:-0} + ${sp:-0}))
+  total_fail=$((total_fail + ${f:-0} + ${sf:-0}))
+  if [ "$rc" -ne 0 ]; then
+    failed_steps+=("$name")
+    # a failing step without test counts still counts as one failure
+    [ -z "${f}${sf}" ] && total_fail=$((total_fail + 1))
+    echo "=== [$name] FAILED (exit $rc, $((SECONDS - t0)) s)"
+  else
+    echo "=== [$name] ok ($((SECONDS - t0)) s)"
+  fi
+}
+
+step deps bash scripts/install-deps.sh
+command -v bc >/dev/null || apt-get install -y -qq bc >/dev/null
+step build cargo build --workspace --all-targets
+step test cargo test --workspace --no-fail-fast
+if [ $EXTRA = 1 ]; then
+  step demo cargo run --release --example uct_hello_world -- -l
+  [ -f scripts/netns-test.sh ] && step netns bash scripts/netns-test.sh
+fi
+if [ $VM = 1 ]; then
+  step vm-prepare bash testbed/rxe-vm.sh --prepare
+  step vm-ib bash testbed/cargo-test-in-vm.sh --timeout 1500 -p uct-ib -- --test-threads=1
+  [ -f testbed/ib-hello.sh ] && step vm-hello bash testbed/ib-hello.sh
+fi
+
+echo
+if [ ${#failed_steps[@]} -gt 0 ]; then
+  echo "failed steps: ${failed_steps[*]}"
+fi
+echo "$total_pass passed, $total_fail failed"
+[ ${#failed_steps[@]} -eq 0 ]
