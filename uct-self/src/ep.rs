@@ -1,37 +1,37 @@
 //! The self endpoint: every operation completes before it returns.
 
-use std::rc::{Rc, Weak};
+use std::rc::Rc;
 
 use ucs::{Result, Status};
 use uct::callbacks::{Comp, PackCb, PendingReq, ResultPtr, UnpackCb};
 use uct::iov::{total_len, Iov};
 use uct::transport::{AtomicSize, Ep};
-use uct::types::{AtomicOp, FlushFlags, AM_ID_MAX};
+use uct::types::{AtomicOp, FlushFlags};
 
 use crate::iface::Shared;
 use crate::md::REGIONS;
 
 pub struct SelfEp {
-    target: Weak<Shared>,
+    target: Rc<Shared>,
 }
 
 impl SelfEp {
-    pub(crate) fn new(target: Weak<Shared>) -> SelfEp {
+    pub(crate) fn new(target: Rc<Shared>) -> SelfEp {
         SelfEp { target }
     }
 
     #[inline]
-    fn target(&self) -> Result<Rc<Shared>> {
-        self.target.upgrade().ok_or(Status::Unreachable)
+    fn target(&self) -> Result<&Shared> {
+        if self.target.closed.get() {
+            return Err(Status::Unreachable);
+        }
+        Ok(&self.target)
     }
 
-    /// Checks the AM id and total length, then delivers what `fill` writes into a buffer.
+    /// Checks the total length, then delivers what `fill` writes into a buffer (the AM id is
+    /// checked by `AmTable::invoke`).
     #[inline]
     fn deliver(&self, id: u8, len: usize, fill: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result<usize> {
-        if id >= AM_ID_MAX {
-            tracing::error!(id, "AM id out of range 0..{}", AM_ID_MAX - 1);
-            return Err(Status::InvalidParam);
-        }
         let t = self.target()?;
         if len > t.seg_size {
             tracing::error!(len, max = t.seg_size, "self: message longer than the segment size (RUCX_SELF_SEG_SIZE)");
@@ -111,17 +111,24 @@ impl Ep for SelfEp {
     }
 
     fn get_bcopy(&self, unpack: UnpackCb, len: usize, raddr: u64, rkey: u64, _comp: Comp) -> Result<Status> {
-        let r = REGIONS.with(|r| r.with_source(rkey, raddr, len, |src| src.to_vec()));
-        match r {
-            Ok(data) => {
-                unpack.deliver(&data);
+        let t = self.target()?;
+        if len > t.seg_size {
+            tracing::error!(len, max = t.seg_size, "self: get_bcopy longer than the segment size (RUCX_SELF_SEG_SIZE)");
+            unpack.cancel();
+            return Err(Status::InvalidParam);
+        }
+        // The unpack callback runs while the buffer is lent to it; a nested send from inside it
+        // gets a temporary buffer (see `with_buf`).
+        t.with_buf(|buf| match REGIONS.with(|r| r.read(rkey, raddr, &mut buf[..len])) {
+            Ok(()) => {
+                unpack.deliver(&buf[..len]);
                 Ok(Status::Ok)
             }
             Err(e) => {
                 unpack.cancel();
                 Err(e)
             }
-        }
+        })
     }
 
     fn get_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, _comp: Comp) -> Result<Status> {

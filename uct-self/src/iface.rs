@@ -32,19 +32,40 @@ thread_local! {
 pub(crate) struct Shared {
     pub(crate) am: Rc<AmTable>,
     pub(crate) seg_size: usize,
-    /// Reusable delivery buffers; a handler that sends again (nested delivery) takes another.
-    bufs: RefCell<Vec<Box<[u8]>>>,
+    /// The interface was closed: endpoints to it fail with `Unreachable`.
+    pub(crate) closed: Cell<bool>,
+    /// The delivery buffer (cache-line aligned, for fast copies). A handler that sends to this
+    /// interface again while it runs (nested delivery) gets a temporary buffer instead.
+    buf: RefCell<AlignedBuf>,
+}
+
+/// A heap buffer whose data starts on a 64-byte boundary.
+struct AlignedBuf {
+    storage: Vec<u8>,
+    offset: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> AlignedBuf {
+        let storage = vec![0u8; len + 64];
+        let offset = storage.as_ptr().align_offset(64);
+        AlignedBuf { storage, offset, len }
+    }
+
+    fn get(&mut self) -> &mut [u8] {
+        &mut self.storage[self.offset..self.offset + self.len]
+    }
 }
 
 impl Shared {
-    /// Runs `f` with a buffer of `seg_size` bytes (allocated only when nesting deeper than ever).
+    /// Runs `f` with a buffer of `seg_size` bytes.
     #[inline]
     pub(crate) fn with_buf<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        let popped = self.bufs.borrow_mut().pop();
-        let mut buf = popped.unwrap_or_else(|| vec![0u8; self.seg_size].into_boxed_slice());
-        let r = f(&mut buf);
-        self.bufs.borrow_mut().push(buf);
-        r
+        match self.buf.try_borrow_mut() {
+            Ok(mut b) => f(b.get()),
+            Err(_) => f(AlignedBuf::new(self.seg_size).get()),
+        }
     }
 }
 
@@ -69,7 +90,12 @@ impl Transport for SelfTransport {
             tracing::error!(seg, "RUCX_SELF_SEG_SIZE must be between 16 bytes and 1g");
             return Err(Status::InvalidParam);
         }
-        let shared = Rc::new(Shared { am: params.am, seg_size: seg as usize, bufs: RefCell::new(Vec::new()) });
+        let shared = Rc::new(Shared {
+            am: params.am,
+            seg_size: seg as usize,
+            closed: Cell::new(false),
+            buf: RefCell::new(AlignedBuf::new(seg as usize)),
+        });
         let id = NEXT_IFACE_ID.with(|n| {
             let id = n.get();
             n.set(id + 1);
@@ -88,20 +114,24 @@ pub struct SelfIface {
 impl Drop for SelfIface {
     fn drop(&mut self) {
         IFACES.with(|m| m.borrow_mut().remove(&self.id));
+        // Endpoints may outlive us: make them fail, and forget the handlers the host frees next.
+        self.shared.closed.set(true);
+        self.shared.am.clear();
     }
 }
 
-fn find(dev: &[u8], iface: &[u8]) -> Option<Weak<Shared>> {
+fn find(dev: &[u8], iface: &[u8]) -> Option<Rc<Shared>> {
     let token = u64::from_le_bytes(dev.try_into().ok()?);
     let id = u64::from_le_bytes(iface.try_into().ok()?);
     if token != THREAD_TOKEN.with(|t| *t) {
         return None;
     }
-    IFACES.with(|m| m.borrow().get(&id).filter(|w| w.strong_count() > 0).cloned())
+    IFACES.with(|m| m.borrow().get(&id).and_then(Weak::upgrade))
 }
 
 impl Iface for SelfIface {
     type Ep = SelfEp;
+    const NEEDS_PROGRESS: bool = false;
 
     fn query(&self) -> IfaceAttr {
         let seg = self.shared.seg_size;

@@ -76,6 +76,13 @@ impl AmTable {
         Ok(())
     }
 
+    /// Removes every handler (when the interface closes: the host frees them afterwards).
+    pub fn clear(&self) {
+        for e in &self.entries {
+            e.set(EMPTY);
+        }
+    }
+
     /// True when `id` has a handler.
     pub fn has_handler(&self, id: u8) -> bool {
         id < AM_ID_MAX && self.entries[id as usize].get().cb.is_some()
@@ -91,7 +98,7 @@ impl AmTable {
     pub fn invoke(&self, id: u8, data: &[u8], desc: Option<LentDesc>) -> Result<AmDisposition, Status> {
         let desc = desc.map_or(std::ptr::null_mut(), |d| d.0.as_ptr());
         let Some(cell) = self.entries.get(id as usize) else {
-            tracing::error!(id, "received active message with id beyond {}: dropping", AM_ID_MAX - 1);
+            tracing::error!(id, "active message id {id} out of range 0..{}: dropped", AM_ID_MAX - 1);
             return Err(Status::InvalidParam);
         };
         let e = cell.get();

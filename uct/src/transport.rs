@@ -71,6 +71,9 @@ pub trait Transport: 'static {
 /// An interface (`uct_iface_h`). Unsupported operations keep the default `Unsupported`.
 pub trait Iface: 'static {
     type Ep: Ep;
+    /// False for transports whose `progress` never has work (e.g. synchronous delivery): then
+    /// `progress_enable` registers nothing and the worker's progress skips them entirely.
+    const NEEDS_PROGRESS: bool = true;
     fn query(&self) -> IfaceAttr;
     fn device_address(&self, buf: &mut [u8]) -> Result<()>;
     fn iface_address(&self, buf: &mut [u8]) -> Result<()> {

@@ -329,7 +329,7 @@ unsafe extern "C" fn iface_progress_enable<I: Iface>(iface: *mut c_void, flags: 
         // SAFETY: valid handle.
         let b = unsafe { iface_ref::<I>(iface) };
         b.progress_flags.set(b.progress_flags.get() | (flags & (ProgressFlags::SEND.0 | ProgressFlags::RECV.0)));
-        if b.progress_id.get().is_none() && b.progress_flags.get() != 0 {
+        if I::NEEDS_PROGRESS && b.progress_id.get().is_none() && b.progress_flags.get() != 0 {
             let ptr = iface as *const IfaceBox<I>;
             // SAFETY (closure): the callback is removed in `iface_close`/disable before the box
             // is freed, so `ptr` is valid whenever it runs.

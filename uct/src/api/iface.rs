@@ -99,12 +99,18 @@ impl Drop for RxDesc {
     }
 }
 
-type AmHandler = Box<dyn FnMut(&AmMessage<'_>)>;
+/// An installed handler, type-erased for ownership only (it is called through `am_tramp::<F>`).
+type AmHandler = Box<dyn std::any::Any>;
 
-unsafe extern "C" fn am_tramp(arg: *mut c_void, data: *const u8, len: usize, desc: *mut RawRxDesc) -> RawStatus {
-    // SAFETY: `arg` points to the boxed handler stored in the iface's table (kept alive while
-    // installed, and retired handlers are kept until the iface closes); `data` is valid for `len`.
-    let h = unsafe { &mut *(arg as *mut AmHandler) };
+unsafe extern "C" fn am_tramp<F: FnMut(&AmMessage<'_>) + 'static>(
+    arg: *mut c_void,
+    data: *const u8,
+    len: usize,
+    desc: *mut RawRxDesc,
+) -> RawStatus {
+    // SAFETY: `arg` points to the boxed `F` stored in the iface's handler table (kept alive while
+    // installed; replaced handlers are kept until the iface closes); `data` is valid for `len`.
+    let h = unsafe { &mut *(arg as *mut F) };
     let data = if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(data, len) } };
     let msg = AmMessage { data, desc, kept: Cell::new(false) };
     if catch_unwind(AssertUnwindSafe(|| h(&msg))).is_err() {
@@ -137,11 +143,9 @@ pub(crate) struct IfaceInner {
     pub(crate) attr: IfaceAttr,
     tl_name: String,
     dev_name: String,
-    handlers: RefCell<Vec<Option<Box<AmHandler>>>>,
-    /// Replaced handlers, kept until close: a handler may replace itself while running, and the
-    /// transport holds a pointer into the outer box.
-    #[allow(clippy::vec_box)]
-    retired: RefCell<Vec<Box<AmHandler>>>,
+    handlers: RefCell<Vec<Option<AmHandler>>>,
+    /// Replaced handlers, kept until close: a handler may replace itself while running.
+    retired: RefCell<Vec<AmHandler>>,
     _err: Option<Box<ErrHandlerBox>>,
     /// Stands in when the application passes no completion, to keep buffers alive.
     pub(crate) orphan: Completion,
@@ -259,16 +263,16 @@ impl Iface {
     }
 
     /// Installs the handler of AM `id` (0..31). Handlers run from `Worker::progress`.
-    pub fn set_am_handler(&self, id: u8, flags: AmCbFlags, f: impl FnMut(&AmMessage<'_>) + 'static) -> Result<()> {
+    pub fn set_am_handler<F: FnMut(&AmMessage<'_>) + 'static>(&self, id: u8, flags: AmCbFlags, f: F) -> Result<()> {
         if id >= AM_ID_MAX {
             tracing::error!(id, "set_am_handler: AM id must be below {AM_ID_MAX}");
             return Err(Status::InvalidParam);
         }
-        let boxed: Box<AmHandler> = Box::new(Box::new(f));
-        let arg = &*boxed as *const AmHandler as *mut c_void;
+        let boxed: Box<F> = Box::new(f);
+        let arg = &*boxed as *const F as *mut c_void;
         // SAFETY: `arg` stays valid: the box is stored below and retired, not freed, if replaced.
-        status(unsafe { (self.inner.ops.iface_set_am_handler)(self.inner.handle, id, Some(am_tramp), arg, flags.0) })?;
-        let old = self.inner.handlers.borrow_mut()[id as usize].replace(boxed);
+        status(unsafe { (self.inner.ops.iface_set_am_handler)(self.inner.handle, id, Some(am_tramp::<F>), arg, flags.0) })?;
+        let old = self.inner.handlers.borrow_mut()[id as usize].replace(boxed as AmHandler);
         if let Some(old) = old {
             self.inner.retired.borrow_mut().push(old);
         }

@@ -1,0 +1,124 @@
+//! The measurement clocks, as UCX's perftest uses them: a cheap tick counter read once per
+//! iteration (`ucs_get_time()`: the time-stamp counter on x86_64 when it is invariant) for the
+//! percentile and the report interval, and an accurate clock (`ucs_get_accurate_time()`) read at
+//! the start, at each report and at the end, for averages, bandwidth and message rate.
+//!
+//! Unsafe: only the `rdtsc` intrinsic, which has no memory effects.
+#![allow(unsafe_code)]
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+struct Calib {
+    base: Instant,
+    tsc: bool,
+    ticks_per_sec: f64,
+}
+
+fn calib() -> &'static Calib {
+    static C: OnceLock<Calib> = OnceLock::new();
+    C.get_or_init(|| {
+        let base = Instant::now();
+        let tsc = invariant_tsc();
+        let ticks_per_sec = if tsc { measure_tsc_rate() } else { 1e9 };
+        Calib {
+            base,
+            tsc,
+            ticks_per_sec,
+        }
+    })
+}
+
+/// Like UCX, trusts the TSC only when the kernel reports it constant and non-stop.
+fn invariant_tsc() -> bool {
+    if !cfg!(target_arch = "x86_64") || std::env::var_os("RUCX_PERFTEST_NO_TSC").is_some() {
+        return false;
+    }
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags = info.lines().find(|l| l.starts_with("flags")).unwrap_or("");
+    let has = |f: &str| flags.split_whitespace().any(|w| w == f);
+    has("constant_tsc") && has("nonstop_tsc")
+}
+
+fn measure_tsc_rate() -> f64 {
+    let t0 = Instant::now();
+    let c0 = raw_tsc();
+    while t0.elapsed() < Duration::from_millis(20) {
+        std::hint::spin_loop();
+    }
+    let c1 = raw_tsc();
+    let dt = t0.elapsed().as_secs_f64();
+    (c1.wrapping_sub(c0)) as f64 / dt
+}
+
+#[inline(always)]
+fn raw_tsc() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC reads a counter; it touches no memory and exists on every x86_64 CPU.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        0
+    }
+}
+
+/// Calibrates now (20 ms), so that it does not happen inside a measurement.
+pub fn init() {
+    calib();
+}
+
+/// The per-iteration clock, in ticks ([`ticks_per_sec`] of them per second).
+#[inline(always)]
+pub fn ticks() -> u64 {
+    let c = calib();
+    if c.tsc {
+        raw_tsc()
+    } else {
+        c.base.elapsed().as_nanos() as u64
+    }
+}
+
+/// Ticks per second of [`ticks`].
+pub fn ticks_per_sec() -> f64 {
+    calib().ticks_per_sec
+}
+
+/// Converts seconds to ticks (saturating).
+pub fn ticks_from_sec(s: f64) -> u64 {
+    let t = s * ticks_per_sec();
+    if t >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        t as u64
+    }
+}
+
+/// The accurate clock: seconds since the first use of this module.
+#[inline]
+pub fn accurate() -> f64 {
+    calib().base.elapsed().as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_advance_at_the_calibrated_rate() {
+        init();
+        let (t0, a0) = (ticks(), accurate());
+        std::thread::sleep(Duration::from_millis(30));
+        let (t1, a1) = (ticks(), accurate());
+        let secs = (t1 - t0) as f64 / ticks_per_sec();
+        let real = a1 - a0;
+        assert!(real >= 0.03);
+        // Generous: a loaded VM may deschedule between the reads.
+        assert!(
+            (secs - real).abs() < 0.02,
+            "tick clock {secs} s vs accurate {real} s"
+        );
+        assert_eq!(ticks_from_sec(f64::INFINITY), u64::MAX);
+    }
+}

@@ -1,0 +1,465 @@
+//! Opening the transport for a test and connecting to the peer, as UCX's `uct_perf_setup` and
+//! `uct_perf_test_setup_endpoints` do: worker, memory domain that has the transport/device,
+//! interface, capability check (agreed with the peer), registered send/receive buffers,
+//! address + rkey exchange, endpoint connection (to iface or to ep), flush and barrier.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use ucs::{Result, Status};
+use uct::{
+    AmCbFlags, AsyncMode, Context, Ep, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, Md, MdFlags,
+    Mem, MemAccess, ProgressFlags, Rkey, ThreadMode, Worker,
+};
+
+use super::params::{cmd, layout, AsyncKind, Params, MAX_FC_WINDOW};
+use super::rte::Rte;
+
+/// The AM id of the tests (UCX's `UCT_PERF_TEST_AM_ID`).
+pub const AM_ID: u8 = 5;
+
+/// The connected peer.
+pub struct Peer {
+    pub ep: Ep,
+    /// Address of the peer's receive buffer (target of put/get/atomics).
+    pub remote_addr: u64,
+    pub rkey: Option<Rkey>,
+}
+
+/// Everything one side of a test uses.
+pub struct Setup {
+    pub worker: Worker,
+    pub md: Md,
+    pub iface: Iface,
+    pub attr: IfaceAttr,
+    pub send_mem: Option<Mem>,
+    pub recv_mem: Option<Mem>,
+    pub peer: Option<Peer>,
+    /// Set by the AM handler: the first byte of the last message (UCX's `m_last_recvd_sn`).
+    pub am_sn: Rc<Cell<u8>>,
+    /// AM payloads that failed validation (`-V`).
+    pub am_bad: Rc<Cell<u64>>,
+}
+
+/// The byte at offset `i` of a sender's buffer under `-V`.
+pub fn send_pattern(i: usize) -> u8 {
+    (i % 251) as u8
+}
+
+/// The byte at offset `i` of a receive buffer under `-V` (differs from [`send_pattern`], so a
+/// put that did not land is caught).
+pub fn recv_pattern(i: usize) -> u8 {
+    !((i % 241) as u8)
+}
+
+/// The flag name UCX prints for a missing capability.
+fn op_name(f: IfaceFlags) -> &'static str {
+    for (flag, name) in [
+        (IfaceFlags::AM_SHORT, "am short"),
+        (IfaceFlags::AM_BCOPY, "am bcopy"),
+        (IfaceFlags::AM_ZCOPY, "am zcopy"),
+        (IfaceFlags::PUT_SHORT, "put short"),
+        (IfaceFlags::PUT_BCOPY, "put bcopy"),
+        (IfaceFlags::PUT_ZCOPY, "put zcopy"),
+        (IfaceFlags::GET_SHORT, "get short"),
+        (IfaceFlags::GET_BCOPY, "get bcopy"),
+        (IfaceFlags::GET_ZCOPY, "get zcopy"),
+        (IfaceFlags::CB_SYNC, "sync callback"),
+    ] {
+        if f.contains(flag) {
+            return name;
+        }
+    }
+    "(unknown)"
+}
+
+/// UCX's `uct_perf_test_check_capabilities`: `Ok` or why this transport cannot run the test.
+pub fn check_capabilities(p: &Params, attr: &IfaceAttr, md: &Md) -> Status {
+    let t = p.desc();
+    let size = p.message_size();
+    fn pick<T>(l: u8, short: T, bcopy: T, zcopy: T) -> T {
+        match l {
+            layout::SHORT | layout::SHORT_IOV => short,
+            layout::BCOPY => bcopy,
+            _ => zcopy,
+        }
+    }
+    let l = p.layout;
+    let (required, min, max, max_iov) = match t.cmd {
+        cmd::AM => {
+            let c = &attr.am;
+            let f = pick(
+                l,
+                IfaceFlags::AM_SHORT,
+                IfaceFlags::AM_BCOPY,
+                IfaceFlags::AM_ZCOPY,
+            ) | IfaceFlags::CB_SYNC;
+            (
+                f,
+                pick(l, 0, 0, c.min_zcopy),
+                pick(l, c.max_short, c.max_bcopy, c.max_zcopy),
+                c.max_iov,
+            )
+        }
+        cmd::PUT | cmd::GET => {
+            let c = if t.cmd == cmd::PUT { &attr.put } else { &attr.get };
+            let f = if t.cmd == cmd::PUT {
+                pick(
+                    l,
+                    IfaceFlags::PUT_SHORT,
+                    IfaceFlags::PUT_BCOPY,
+                    IfaceFlags::PUT_ZCOPY,
+                )
+            } else {
+                pick(
+                    l,
+                    IfaceFlags::GET_SHORT,
+                    IfaceFlags::GET_BCOPY,
+                    IfaceFlags::GET_ZCOPY,
+                )
+            };
+            (
+                f,
+                pick(l, 0, 0, c.min_zcopy),
+                pick(l, c.max_short, c.max_bcopy, c.max_zcopy),
+                c.max_iov,
+            )
+        }
+        _ => (IfaceFlags::EMPTY, 0, 8, 1),
+    };
+    if size < 1 {
+        tracing::error!("Message size too small, need to be at least 1");
+        return Status::InvalidParam;
+    }
+    if p.max_outstanding < 1 {
+        tracing::error!("max_outstanding, need to be at least 1");
+        return Status::InvalidParam;
+    }
+    if p.iov_stride > 0 && p.sizes.iter().any(|&s| s > p.iov_stride) {
+        tracing::error!(stride = p.iov_stride, "Buffer size bigger than stride");
+        return Status::InvalidParam;
+    }
+    if matches!(t.cmd, cmd::ADD | cmd::FADD | cmd::SWAP | cmd::CSWAP) {
+        let op = match t.cmd {
+            cmd::ADD | cmd::FADD => uct::AtomicOp::Add,
+            cmd::SWAP => uct::AtomicOp::Swap,
+            _ => uct::AtomicOp::Cswap,
+        };
+        let caps = match size {
+            4 => &attr.atomic32,
+            8 => &attr.atomic64,
+            _ => {
+                tracing::error!(
+                    size,
+                    "atomic tests need a message size of 4 or 8 bytes (-s 4 or -s 8)"
+                );
+                return Status::Unsupported;
+            }
+        };
+        let ops = if t.cmd == cmd::ADD {
+            caps.op_flags
+        } else {
+            caps.fop_flags
+        };
+        if !ops.contains(op.flag()) {
+            tracing::error!(
+                "{}/{} does not support {}-bit atomic {:?}",
+                p.tl,
+                p.dev,
+                size * 8,
+                op
+            );
+            return Status::Unsupported;
+        }
+    } else if !attr.flags.contains(required) {
+        tracing::error!(
+            "{}/{} does not support operation {}",
+            p.tl,
+            p.dev,
+            op_name(required & !attr.flags)
+        );
+        return Status::Unsupported;
+    }
+    if size < min {
+        tracing::error!("Message size ({size}) is smaller than min supported ({min})");
+        return Status::Unsupported;
+    }
+    if size > max {
+        tracing::error!("Message size ({size}) is larger than max supported ({max})");
+        return Status::Unsupported;
+    }
+    if t.cmd == cmd::AM {
+        if p.layout == layout::SHORT && p.am_hdr_size != 8 {
+            tracing::error!("Short AM header size must be 8 bytes");
+            return Status::InvalidParam;
+        }
+        if p.layout == layout::ZCOPY && p.am_hdr_size > attr.am.max_hdr {
+            tracing::error!(
+                "AM header size ({}) is larger than max supported ({})",
+                p.am_hdr_size,
+                attr.am.max_hdr
+            );
+            return Status::Unsupported;
+        }
+        if p.am_hdr_size > size {
+            tracing::error!(
+                "AM header size ({}) is larger than message size ({size})",
+                p.am_hdr_size
+            );
+            return Status::InvalidParam;
+        }
+        if p.fc_window > MAX_FC_WINDOW {
+            tracing::error!(
+                "AM flow-control window ({}) too large (should be <= {MAX_FC_WINDOW})",
+                p.fc_window
+            );
+            return Status::InvalidParam;
+        }
+        if p.layout == layout::ZCOPY && p.sizes.len() > 1 && p.am_hdr_size > p.sizes[0] {
+            tracing::error!("AM header size larger than the first IOV message size");
+            return Status::InvalidParam;
+        }
+    }
+    if matches!(p.layout, layout::ZCOPY | layout::SHORT_IOV) && p.sizes.len() > max_iov.max(1) {
+        tracing::error!(
+            "Wrong number of IOV entries. Requested is {}, should be in the range 1...{max_iov}",
+            p.sizes.len()
+        );
+        return Status::Unsupported;
+    }
+    if p.layout == layout::SHORT_IOV && t.cmd != cmd::AM {
+        tracing::error!("-D shortiov is only for active messages");
+        return Status::Unsupported;
+    }
+    let needs_mem = t.cmd != cmd::AM || p.layout == layout::ZCOPY;
+    if needs_mem && !md.attr().flags.contains(MdFlags::REG) {
+        tracing::error!(
+            "memory domain {} cannot register memory, which this test needs",
+            md.name()
+        );
+        return Status::Unsupported;
+    }
+    Status::Ok
+}
+
+/// Size of each of the send and receive buffers (`uct_perf_test_alloc_mem`).
+pub fn buffer_size(p: &Params) -> usize {
+    if p.layout == layout::ZCOPY && p.iov_stride > 0 {
+        p.sizes.len() * p.iov_stride
+    } else {
+        p.message_size()
+    }
+}
+
+/// Opens everything up to the capability check; the status is agreed with the peer before
+/// anything else happens, so both sides fail together.
+fn open(ctx: &Context, p: &Params) -> Result<(Worker, Md, Iface)> {
+    let mode = if p.async_mode == AsyncKind::Poll {
+        AsyncMode::Poll
+    } else {
+        AsyncMode::Thread
+    };
+    let worker = Worker::new(mode, ThreadMode::Single)?;
+    let (md, _) = ctx.find_resource(&p.tl, &p.dev).inspect_err(|_| {
+        tracing::error!(
+            "Cannot use {}/{} (list transports and devices with rucx-info -d)",
+            p.tl,
+            p.dev
+        );
+    })?;
+    let (tl, dev) = (p.tl.clone(), p.dev.clone());
+    let params = IfaceParams::new(&p.tl, &p.dev)
+        .err_handler(move |_, st| tracing::error!("{tl}/{dev}: endpoint failed: {st}; the peer is gone"));
+    let iface = Iface::open(&md, &worker, params).inspect_err(|e| {
+        tracing::error!("Failed to open iface: {e}");
+    })?;
+    Ok((worker, md, iface))
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8]> {
+    if b.len() < n {
+        tracing::error!("peer address blob is truncated: the peer is not a matching rucx-perftest");
+        return Err(Status::InvalidParam);
+    }
+    let (h, t) = b.split_at(n);
+    *b = t;
+    Ok(h)
+}
+
+fn take_bytes<'a>(b: &mut &'a [u8]) -> Result<&'a [u8]> {
+    let n = u32::from_le_bytes(take(b, 4)?.try_into().expect("4 bytes")) as usize;
+    take(b, n)
+}
+
+impl Setup {
+    /// Opens, checks, allocates and connects; on error both sides have been told.
+    pub fn new(ctx: &Context, p: &Params, rte: &mut Rte) -> Result<Setup> {
+        let opened = open(ctx, p);
+        let own = match &opened {
+            Ok((_, md, iface)) => check_capabilities(p, iface.attr(), md),
+            Err(e) => *e,
+        };
+        let mut idle = || {};
+        let st = rte.exchange_status(own, &mut idle)?;
+        let (worker, md, iface) = opened?;
+        if st != Status::Ok {
+            return Err(st);
+        }
+        let attr = *iface.attr();
+        let size = buffer_size(p);
+        let (send_mem, recv_mem) = if md.attr().flags.contains(MdFlags::REG) {
+            (
+                Some(Mem::alloc(&md, size, MemAccess::ALL)?),
+                Some(Mem::alloc(&md, size, MemAccess::ALL)?),
+            )
+        } else {
+            (None, None)
+        };
+        let am_sn = Rc::new(Cell::new(0u8));
+        let am_bad = Rc::new(Cell::new(0u64));
+        install_am_handler(&iface, p, &am_sn, &am_bad)?;
+        iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
+        let mut s = Setup {
+            worker,
+            md,
+            iface,
+            attr,
+            send_mem,
+            recv_mem,
+            peer: None,
+            am_sn,
+            am_bad,
+        };
+        s.connect(rte)?;
+        Ok(s)
+    }
+
+    fn progress_fn(&self) -> impl FnMut() + '_ {
+        move || {
+            self.worker.progress();
+        }
+    }
+
+    /// Exchanges addresses and rkeys with the peer and connects (UCX's endpoint setup).
+    fn connect(&mut self, rte: &mut Rte) -> Result<()> {
+        let to_ep = self.attr.flags.contains(IfaceFlags::CONNECT_TO_EP);
+        if !to_ep && !self.attr.flags.contains(IfaceFlags::CONNECT_TO_IFACE) {
+            tracing::error!(
+                "{}: the transport connects neither to an iface nor to an ep",
+                self.iface.tl_name()
+            );
+            return Err(Status::Unsupported);
+        }
+        let ep = if to_ep {
+            Some(self.iface.ep_create()?)
+        } else {
+            None
+        };
+        let rkey = match &self.recv_mem {
+            Some(m) => m.pack_rkey()?,
+            None => Vec::new(),
+        };
+        let mut blob = Vec::new();
+        blob.extend_from_slice(&self.recv_mem.as_ref().map_or(0, |m| m.addr()).to_le_bytes());
+        put_bytes(&mut blob, &rkey);
+        put_bytes(&mut blob, &self.iface.device_address()?);
+        put_bytes(&mut blob, &self.iface.address()?);
+        put_bytes(
+            &mut blob,
+            &ep.as_ref().map(|e| e.address()).transpose()?.unwrap_or_default(),
+        );
+        rte.post(&blob)?;
+        let remote = rte.recv(64 * 1024, &mut self.progress_fn())?;
+        let mut r = &remote[..];
+        let remote_addr = u64::from_le_bytes(take(&mut r, 8)?.try_into().expect("8 bytes"));
+        let rkey = take_bytes(&mut r)?;
+        let dev = take_bytes(&mut r)?;
+        let iface_addr = take_bytes(&mut r)?;
+        let ep_addr = take_bytes(&mut r)?;
+        if !self.iface.is_reachable(dev, iface_addr) {
+            tracing::error!("Destination is unreachable");
+            return Err(Status::Unreachable);
+        }
+        let rkey = if !rkey.is_empty() && self.md.attr().flags.contains(MdFlags::REG) {
+            Some(self.md.component().rkey_unpack(rkey).inspect_err(|e| {
+                tracing::error!("Failed to uct_rkey_unpack: {e}");
+            })?)
+        } else {
+            None
+        };
+        let ep = match ep {
+            Some(ep) => {
+                ep.connect_to_ep(dev, ep_addr).inspect_err(|e| {
+                    tracing::error!("Failed to connect endpoint: {e}");
+                })?;
+                ep
+            }
+            None => self.iface.ep_create_connected(dev, iface_addr).inspect_err(|e| {
+                tracing::error!("Failed to connect endpoint: {e}");
+            })?,
+        };
+        self.peer = Some(Peer {
+            ep,
+            remote_addr,
+            rkey,
+        });
+        self.flush_iface();
+        rte.barrier(&mut self.progress_fn())
+    }
+
+    /// Flushes the interface, progressing until done (`uct_perf_iface_flush_b`).
+    pub fn flush_iface(&self) {
+        loop {
+            let st = self.iface.flush(FlushFlags::LOCAL, None);
+            self.worker.progress();
+            match st {
+                Ok(Status::InProgress) | Err(Status::NoResource) => continue,
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::error!("uct_iface_flush() failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Tears down like `uct_perf_test_cleanup_endpoints`: barrier, handler removed, eps gone.
+    pub fn cleanup(mut self, rte: &mut Rte) -> Result<()> {
+        let r = rte.barrier(&mut self.progress_fn());
+        let _ = self.iface.clear_am_handler(AM_ID);
+        self.peer = None;
+        r
+    }
+}
+
+/// The handler: remembers the first byte (the sequence number); under `-V` also checks the
+/// length and the payload against [`send_pattern`].
+fn install_am_handler(iface: &Iface, p: &Params, sn: &Rc<Cell<u8>>, bad: &Rc<Cell<u64>>) -> Result<()> {
+    let sn = sn.clone();
+    if !p.validate {
+        return iface.set_am_handler(AM_ID, AmCbFlags::SYNC, move |m| {
+            if let Some(&b) = m.data().first() {
+                sn.set(b);
+            }
+        });
+    }
+    let len = p.message_size();
+    // am_short carries the sequence number in an 8-byte header; other layouts in byte 0.
+    let skip = if p.layout == layout::SHORT { 8 } else { 1 }.min(len);
+    let expect: Vec<u8> = (skip..len).map(send_pattern).collect();
+    let bad = bad.clone();
+    iface.set_am_handler(AM_ID, AmCbFlags::SYNC, move |m| {
+        let d = m.data();
+        if let Some(&b) = d.first() {
+            sn.set(b);
+        }
+        if d.len() != len || d[skip..] != expect[..] {
+            bad.set(bad.get() + 1);
+        }
+    })
+}
