@@ -122,8 +122,13 @@ pub enum AtomicSize {
 /// An endpoint (`uct_ep_h`). Unsupported operations keep the default `Unsupported`.
 ///
 /// Send calls return `Err(NoResource)` when resources are exhausted (and while a pending queue
-/// is non-empty, so nothing overtakes), `Ok(Status::Ok)` when complete, `Ok(InProgress)` when
-/// `comp` will be updated later.
+/// is non-empty, so nothing overtakes — except sends made by the pending request being
+/// dispatched, which is the head of the queue), `Ok(Status::Ok)` when complete,
+/// `Ok(InProgress)` when `comp` will be updated later. A `Comp` may be empty (`is_none`):
+/// flush without a completion only reports the state.
+///
+/// 32-bit atomics use the low 32 bits of `value`/`compare`/`swap` and return the old value
+/// zero-extended.
 #[allow(unused_variables, clippy::too_many_arguments)]
 pub trait Ep: 'static {
     /// Called once, right after creation, with the handle the host will see in error reports.

@@ -227,7 +227,8 @@ impl Bandwidth {
     }
 }
 
-/// Size limits of one operation family.
+/// Size limits of one operation family. For AM, `max_short`, `max_bcopy` and `max_zcopy` count
+/// everything the receiver gets (header included), as in UCX; `max_hdr` bounds the zcopy header.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[repr(C)]
 pub struct OpCaps {

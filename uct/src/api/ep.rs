@@ -284,8 +284,13 @@ impl Ep {
 
     /// Flushes: `Ok(Ok)` when all prior operations completed, `Ok(InProgress)` when `comp`
     /// will fire, `Err(NoResource)` to retry (or add a pending request).
+    /// Without a completion it only reports the state (UCX's `comp == NULL`): poll again later.
     pub fn flush(&self, flags: FlushFlags, comp: Option<&Completion>) -> Result<Status> {
-        let c = self.comp(comp);
+        let Some(c) = comp else {
+            // SAFETY: valid handle; a null completion is allowed by the boundary.
+            let st = unsafe { (self.iface.ops.ep_flush)(self.handle, flags.0, std::ptr::null_mut()) };
+            return Status::from_raw(st).into_result();
+        };
         let p = c.arm([]);
         // SAFETY: valid handle; completion alive while armed.
         let st = unsafe { (self.iface.ops.ep_flush)(self.handle, flags.0, p) };

@@ -49,6 +49,7 @@ pub struct AmMessage<'a> {
     data: &'a [u8],
     desc: *mut RawRxDesc,
     kept: Cell<bool>,
+    iface: &'a std::rc::Weak<IfaceInner>,
 }
 
 impl<'a> AmMessage<'a> {
@@ -66,35 +67,56 @@ impl<'a> AmMessage<'a> {
     /// it (zero copy), otherwise a copy.
     pub fn keep(&self) -> RxDesc {
         if !self.desc.is_null() && !self.kept.get() {
-            self.kept.set(true);
-            return RxDesc::Lent { desc: self.desc, data: self.data.as_ptr(), len: self.data.len() };
+            if let Some(iface) = self.iface.upgrade() {
+                self.kept.set(true);
+                return RxDesc(Kept::Lent { desc: self.desc, data: self.data.as_ptr(), len: self.data.len(), _iface: iface });
+            }
         }
-        RxDesc::Copied(self.data.to_vec())
+        RxDesc(Kept::Copied(self.data.to_vec()))
     }
 }
 
-/// Data an AM handler kept. Released (returned to the transport) when dropped.
-pub enum RxDesc {
-    Lent { desc: *mut RawRxDesc, data: *const u8, len: usize },
+/// Data an AM handler kept; released (returned to the transport) when dropped. A lent
+/// descriptor keeps its interface open until then (so storing kept descriptors inside the
+/// handler's own state keeps the interface alive: drain them before closing it).
+pub struct RxDesc(Kept);
+
+enum Kept {
+    Lent { desc: *mut RawRxDesc, data: *const u8, len: usize, _iface: Rc<IfaceInner> },
     Copied(Vec<u8>),
+}
+
+impl RxDesc {
+    /// True when this is the transport's own buffer (zero copy), false for a copy.
+    pub fn is_zero_copy(&self) -> bool {
+        matches!(self.0, Kept::Lent { .. })
+    }
 }
 
 impl std::ops::Deref for RxDesc {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        match self {
-            // SAFETY: the transport keeps the descriptor's data valid until `release`.
-            RxDesc::Lent { data, len, .. } => unsafe { std::slice::from_raw_parts(*data, *len) },
-            RxDesc::Copied(v) => v,
+        match &self.0 {
+            // SAFETY: the transport keeps the descriptor's data valid until `release`, and the
+            // interface is kept open by `_iface`.
+            Kept::Lent { data, len, .. } => unsafe { std::slice::from_raw_parts(*data, *len) },
+            Kept::Copied(v) => v,
         }
+    }
+}
+
+impl std::fmt::Debug for RxDesc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RxDesc({} bytes, zero_copy: {})", self.len(), self.is_zero_copy())
     }
 }
 
 impl Drop for RxDesc {
     fn drop(&mut self) {
-        if let RxDesc::Lent { desc, .. } = self {
-            // SAFETY: the descriptor was lent to us; we release it exactly once.
-            unsafe { ((**desc).release)(*desc) }
+        if let Kept::Lent { desc, .. } = self.0 {
+            // SAFETY: the descriptor was lent to us; we release it exactly once, while the
+            // interface is still open (`_iface` is dropped after this).
+            unsafe { ((*desc).release)(desc) }
         }
     }
 }
@@ -102,18 +124,25 @@ impl Drop for RxDesc {
 /// An installed handler, type-erased for ownership only (it is called through `am_tramp::<F>`).
 type AmHandler = Box<dyn std::any::Any>;
 
+/// What a handler's argument points to: the closure and a way back to its interface.
+struct HandlerBox<F> {
+    iface: std::rc::Weak<IfaceInner>,
+    f: F,
+}
+
 unsafe extern "C" fn am_tramp<F: FnMut(&AmMessage<'_>) + 'static>(
     arg: *mut c_void,
     data: *const u8,
     len: usize,
     desc: *mut RawRxDesc,
 ) -> RawStatus {
-    // SAFETY: `arg` points to the boxed `F` stored in the iface's handler table (kept alive while
-    // installed; replaced handlers are kept until the iface closes); `data` is valid for `len`.
-    let h = unsafe { &mut *(arg as *mut F) };
+    // SAFETY: `arg` points to the boxed `HandlerBox<F>` stored in the iface's handler table (kept
+    // alive while installed; replaced handlers are kept until the iface closes); `data` is valid
+    // for `len`.
+    let h = unsafe { &mut *(arg as *mut HandlerBox<F>) };
     let data = if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(data, len) } };
-    let msg = AmMessage { data, desc, kept: Cell::new(false) };
-    if catch_unwind(AssertUnwindSafe(|| h(&msg))).is_err() {
+    let msg = AmMessage { data, desc, kept: Cell::new(false), iface: &h.iface };
+    if catch_unwind(AssertUnwindSafe(|| (h.f)(&msg))).is_err() {
         tracing::error!("panic in an AM handler (caught); message dropped");
     }
     if msg.kept.get() {
@@ -268,8 +297,8 @@ impl Iface {
             tracing::error!(id, "set_am_handler: AM id must be below {AM_ID_MAX}");
             return Err(Status::InvalidParam);
         }
-        let boxed: Box<F> = Box::new(f);
-        let arg = &*boxed as *const F as *mut c_void;
+        let boxed = Box::new(HandlerBox { iface: Rc::downgrade(&self.inner), f });
+        let arg = &*boxed as *const HandlerBox<F> as *mut c_void;
         // SAFETY: `arg` stays valid: the box is stored below and retired, not freed, if replaced.
         status(unsafe { (self.inner.ops.iface_set_am_handler)(self.inner.handle, id, Some(am_tramp::<F>), arg, flags.0) })?;
         let old = self.inner.handlers.borrow_mut()[id as usize].replace(boxed as AmHandler);
@@ -312,8 +341,13 @@ impl Iface {
     }
 
     /// Flushes every endpoint: `Ok(Ok)` when done, `Ok(InProgress)` when `comp` will fire.
+    /// Without a completion it only reports the state (UCX's `comp == NULL`): poll again later.
     pub fn flush(&self, flags: FlushFlags, comp: Option<&Completion>) -> Result<Status> {
-        let c = comp.unwrap_or(&self.inner.orphan);
+        let Some(c) = comp else {
+            // SAFETY: valid handle; a null completion is allowed by the boundary.
+            let st = unsafe { (self.inner.ops.iface_flush)(self.inner.handle, flags.0, std::ptr::null_mut()) };
+            return Status::from_raw(st).into_result();
+        };
         let raw = c.arm([]);
         // SAFETY: valid handle; the completion stays alive while armed.
         let st = Status::from_raw(unsafe { (self.inner.ops.iface_flush)(self.inner.handle, flags.0, raw) });
