@@ -8,8 +8,7 @@ pub use uct;
 pub fn builtin_modules() -> Vec<&'static uct::abi::RawModule> {
     vec![
         uct_self::module(),
-        // TODO(tcp): uncomment once uct-tcp declares its module with `uct::declare_module!(tcp, ..)`.
-        // uct_tcp::module(),
+        uct_tcp::module(),
     ]
 }
 

@@ -3,10 +3,9 @@
 
 use std::time::Duration;
 
-/// Transport and device used when `-t`/`-d` are not given. `self` reaches only interfaces on the
-/// same thread, so it serves `-l` but not two processes.
-// TODO(tcp): switch to ("tcp", "lo") once uct-tcp is registered in `rucx::builtin_modules()`.
-pub const DEFAULT_TRANSPORT: (&str, &str) = ("self", "memory0");
+/// Transport and device used when `-t`/`-d` are not given (tcp on loopback works between two
+/// processes and with `-l`).
+pub const DEFAULT_TRANSPORT: (&str, &str) = ("tcp", "lo");
 
 /// Default out-of-band TCP port (UCX's).
 pub const DEFAULT_PORT: u16 = 13337;

@@ -1,1 +1,56 @@
-//! Filled by a later issue.
+//! `uct-tcp` — the rucx TCP transport (component, memory domain and transport `tcp`).
+//!
+//! One resource per network device that is up and has an IPv4/IPv6 address (`lo`, `eth0`...),
+//! selected by `RUCX_NET_DEVICES`; tuning through `RUCX_TCP_*` ([`TCP_CONFIG`]). An interface
+//! listens on its device's address; endpoints connect to an interface or to a peer endpoint,
+//! and each pair of endpoints shares one non-blocking socket, driven by the interface's
+//! progress (`epoll`). See docs/wire-tcp.md for the protocol and `connect.rs` for how sockets
+//! are matched to endpoints (including simultaneous connects).
+//!
+//! Beyond UCX's tcp: a versioned little-endian wire format with a handshake ([`wire`]), put,
+//! get and atomics executed by the target's progress against the memory it registered (bounds-
+//! and key-checked, refusals reported to the initiator), peer failures reported once per
+//! endpoint through the interface's error handler, and bounded handshakes against floods.
+//!
+//! Modules: [`config`]; `md` (component, registrations, rkeys); `iface` (open, attributes,
+//! registries); `progress` (the epoll loop, accept, deadlines, event arming); `connect`
+//! (handshake, endpoint matching); `conn` / `tx` / `rx` (a socket's state, send and receive
+//! sides); `ep` (pending queue, flush, destroy); `send` (the AM fast path); `rma`; `ops`
+//! (operations awaiting replies); `errors` (failure handling); `timers`; `addr` (address
+//! formats); `sock` (socket calls); `direct` (receiving into user memory, the crate's only
+//! unsafe code). Building blocks: [`wire`], [`rx_parser`], [`netif`].
+#![deny(unsafe_code)]
+
+mod addr;
+pub mod config;
+mod conn;
+mod connect;
+mod direct;
+mod ep;
+mod errors;
+mod iface;
+mod md;
+pub mod netif;
+mod ops;
+mod progress;
+mod rma;
+mod rx;
+pub mod rx_parser;
+mod send;
+mod sock;
+mod timers;
+mod tx;
+pub mod wire;
+
+pub use config::{NET_CONFIG, TCP_CONFIG};
+
+static MD_OPS: uct::abi::RawMdOps = uct::abi::export::md_ops::<md::TcpMd>();
+static IFACE_OPS: uct::abi::RawIfaceOps = uct::abi::export::iface_ops::<iface::TcpIface>();
+static TRANSPORTS: [uct::abi::RawTransport; 1] =
+    [uct::abi::export::transport::<iface::TcpTransport>(&IFACE_OPS)];
+static COMPONENTS: [uct::abi::RawComponent; 1] = [uct::abi::export::component::<md::TcpComponent>(
+    &MD_OPS,
+    &TRANSPORTS,
+)];
+
+uct::declare_module!(tcp, COMPONENTS, [&TCP_CONFIG, &NET_CONFIG]);

@@ -61,6 +61,21 @@ impl RxParser {
         }
     }
 
+    /// Changes the AM payload limit, keeping the unparsed bytes (a connection starts with a small
+    /// handshake-phase parser and grows it once the handshake is done). Reallocates the buffer.
+    pub fn set_max_payload(&mut self, max_payload: u32) {
+        let frame = FRAME_HDR_LEN + (max_payload as usize).max(MsgType::MAX_FIXED_PAYLOAD);
+        let max_item = frame.max(Handshake::MAX_LEN);
+        let pending = &self.buf[self.start..self.end];
+        let mut buf = vec![0u8; (2 * max_item).max(pending.len())].into_boxed_slice();
+        buf[..pending.len()].copy_from_slice(pending);
+        self.end = pending.len();
+        self.start = 0;
+        self.buf = buf;
+        self.max_payload = max_payload;
+        self.max_item = max_item;
+    }
+
     /// Limits the bulk data length a PUT_REQ / GET_REP may announce (default: unlimited).
     pub fn with_max_bulk(mut self, max_bulk: u64) -> RxParser {
         self.max_bulk = max_bulk;
@@ -353,6 +368,22 @@ mod tests {
             crate::wire::fuzz::coalesce(got),
             oracle(&sample_stream(1, 3), MAXP).0
         );
+    }
+
+    #[test]
+    fn growing_keeps_unparsed_bytes() {
+        let stream = sample_stream(1, 3);
+        let mut p = RxParser::new(64);
+        let small = p.capacity();
+        p.feed(&stream[..5]);
+        p.set_max_payload(4096);
+        assert!(p.capacity() > small);
+        assert_eq!(p.max_payload(), 4096);
+        assert_eq!(p.buffered(), 5);
+        let mut got = Vec::new();
+        p.feed(&stream[5..]);
+        crate::wire::fuzz::drain(&mut p, &mut got);
+        assert_eq!(crate::wire::fuzz::coalesce(got), oracle(&stream, 4096).0);
     }
 
     #[test]

@@ -83,6 +83,9 @@ pub enum RejectReason {
     Malformed,
     /// The acceptor's interface is closing.
     ShuttingDown,
+    /// Connect to iface: both sides connected for the same endpoint pair at once; the acceptor
+    /// keeps the connection it started itself, and the refused side uses that one instead.
+    SimultaneousConnect,
     /// A reason added by a newer version.
     Other(u8),
 }
@@ -95,6 +98,7 @@ impl RejectReason {
             RejectReason::NoResource => 3,
             RejectReason::Malformed => 4,
             RejectReason::ShuttingDown => 5,
+            RejectReason::SimultaneousConnect => 6,
             RejectReason::Other(r) => r,
         }
     }
@@ -106,6 +110,7 @@ impl RejectReason {
             3 => RejectReason::NoResource,
             4 => RejectReason::Malformed,
             5 => RejectReason::ShuttingDown,
+            6 => RejectReason::SimultaneousConnect,
             r => RejectReason::Other(r),
         }
     }

@@ -1,0 +1,308 @@
+//! `RUCX_IB_*` variables (one table for every ib transport, prefix `IB_`), and [`IbConfig`],
+//! their validated values, read once per `iface_open`.
+
+use std::time::Duration;
+
+use ucs::config::{ConfigField, ConfigKind, ConfigTable};
+use ucs::{Result, Status};
+
+use crate::verbs::Mtu;
+
+/// Accepted values of `RUCX_IB_PATH_MTU`.
+const MTU_NAMES: &[&str] = &["default", "256", "512", "1024", "2048", "4096"];
+
+/// The ib transports' configuration.
+pub static IB_CONFIG: ConfigTable = ConfigTable {
+    name: "ib",
+    prefix: "IB_",
+    fields: &[
+        ConfigField::new(
+            "SEG_SIZE",
+            "8k",
+            ConfigKind::MemUnits,
+            "Size of send and receive buffers: the largest bcopy message and AM (headers included).",
+        ),
+        ConfigField::new(
+            "TX_QUEUE_LEN",
+            "256",
+            ConfigKind::Uint,
+            "Send queue length (work requests per QP).",
+        ),
+        ConfigField::new(
+            "RX_QUEUE_LEN",
+            "4096",
+            ConfigKind::Uint,
+            "Receive queue length (posted receive buffers per interface; clamped to the device maximum).",
+        ),
+        ConfigField::new(
+            "TX_MIN_INLINE",
+            "64",
+            ConfigKind::MemUnits,
+            "Bytes of inline data to ask for in send WQEs (the device may grant more).",
+        ),
+        ConfigField::new(
+            "TX_MIN_SGE",
+            "5",
+            ConfigKind::Uint,
+            "Scatter/gather entries to ask for per send WQE.",
+        ),
+        ConfigField::new(
+            "TX_CQ_LEN",
+            "4096",
+            ConfigKind::Uint,
+            "Send completion queue length (bounds the signaled sends in flight per interface).",
+        ),
+        ConfigField::new(
+            "TX_CQ_MODERATION",
+            "64",
+            ConfigKind::Uint,
+            "Request a send completion every this many sends (capped at TX_QUEUE_LEN/4).",
+        ),
+        ConfigField::new(
+            "TX_MAX_POLL",
+            "16",
+            ConfigKind::Uint,
+            "Send completions polled per progress call.",
+        ),
+        ConfigField::new(
+            "RX_MAX_POLL",
+            "16",
+            ConfigKind::Uint,
+            "Receive completions polled per progress call.",
+        ),
+        ConfigField::new(
+            "RX_MAX_BATCH",
+            "16",
+            ConfigKind::Uint,
+            "Receive buffers reposted at a time (at most 64).",
+        ),
+        ConfigField::new(
+            "GID_INDEX",
+            "auto",
+            ConfigKind::Str,
+            "GID table index for RoCE, or auto: RoCE v2/IPv4, v2/IPv6, v1/IPv4, v1/IPv6 (UCX's order).",
+        ),
+        ConfigField::new(
+            "PATH_MTU",
+            "default",
+            ConfigKind::Enum(MTU_NAMES),
+            "Path MTU of connected QPs: default (the port's active MTU) or 256..4096.",
+        ),
+        ConfigField::new("SL", "0", ConfigKind::Uint, "InfiniBand service level (0..15)."),
+        ConfigField::new(
+            "TRAFFIC_CLASS",
+            "0",
+            ConfigKind::Uint,
+            "Traffic class of the GRH (RoCE / global routing).",
+        ),
+        ConfigField::new("HOP_LIMIT", "255", ConfigKind::Uint, "Hop limit of the GRH."),
+        ConfigField::new(
+            "TIMEOUT",
+            "1s",
+            ConfigKind::Time,
+            "RC: transport retry timeout (rounded to 4.096us*2^n).",
+        ),
+        ConfigField::new(
+            "RETRY_COUNT",
+            "7",
+            ConfigKind::Uint,
+            "RC: transport retries before an error (0..7).",
+        ),
+        ConfigField::new(
+            "RNR_TIMEOUT",
+            "1ms",
+            ConfigKind::Time,
+            "RC: receiver-not-ready NAK timer (the wait before a sender retries).",
+        ),
+        ConfigField::new(
+            "RNR_RETRY_COUNT",
+            "7",
+            ConfigKind::Uint,
+            "RC: RNR retries before an error (0..7, 7 = infinite).",
+        ),
+        ConfigField::new(
+            "MAX_RD_ATOMIC",
+            "auto",
+            ConfigKind::Str,
+            "RC: RDMA READ/atomic operations in flight per QP, or auto (the device maximum, at most 16).",
+        ),
+        ConfigField::new(
+            "FC_ENABLE",
+            "y",
+            ConfigKind::Bool,
+            "RC: active-message flow control (credit window per endpoint), so receivers never run dry.",
+        ),
+        ConfigField::new(
+            "FC_WND_SIZE",
+            "512",
+            ConfigKind::Uint,
+            "RC: flow-control window (AMs per grant).",
+        ),
+        ConfigField::new(
+            "FC_SOFT_THRESH",
+            "0.5",
+            ConfigKind::Float,
+            "RC: fraction of the window left when a grant is requested (piggybacked).",
+        ),
+        ConfigField::new(
+            "FC_HARD_THRESH",
+            "0.25",
+            ConfigKind::Float,
+            "RC: fraction of the window left when an immediate grant is requested.",
+        ),
+    ],
+};
+
+/// Validated values of [`IB_CONFIG`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct IbConfig {
+    pub seg_size: usize,
+    pub tx_queue_len: u32,
+    pub rx_queue_len: u32,
+    pub tx_min_inline: u32,
+    pub tx_min_sge: u32,
+    pub tx_cq_len: u32,
+    pub tx_cq_moderation: u32,
+    pub tx_max_poll: usize,
+    pub rx_max_poll: usize,
+    pub rx_max_batch: usize,
+    /// `None`: auto (`Context::select_gid`).
+    pub gid_index: Option<u8>,
+    /// `None`: the port's active MTU.
+    pub path_mtu: Option<Mtu>,
+    pub sl: u8,
+    pub traffic_class: u8,
+    pub hop_limit: u8,
+    pub timeout: Duration,
+    pub retry_count: u8,
+    pub rnr_timeout: Duration,
+    pub rnr_retry_count: u8,
+    /// `None`: auto.
+    pub max_rd_atomic: Option<u8>,
+    pub fc_enable: bool,
+    pub fc_wnd_size: u32,
+    pub fc_soft_thresh: f64,
+    pub fc_hard_thresh: f64,
+}
+
+fn bad(var: &str, why: &str) -> Status {
+    tracing::error!("RUCX_IB_{var}: {why}");
+    Status::InvalidParam
+}
+
+fn uint_in(var: &str, lo: u64, hi: u64) -> Result<u64> {
+    let v = IB_CONFIG.get_uint(var)?;
+    if !(lo..=hi).contains(&v) {
+        return Err(bad(var, &format!("{v} is out of range; use {lo}..={hi}")));
+    }
+    Ok(v)
+}
+
+/// Parses `auto` or a number in `0..=max` (for the `Str` fields that allow `auto`).
+pub(crate) fn parse_auto_u8(var: &str, raw: &str, max: u8) -> Result<Option<u8>> {
+    let raw = raw.trim();
+    if raw.eq_ignore_ascii_case("auto") {
+        return Ok(None);
+    }
+    match raw.parse::<u8>() {
+        Ok(v) if v <= max => Ok(Some(v)),
+        _ => Err(bad(
+            var,
+            &format!("'{raw}' is invalid; use auto or a number in 0..={max}"),
+        )),
+    }
+}
+
+impl IbConfig {
+    /// Reads and checks every variable; an invalid one gives `InvalidParam` and one log line.
+    pub fn read() -> Result<IbConfig> {
+        let seg = IB_CONFIG.get_memunits("SEG_SIZE")?.bytes_or(8192);
+        if !(256..=(1 << 30)).contains(&seg) {
+            return Err(bad("SEG_SIZE", &format!("{seg} bytes; use 256 bytes .. 1g")));
+        }
+        let inline = IB_CONFIG.get_memunits("TX_MIN_INLINE")?.bytes_or(64);
+        if inline > 4096 {
+            return Err(bad("TX_MIN_INLINE", &format!("{inline} bytes; use at most 4k")));
+        }
+        let mtu = match IB_CONFIG.get_enum("PATH_MTU")? {
+            0 => None,
+            i => Mtu::from_bytes(MTU_NAMES[i].parse::<u32>().unwrap_or(1024)),
+        };
+        let time = |var: &str| -> Result<Duration> {
+            let d = IB_CONFIG.get_time(var)?.duration_or(Duration::from_secs(1));
+            if d.is_zero() {
+                return Err(bad(var, "must be above 0"));
+            }
+            Ok(d)
+        };
+        let frac = |var: &str| -> Result<f64> {
+            let v = IB_CONFIG.get_f64(var)?;
+            if !(v > 0.0 && v < 1.0) {
+                return Err(bad(var, &format!("{v}; use a fraction between 0 and 1")));
+            }
+            Ok(v)
+        };
+        let cfg = IbConfig {
+            seg_size: seg as usize,
+            tx_queue_len: uint_in("TX_QUEUE_LEN", 8, 1 << 20)? as u32,
+            rx_queue_len: uint_in("RX_QUEUE_LEN", 16, 1 << 20)? as u32,
+            tx_min_inline: inline as u32,
+            tx_min_sge: uint_in("TX_MIN_SGE", 1, 32)? as u32,
+            tx_cq_len: uint_in("TX_CQ_LEN", 16, 1 << 22)? as u32,
+            tx_cq_moderation: uint_in("TX_CQ_MODERATION", 1, 1 << 16)? as u32,
+            tx_max_poll: uint_in("TX_MAX_POLL", 1, 32)? as usize,
+            rx_max_poll: uint_in("RX_MAX_POLL", 1, 32)? as usize,
+            rx_max_batch: uint_in("RX_MAX_BATCH", 1, crate::verbs::MAX_RECV_BATCH as u64)? as usize,
+            gid_index: parse_auto_u8("GID_INDEX", &IB_CONFIG.get_str("GID_INDEX")?, 255)?,
+            path_mtu: mtu,
+            sl: uint_in("SL", 0, 15)? as u8,
+            traffic_class: uint_in("TRAFFIC_CLASS", 0, 255)? as u8,
+            hop_limit: uint_in("HOP_LIMIT", 1, 255)? as u8,
+            timeout: time("TIMEOUT")?,
+            retry_count: uint_in("RETRY_COUNT", 0, 7)? as u8,
+            rnr_timeout: time("RNR_TIMEOUT")?,
+            rnr_retry_count: uint_in("RNR_RETRY_COUNT", 0, 7)? as u8,
+            max_rd_atomic: parse_auto_u8("MAX_RD_ATOMIC", &IB_CONFIG.get_str("MAX_RD_ATOMIC")?, 255)?,
+            fc_enable: IB_CONFIG.get_bool("FC_ENABLE")?,
+            fc_wnd_size: uint_in("FC_WND_SIZE", 4, i16::MAX as u64)? as u32,
+            fc_soft_thresh: frac("FC_SOFT_THRESH")?,
+            fc_hard_thresh: frac("FC_HARD_THRESH")?,
+        };
+        if cfg.fc_hard_thresh >= cfg.fc_soft_thresh {
+            return Err(bad("FC_HARD_THRESH", "must be below RUCX_IB_FC_SOFT_THRESH"));
+        }
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_parse_to_ucx_values() {
+        // no RUCX_IB_* variables are set in unit tests
+        let c = IbConfig::read().unwrap();
+        assert_eq!(
+            (c.seg_size, c.tx_queue_len, c.rx_queue_len, c.tx_min_inline),
+            (8192, 256, 4096, 64)
+        );
+        assert_eq!((c.tx_cq_moderation, c.rx_max_batch, c.fc_wnd_size), (64, 16, 512));
+        assert_eq!((c.gid_index, c.path_mtu, c.max_rd_atomic), (None, None, None));
+        assert_eq!(
+            (c.timeout, c.rnr_timeout),
+            (Duration::from_secs(1), Duration::from_millis(1))
+        );
+        assert_eq!((c.retry_count, c.rnr_retry_count, c.hop_limit), (7, 7, 255));
+        assert!(c.fc_enable);
+    }
+
+    #[test]
+    fn auto_or_number() {
+        assert_eq!(parse_auto_u8("X", "auto", 9).unwrap(), None);
+        assert_eq!(parse_auto_u8("X", " AUTO ", 9).unwrap(), None);
+        assert_eq!(parse_auto_u8("X", "3", 9).unwrap(), Some(3));
+        assert_eq!(parse_auto_u8("X", "10", 9), Err(Status::InvalidParam));
+        assert_eq!(parse_auto_u8("X", "-1", 9), Err(Status::InvalidParam));
+    }
+}

@@ -1,0 +1,383 @@
+//! Interface building blocks shared by the ib transports: opening the port of a resource name,
+//! registered buffer pools, the receive ring (posted pool buffers by `wr_id`), completion
+//! queues with a completion channel (event fd, arm with `Busy` detection), and zero-copy AM
+//! delivery of receive buffers.
+
+use std::cell::{Cell, RefCell};
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+use ucs::mpool::{MemPool, MemPoolParams, PoolBuf};
+use ucs::{Result, Status};
+use uct::am::{AmDisposition, AmTable};
+use uct::types::ArmEvents;
+
+use crate::config::IbConfig;
+use crate::device::{parse_dev_name, PortInfo};
+use crate::md::IbMd;
+use crate::verbs::{
+    AccessFlags, CompletionChannel, CompletionQueue, MrChunkAllocator, ProtectionDomain, RecvRequest, RxLoan,
+    Sge, WorkCompletion, MAX_RECV_BATCH, RX_DESC_HDR,
+};
+
+/// Offset of the payload in receive and send buffers: after the lending header, 64-byte
+/// aligned (UD places its 40-byte GRH here, before the payload).
+pub const BUF_DATA_OFFSET: usize = 64;
+const _: () = assert!(BUF_DATA_OFFSET >= RX_DESC_HDR);
+
+/// Opens the port named by a resource (`rxe0:1`) of `md`'s device.
+pub fn open_port(md: &IbMd, dev_name: &str, cfg: &IbConfig) -> Result<PortInfo> {
+    let dev = md.device();
+    match parse_dev_name(dev_name) {
+        Some((name, port)) if name == dev.name() => PortInfo::open(dev, port, cfg.gid_index),
+        _ => {
+            tracing::error!(
+                "ib: no device {dev_name} in memory domain {}; use <device>:<port>, e.g. {}:1",
+                dev.name(),
+                dev.name()
+            );
+            Err(Status::NoDevice)
+        }
+    }
+}
+
+/// A pool of registered buffers of `BUF_DATA_OFFSET + seg_size` bytes (chunk key = lkey).
+pub fn buffer_pool(
+    pd: &Arc<ProtectionDomain>,
+    name: &str,
+    seg_size: usize,
+    per_chunk: usize,
+    max: usize,
+) -> Result<MemPool> {
+    let mut p = MemPoolParams::new(name, BUF_DATA_OFFSET + seg_size);
+    p.alignment = 64;
+    p.elems_per_chunk = per_chunk.max(1);
+    p.max_elems = max.max(1);
+    p.allocator = Some(Box::new(MrChunkAllocator::new(pd, AccessFlags::LOCAL_WRITE)));
+    MemPool::new(p)
+}
+
+/// An SGE over `len` bytes at `off` of a pool buffer (the lkey is its chunk key).
+#[inline]
+pub fn buf_sge(buf: &PoolBuf, off: usize, len: usize) -> Sge {
+    Sge::new(
+        buf.as_ptr() as u64 + off as u64,
+        len as u32,
+        buf.chunk_key() as u32,
+    )
+}
+
+/// Receive buffers posted to a receive queue (an SRQ, or a UD QP), found again by `wr_id`.
+pub struct RxRing {
+    pool: MemPool,
+    /// Posted buffers by wr_id (the slot index).
+    slots: RefCell<Vec<Option<PoolBuf>>>,
+    free: RefCell<Vec<u32>>,
+    posted: Cell<u32>,
+    capacity: u32,
+    batch: usize,
+    /// Where the receive SGE starts in a buffer, and its length.
+    sge_off: usize,
+    sge_len: usize,
+}
+
+impl RxRing {
+    /// A ring of `capacity` receives from `pool`, each covering `sge_len` bytes at `sge_off`
+    /// of a buffer, reposted `batch` at a time.
+    pub fn new(pool: MemPool, capacity: u32, batch: usize, sge_off: usize, sge_len: usize) -> Result<RxRing> {
+        if sge_off < RX_DESC_HDR || sge_off + sge_len > pool.elem_size() {
+            tracing::error!(
+                sge_off,
+                sge_len,
+                elem = pool.elem_size(),
+                "ib: receive SGE outside the buffer"
+            );
+            return Err(Status::InvalidParam);
+        }
+        Ok(RxRing {
+            pool,
+            slots: RefCell::new((0..capacity).map(|_| None).collect()),
+            free: RefCell::new((0..capacity).rev().collect()),
+            posted: Cell::new(0),
+            capacity,
+            batch: batch.clamp(1, MAX_RECV_BATCH),
+            sge_off,
+            sge_len,
+        })
+    }
+
+    /// Receives currently posted.
+    pub fn posted(&self) -> u32 {
+        self.posted.get()
+    }
+
+    /// True when at least a batch of receives can be posted.
+    #[inline]
+    pub fn needs_refill(&self) -> bool {
+        (self.capacity - self.posted.get()) as usize >= self.batch
+    }
+
+    /// Posts receives in batches through `post` until the ring is full (or the pool is empty);
+    /// returns how many were posted.
+    pub fn refill(&self, post: impl Fn(&[RecvRequest<'_>]) -> Result<()>) -> Result<u32> {
+        let mut total = 0;
+        loop {
+            let room = (self.capacity - self.posted.get()) as usize;
+            let n = room.min(self.batch);
+            if n == 0 {
+                return Ok(total);
+            }
+            let mut sges = [Sge::new(0, 0, 0); MAX_RECV_BATCH];
+            let mut ids = [0u32; MAX_RECV_BATCH];
+            let mut got = 0;
+            {
+                let mut slots = self.slots.borrow_mut();
+                let mut free = self.free.borrow_mut();
+                while got < n {
+                    let Ok(buf) = self.pool.get() else { break };
+                    let Some(id) = free.pop() else { break };
+                    sges[got] = buf_sge(&buf, self.sge_off, self.sge_len);
+                    ids[got] = id;
+                    slots[id as usize] = Some(buf);
+                    got += 1;
+                }
+            }
+            if got == 0 {
+                return Ok(total);
+            }
+            let reqs: [RecvRequest<'_>; MAX_RECV_BATCH] = std::array::from_fn(|i| RecvRequest {
+                wr_id: ids[i] as u64,
+                sges: std::slice::from_ref(&sges[i]),
+            });
+            if let Err(e) = post(&reqs[..got]) {
+                // nothing of a failed batch is counted; its buffers go back to the pool
+                let mut slots = self.slots.borrow_mut();
+                let mut free = self.free.borrow_mut();
+                for &id in &ids[..got] {
+                    slots[id as usize] = None;
+                    free.push(id);
+                }
+                return Err(e);
+            }
+            self.posted.set(self.posted.get() + got as u32);
+            total += got as u32;
+            if got < n {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Takes the buffer of a completed receive (`None` for an unknown `wr_id`).
+    #[inline]
+    pub fn take(&self, wr_id: u64) -> Option<PoolBuf> {
+        let buf = self.slots.borrow_mut().get_mut(wr_id as usize)?.take()?;
+        self.free.borrow_mut().push(wr_id as u32);
+        self.posted.set(self.posted.get() - 1);
+        Some(buf)
+    }
+}
+
+/// Hands `len` received bytes at `off` of `buf` to the AM handler of `id`, lending the buffer
+/// (it returns to its pool when the handler is done, or when the host releases it).
+/// `Err(InvalidParam)` for a malformed message (bad id or length): drop the connection.
+#[inline]
+pub fn deliver_am(am: &AmTable, id: u8, buf: PoolBuf, off: usize, len: usize) -> Result<AmDisposition> {
+    let loan = match RxLoan::new(buf) {
+        Ok(l) => l,
+        Err(_) => return Err(Status::InvalidParam),
+    };
+    let Some(data) = loan.bytes(off, len) else {
+        tracing::error!(off, len, "ib: received message exceeds its buffer; dropped");
+        return Err(Status::InvalidParam);
+    };
+    match am.invoke(id, data, Some(loan.desc())) {
+        Ok(AmDisposition::Kept) => {
+            loan.hand_over();
+            Ok(AmDisposition::Kept)
+        }
+        Ok(d) => {
+            drop(loan.reclaim());
+            Ok(d)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A completion queue plus completions already taken off it while arming (see [`Cq::arm`]),
+/// which the next [`Cq::poll`] returns first.
+pub struct Cq {
+    cq: Arc<CompletionQueue>,
+    stash: RefCell<[WorkCompletion; STASH]>,
+    stash_len: Cell<usize>,
+    stash_pos: Cell<usize>,
+}
+
+const STASH: usize = 16;
+
+impl Cq {
+    /// A CQ of at least `cqe` entries on `channel`.
+    pub fn new(md: &IbMd, cqe: u32, channel: &Arc<CompletionChannel>) -> Result<Cq> {
+        let cq = CompletionQueue::new(&md.device().ctx, cqe, Some(channel), 0)?;
+        Ok(Cq {
+            cq,
+            stash: RefCell::new([const { WorkCompletion::EMPTY }; STASH]),
+            stash_len: Cell::new(0),
+            stash_pos: Cell::new(0),
+        })
+    }
+
+    /// The verbs CQ (to create QPs on).
+    pub fn raw(&self) -> &Arc<CompletionQueue> {
+        &self.cq
+    }
+
+    /// Polls up to `wcs.len()` completions.
+    #[inline]
+    pub fn poll(&self, wcs: &mut [WorkCompletion]) -> Result<usize> {
+        if self.stash_len.get() == 0 {
+            return self.cq.poll(wcs);
+        }
+        self.drain_stash(wcs)
+    }
+
+    #[cold]
+    fn drain_stash(&self, wcs: &mut [WorkCompletion]) -> Result<usize> {
+        let mut stash = self.stash.borrow_mut();
+        let (pos, len) = (self.stash_pos.get(), self.stash_len.get());
+        let n = (len - pos).min(wcs.len());
+        for (dst, src) in wcs.iter_mut().zip(stash[pos..pos + n].iter_mut()) {
+            std::mem::swap(dst, src);
+        }
+        if pos + n == len {
+            self.stash_len.set(0);
+            self.stash_pos.set(0);
+        } else {
+            self.stash_pos.set(pos + n);
+        }
+        Ok(n)
+    }
+
+    /// Requests an event for the next completion, then checks for completions that arrived
+    /// before the request (they would raise no event): `Err(Busy)` when there are some (they
+    /// are kept for the next poll).
+    pub fn arm(&self, solicited_only: bool) -> Result<()> {
+        if self.stash_len.get() != 0 {
+            return Err(Status::Busy);
+        }
+        self.cq.req_notify(solicited_only)?;
+        let n = self.cq.poll(&mut self.stash.borrow_mut()[..])?;
+        if n != 0 {
+            self.stash_len.set(n);
+            self.stash_pos.set(0);
+            return Err(Status::Busy);
+        }
+        Ok(())
+    }
+}
+
+/// A completion channel with a send and a receive CQ on it: the interface's event fd.
+pub struct EventCqs {
+    pub channel: Arc<CompletionChannel>,
+    pub tx: Cq,
+    pub rx: Cq,
+}
+
+impl EventCqs {
+    /// Creates the channel (non-blocking fd) and both CQs.
+    pub fn new(md: &IbMd, tx_cqe: u32, rx_cqe: u32) -> Result<EventCqs> {
+        let channel = CompletionChannel::new(&md.device().ctx)?;
+        channel.set_nonblocking(true)?;
+        let tx = Cq::new(md, tx_cqe, &channel)?;
+        let rx = Cq::new(md, rx_cqe, &channel)?;
+        Ok(EventCqs { channel, tx, rx })
+    }
+
+    /// The fd to wait on (readable when an armed CQ got a completion).
+    pub fn event_fd(&self) -> RawFd {
+        self.channel.fd()
+    }
+
+    /// Arms the CQs for `events` (`SEND_COMP`: send CQ; `RECV`: receive CQ; `RECV_SIG`: receive
+    /// CQ, solicited completions only). `Err(Busy)` when an event was already pending or
+    /// completions are waiting: progress instead of sleeping.
+    pub fn arm(&self, events: ArmEvents) -> Result<()> {
+        // events that fired since the last arm: consume (ack) them and report Busy
+        let mut fired = false;
+        while self.channel.get_event()?.is_some() {
+            fired = true;
+        }
+        if fired {
+            return Err(Status::Busy);
+        }
+        if events.contains(ArmEvents::SEND_COMP) {
+            self.tx.arm(false)?;
+        }
+        if events.intersects(ArmEvents::RECV | ArmEvents::RECV_SIG) {
+            let solicited = !events.contains(ArmEvents::RECV);
+            self.rx.arm(solicited)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ucs::mpool::HeapAllocator;
+
+    fn heap_pool(n: usize) -> MemPool {
+        let mut p = MemPoolParams::new("rx-test", BUF_DATA_OFFSET + 128);
+        p.alignment = 64;
+        p.max_elems = n;
+        p.allocator = Some(Box::new(HeapAllocator));
+        MemPool::new(p).unwrap()
+    }
+
+    #[test]
+    fn ring_refills_in_batches_and_finds_buffers_by_wr_id() {
+        let ring = RxRing::new(heap_pool(100), 10, 4, BUF_DATA_OFFSET, 128).unwrap();
+        let batches = RefCell::new(Vec::new());
+        let n = ring
+            .refill(|reqs| {
+                batches
+                    .borrow_mut()
+                    .push(reqs.iter().map(|r| r.wr_id).collect::<Vec<_>>());
+                assert!(reqs
+                    .iter()
+                    .all(|r| r.sges.len() == 1 && r.sges[0].length() == 128));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(n, 10);
+        assert_eq!(
+            batches.borrow().iter().map(|b| b.len()).collect::<Vec<_>>(),
+            vec![4, 4, 2]
+        );
+        assert!(!ring.needs_refill());
+        let first = batches.borrow()[0][0];
+        let buf = ring.take(first).unwrap();
+        assert!(ring.take(first).is_none(), "a wr_id completes once");
+        assert!(ring.take(999).is_none());
+        drop(buf);
+        for id in batches.borrow()[1].clone() {
+            ring.take(id).unwrap();
+        }
+        assert_eq!(ring.posted(), 5);
+        assert!(ring.needs_refill());
+        // a failing post counts nothing and returns the buffers
+        assert_eq!(ring.refill(|_| Err(Status::NoResource)), Err(Status::NoResource));
+        assert_eq!(ring.posted(), 5);
+        assert_eq!(ring.refill(|_| Ok(())).unwrap(), 5);
+        assert_eq!(ring.posted(), 10);
+    }
+
+    #[test]
+    fn ring_stops_when_the_pool_is_empty() {
+        let ring = RxRing::new(heap_pool(3), 10, 4, BUF_DATA_OFFSET, 128).unwrap();
+        assert_eq!(ring.refill(|_| Ok(())).unwrap(), 3);
+        assert!(
+            RxRing::new(heap_pool(3), 10, 4, 0, 128).is_err(),
+            "the SGE must not cover the header"
+        );
+    }
+}

@@ -1,0 +1,296 @@
+//! The rc_verbs endpoint: one RC QP, connected to one peer endpoint (`connect_to_ep`), with
+//! its send-queue accounting, flow-control window and pending queue.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use ucs::{Result, Status};
+use uct::callbacks::{Comp, PackCb, PendingReq, PurgeCb, ResultPtr, UnpackCb};
+use uct::iov::Iov;
+use uct::transport::{AtomicSize, Ep, EpHandle};
+use uct::types::{AtomicOp, FlushFlags};
+
+use super::fc::FcState;
+use super::iface::IfaceShared;
+use super::tx::TxOp;
+use super::txq::TxQueue;
+use super::wire::{pack_ep_addr, unpack_ep_addr};
+use crate::device::DeviceAddr;
+use crate::verbs::{qp_timeout_from_secs, rnr_timer_from_secs, QueuePair, RtrParams, RtsParams};
+
+/// Connection state of an endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Conn {
+    /// Created, not connected yet: sends wait (`NoResource`, pending requests are kept).
+    Idle,
+    Connected,
+    /// Failed (peer failure, error completion, canceled): every operation returns the status.
+    Failed(Status),
+}
+
+/// The endpoint's state, shared by the host's handle and the interface (completions by QP
+/// number, dispatch schedule).
+pub(crate) struct EpState {
+    pub iface: Rc<IfaceShared>,
+    pub qp: QueuePair,
+    pub tx: RefCell<TxQueue<TxOp>>,
+    pub fc: Cell<FcState>,
+    pub conn: Cell<Conn>,
+    pub handle: Cell<EpHandle>,
+    pub pending: RefCell<VecDeque<PendingReq>>,
+    /// A pending request of this endpoint is running: its sends may pass the queue.
+    pub dispatching: Cell<bool>,
+    /// On the interface's dispatch schedule.
+    pub scheduled: Cell<bool>,
+    /// The next send waits for earlier RDMA READs/atomics (`fence`).
+    pub fence: Cell<bool>,
+    /// Outstanding work was canceled by the user (flush CANCEL): no error report.
+    pub canceled: Cell<bool>,
+    /// Destroyed by the host; kept until its QP drained.
+    pub destroyed: Cell<bool>,
+}
+
+impl EpState {
+    /// True when pending requests must go first.
+    #[inline]
+    pub fn pending_blocks(&self) -> bool {
+        !self.dispatching.get() && !self.pending.borrow().is_empty()
+    }
+
+    /// Completes every waiting operation with `status` (destroy, cancel, interface close).
+    pub fn cancel_all(&self, status: Status) {
+        loop {
+            let op = self.tx.borrow_mut().pop_any();
+            match op {
+                Some(op) => op.finish(status),
+                None => break,
+            }
+        }
+    }
+
+    fn connect(&self, dev: &[u8], ep_addr: &[u8]) -> Result<()> {
+        let s = &self.iface;
+        match self.conn.get() {
+            Conn::Idle => {}
+            Conn::Connected => {
+                tracing::error!("rc_verbs connect_to_ep: the endpoint is already connected");
+                return Err(Status::InvalidParam);
+            }
+            Conn::Failed(st) => return Err(st),
+        }
+        let remote = DeviceAddr::unpack(dev)?;
+        if !s.port.can_reach(&remote) {
+            tracing::error!(
+                ?remote,
+                "rc_verbs connect_to_ep: peer device unreachable from this port"
+            );
+            return Err(Status::Unreachable);
+        }
+        let dest_qp_num = unpack_ep_addr(ep_addr)?;
+        let cfg = &s.cfg;
+        self.qp.modify_to_rtr(&RtrParams {
+            path_mtu: s.caps.path_mtu,
+            dest_qp_num,
+            rq_psn: 0,
+            max_dest_rd_atomic: s.caps.max_dest_rd_atomic,
+            min_rnr_timer: rnr_timer_from_secs(cfg.rnr_timeout.as_secs_f64()),
+            ah: s.port.ah_attr(&remote, cfg),
+        })?;
+        self.qp.modify_to_rts(&RtsParams {
+            sq_psn: 0,
+            timeout: qp_timeout_from_secs(cfg.timeout.as_secs_f64()),
+            retry_cnt: s.caps.retry_count,
+            rnr_retry: cfg.rnr_retry_count,
+            max_rd_atomic: s.caps.max_rd_atomic,
+        })?;
+        self.conn.set(Conn::Connected);
+        tracing::debug!(qp = self.qp.qp_num(), dest_qp_num, "rc_verbs endpoint connected");
+        Ok(())
+    }
+}
+
+/// The endpoint as the host holds it.
+pub struct RcEp {
+    pub(crate) st: Rc<EpState>,
+}
+
+impl RcEp {
+    pub(crate) fn create(iface: &Rc<IfaceShared>) -> Result<RcEp> {
+        let qp = iface.create_qp()?;
+        let st = Rc::new(EpState {
+            tx: RefCell::new(TxQueue::new(
+                iface.caps.tx_qlen,
+                iface.caps.moderation,
+                iface.next_sn_base(),
+            )),
+            fc: Cell::new(FcState::new(&iface.fc)),
+            conn: Cell::new(Conn::Idle),
+            handle: Cell::new(EpHandle(0)),
+            pending: RefCell::new(VecDeque::new()),
+            dispatching: Cell::new(false),
+            scheduled: Cell::new(false),
+            fence: Cell::new(false),
+            canceled: Cell::new(false),
+            destroyed: Cell::new(false),
+            iface: iface.clone(),
+            qp,
+        });
+        iface.eps.borrow_mut().insert(st.qp.qp_num(), st.clone());
+        Ok(RcEp { st })
+    }
+}
+
+impl Drop for RcEp {
+    fn drop(&mut self) {
+        let st = &self.st;
+        let s = &st.iface;
+        st.destroyed.set(true);
+        s.deschedule(st);
+        if st.tx.borrow().outstanding() == 0 {
+            st.cancel_all(Status::Canceled);
+            s.eps.borrow_mut().remove(&st.qp.qp_num());
+        } else {
+            // flush the QP: its requests complete (Canceled) from progress, and only then are
+            // their buffers reused and the endpoint dropped, so the HCA never writes into
+            // recycled memory and the send-queue/CQ accounting stays exact
+            st.canceled.set(true);
+            let _ = st.qp.modify_to_error();
+        }
+    }
+}
+
+impl Ep for RcEp {
+    fn on_created(&self, handle: EpHandle) {
+        self.st.handle.set(handle);
+    }
+
+    fn get_address(&self, buf: &mut [u8]) -> Result<()> {
+        pack_ep_addr(self.st.qp.qp_num(), buf)
+    }
+
+    fn connect_to_ep(&self, dev: &[u8], ep_addr: &[u8]) -> Result<()> {
+        self.st.connect(dev, ep_addr)?;
+        // sends that waited for the connection may go now
+        if !self.st.pending.borrow().is_empty() {
+            self.st.iface.schedule(&self.st);
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> Result<()> {
+        self.st.am_short(id, header, payload)
+    }
+
+    fn am_short_iov(&self, id: u8, iov: &[Iov]) -> Result<()> {
+        self.st.am_short_iov(id, iov)
+    }
+
+    fn am_bcopy(&self, id: u8, pack: PackCb, _flags: u32) -> Result<usize> {
+        self.st.am_bcopy(id, pack)
+    }
+
+    fn am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], _flags: u32, comp: Comp) -> Result<Status> {
+        self.st.am_zcopy(id, header, iov, comp)
+    }
+
+    #[inline]
+    fn put_short(&self, data: &[u8], raddr: u64, rkey: u64) -> Result<()> {
+        self.st.put_short(data, raddr, rkey)
+    }
+
+    fn put_bcopy(&self, pack: PackCb, raddr: u64, rkey: u64) -> Result<usize> {
+        self.st.put_bcopy(pack, raddr, rkey)
+    }
+
+    fn put_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Status> {
+        self.st.rdma_zcopy(iov, raddr, rkey, comp, false)
+    }
+
+    fn get_bcopy(&self, unpack: UnpackCb, len: usize, raddr: u64, rkey: u64, comp: Comp) -> Result<Status> {
+        self.st.get_bcopy(unpack, len, raddr, rkey, comp)
+    }
+
+    fn get_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Status> {
+        self.st.rdma_zcopy(iov, raddr, rkey, comp, true)
+    }
+
+    fn atomic_post(&self, size: AtomicSize, op: AtomicOp, value: u64, raddr: u64, rkey: u64) -> Result<()> {
+        self.st
+            .atomic(size, op, value, 0, None, raddr, rkey, Comp::NONE)
+            .map(|_| ())
+    }
+
+    fn atomic_fetch(
+        &self,
+        size: AtomicSize,
+        op: AtomicOp,
+        value: u64,
+        result: ResultPtr,
+        raddr: u64,
+        rkey: u64,
+        comp: Comp,
+    ) -> Result<Status> {
+        if op == AtomicOp::Cswap {
+            tracing::error!("atomic_fetch: use atomic_cswap for compare-and-swap");
+            return Err(Status::InvalidParam);
+        }
+        self.st
+            .atomic(size, op, value, 0, Some(result), raddr, rkey, comp)
+    }
+
+    fn atomic_cswap(
+        &self,
+        size: AtomicSize,
+        compare: u64,
+        swap: u64,
+        result: ResultPtr,
+        raddr: u64,
+        rkey: u64,
+        comp: Comp,
+    ) -> Result<Status> {
+        self.st.atomic(
+            size,
+            AtomicOp::Cswap,
+            swap,
+            compare,
+            Some(result),
+            raddr,
+            rkey,
+            comp,
+        )
+    }
+
+    fn pending_add(&self, req: PendingReq, _flags: u32) -> Result<()> {
+        let st = &self.st;
+        if let Conn::Failed(s) = st.conn.get() {
+            return Err(s);
+        }
+        if st.pending.borrow().is_empty() && st.has_tx_resources() && st.fc.get().can_send(&st.iface.fc) {
+            return Err(Status::Busy);
+        }
+        st.pending.borrow_mut().push_back(req);
+        if st.conn.get() == Conn::Connected {
+            st.iface.schedule(st);
+        }
+        Ok(())
+    }
+
+    fn pending_purge(&self, purge: PurgeCb) {
+        let reqs: Vec<PendingReq> = self.st.pending.borrow_mut().drain(..).collect();
+        self.st.iface.deschedule(&self.st);
+        for r in reqs {
+            purge.purge(r);
+        }
+    }
+
+    fn flush(&self, flags: FlushFlags, comp: Comp) -> Result<Status> {
+        self.st.flush(flags, TxOp::Comp(comp))
+    }
+
+    fn fence(&self, _flags: u32) -> Result<()> {
+        self.st.fence.set(true);
+        Ok(())
+    }
+}

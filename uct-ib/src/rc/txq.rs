@@ -1,0 +1,186 @@
+//! Send-queue accounting of one QP with completion moderation (UCX `uct_rc_txqp_t`).
+//!
+//! Every posted work request gets the next sequence number `sn` as its `wr_id`; only every
+//! `moderation`-th request (or one that must report, e.g. a zcopy with a completion) is
+//! signaled. RC completes in order, so a completion for `sn` completes every request up to it:
+//! the slots they used come back, and the operations waiting on them (`ops`, tagged with the
+//! `sn` of their last request) are done. Sequence numbers start at a per-endpoint base, so
+//! completions of a destroyed QP whose number was reused are recognised as stale.
+
+use std::collections::VecDeque;
+
+/// The accounting of one send queue; `Op` is what waits for a completion.
+pub struct TxQueue<Op> {
+    /// Send-queue slots left.
+    available: u32,
+    /// Last posted sequence number.
+    pi: u64,
+    /// Last completed sequence number.
+    ci: u64,
+    /// Requests posted since the last signaled one.
+    unsignaled: u32,
+    moderation: u32,
+    ops: VecDeque<(u64, Op)>,
+}
+
+impl<Op> TxQueue<Op> {
+    /// A queue of `slots` work requests whose sequence numbers start after `base`, signaling
+    /// every `moderation`-th request.
+    pub fn new(slots: u32, moderation: u32, base: u64) -> TxQueue<Op> {
+        TxQueue {
+            available: slots,
+            pi: base,
+            ci: base,
+            unsignaled: 0,
+            moderation: moderation.max(1),
+            ops: VecDeque::with_capacity(slots as usize),
+        }
+    }
+
+    /// True when a request can be posted.
+    #[inline]
+    pub fn has_room(&self) -> bool {
+        self.available > 0
+    }
+
+    /// Slots left.
+    #[cfg(test)]
+    pub fn available(&self) -> u32 {
+        self.available
+    }
+
+    /// The `wr_id` of the next request and whether it must be signaled (`force`, or the
+    /// moderation count is reached).
+    #[inline]
+    pub fn next(&self, force: bool) -> (u64, bool) {
+        (self.pi + 1, force || self.unsignaled + 1 >= self.moderation)
+    }
+
+    /// The request from [`TxQueue::next`] was posted.
+    #[inline]
+    pub fn posted(&mut self, signaled: bool) {
+        self.pi += 1;
+        self.available -= 1;
+        self.unsignaled = if signaled { 0 } else { self.unsignaled + 1 };
+    }
+
+    /// Queues `op` to finish when the last posted request completes.
+    #[inline]
+    pub fn push_op(&mut self, op: Op) {
+        self.ops.push_back((self.pi, op));
+    }
+
+    /// A completion for `sn` arrived: returns how many requests it completed (0 for a stale or
+    /// repeated one).
+    #[inline]
+    pub fn complete(&mut self, sn: u64) -> u32 {
+        if sn <= self.ci || sn > self.pi {
+            return 0;
+        }
+        let n = (sn - self.ci) as u32;
+        self.ci = sn;
+        self.available += n;
+        n
+    }
+
+    /// The next operation whose requests are all complete.
+    #[inline]
+    pub fn pop_done(&mut self) -> Option<Op> {
+        match self.ops.front() {
+            Some(&(sn, _)) if sn <= self.ci => self.ops.pop_front().map(|(_, op)| op),
+            _ => None,
+        }
+    }
+
+    /// The next operation whose requests all completed before the last completed one (after an
+    /// error completion: those succeeded).
+    pub fn pop_done_before_last(&mut self) -> Option<Op> {
+        match self.ops.front() {
+            Some(&(sn, _)) if sn < self.ci => self.ops.pop_front().map(|(_, op)| op),
+            _ => None,
+        }
+    }
+
+    /// The next waiting operation, complete or not (to fail or cancel it).
+    pub fn pop_any(&mut self) -> Option<Op> {
+        self.ops.pop_front().map(|(_, op)| op)
+    }
+
+    /// Requests posted and not completed yet.
+    #[inline]
+    pub fn outstanding(&self) -> u64 {
+        self.pi - self.ci
+    }
+
+    /// Requests posted since the last signaled one (a flush must signal to see them complete).
+    pub fn unsignaled(&self) -> u32 {
+        self.unsignaled
+    }
+
+    /// Last posted sequence number.
+    #[cfg(test)]
+    pub fn last_sn(&self) -> u64 {
+        self.pi
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn post<Op>(q: &mut TxQueue<Op>, force: bool) -> (u64, bool) {
+        let (sn, sig) = q.next(force);
+        q.posted(sig);
+        (sn, sig)
+    }
+
+    #[test]
+    fn moderation_signals_every_nth_and_forced() {
+        let mut q: TxQueue<()> = TxQueue::new(16, 4, 1000);
+        let sig: Vec<bool> = (0..8).map(|_| post(&mut q, false).1).collect();
+        assert_eq!(sig, vec![false, false, false, true, false, false, false, true]);
+        assert!(post(&mut q, true).1, "forced");
+        assert_eq!(q.unsignaled(), 0);
+        assert!(!post(&mut q, false).1, "the count restarts after a forced signal");
+        assert_eq!((q.available(), q.outstanding(), q.last_sn()), (6, 10, 1010));
+    }
+
+    #[test]
+    fn one_completion_completes_everything_up_to_it() {
+        let mut q: TxQueue<&str> = TxQueue::new(8, 64, 0);
+        post(&mut q, false);
+        q.push_op("a");
+        post(&mut q, false);
+        post(&mut q, true);
+        q.push_op("c");
+        post(&mut q, false);
+        q.push_op("d");
+        assert_eq!(q.available(), 4);
+        assert_eq!(q.pop_done(), None, "nothing completed yet");
+        assert_eq!(q.complete(3), 3);
+        assert_eq!(
+            (q.pop_done(), q.pop_done(), q.pop_done()),
+            (Some("a"), Some("c"), None)
+        );
+        assert_eq!(q.available(), 7);
+        assert_eq!(q.complete(3), 0, "a repeated completion frees nothing");
+        assert_eq!(q.complete(99), 0, "a completion beyond the last post is stale");
+        assert_eq!(q.outstanding(), 1);
+        assert_eq!(q.pop_any(), Some("d"));
+        assert_eq!(q.complete(4), 1);
+        assert_eq!((q.available(), q.outstanding()), (8, 0));
+    }
+
+    #[test]
+    fn exhaustion() {
+        let mut q: TxQueue<()> = TxQueue::new(3, 2, 0);
+        for _ in 0..3 {
+            assert!(q.has_room());
+            post(&mut q, false);
+        }
+        assert!(!q.has_room());
+        // the last signaled one was #2: its completion frees two slots
+        assert_eq!(q.complete(2), 2);
+        assert!(q.has_room());
+    }
+}

@@ -1,0 +1,354 @@
+//! The ud_verbs transport and interface: one UD QP, its CQs (on a completion channel: the
+//! event fd), a ring of posted receive buffers and a pool of send buffers, shared by every
+//! endpoint of the interface.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::ffi::CStr;
+use std::os::fd::RawFd;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ucs::{Result, Status};
+use uct::am::AmTable;
+use uct::callbacks::{Comp, ErrHandler};
+use uct::transport::{EpHandle, Iface, IfaceParams, Transport};
+use uct::types::*;
+
+use super::config::UdConfig;
+use super::ep::{EpCell, PassiveKey, UdEp, QKEY};
+use super::ep_table::{EpTable, MAX_EPS};
+use super::recv::Faults;
+use super::send::{TxPool, MAX_ZCOPY_IOV};
+use super::wire::{put_u24, EP_ADDR_LEN, HDR_LEN, IFACE_ADDR_LEN};
+use crate::config::IbConfig;
+use crate::device::{DeviceAddr, IbDevice, PortInfo, DEV_ADDR_LEN};
+use crate::iface_common::{buffer_pool, open_port, EventCqs, RxRing, BUF_DATA_OFFSET};
+use crate::md::IbMd;
+use crate::verbs::{
+    AccessFlags, AddressHandle, InitParams, QpCaps, QpInitAttr, QpType, QueuePair, WorkCompletion, GRH_LEN,
+};
+
+/// Transport name.
+pub const TL_NAME: &str = "ud_verbs";
+/// Largest number of completions polled at once (the configured poll counts are capped).
+const MAX_POLL: usize = 32;
+
+/// The `ud_verbs` transport of the `ib` component.
+pub struct UdTransport;
+
+impl Transport for UdTransport {
+    type Md = IbMd;
+    type Iface = UdIface;
+    const NAME: &'static CStr = c"ud_verbs";
+
+    fn query_devices(md: &IbMd) -> Result<Vec<TlResource>> {
+        Ok(md.device().tl_resources(TL_NAME))
+    }
+
+    fn iface_open(md: &IbMd, params: IfaceParams) -> Result<UdIface> {
+        Ok(UdIface { sh: Rc::new(UdShared::open(md, params)?) })
+    }
+}
+
+/// Everything the interface and its endpoints share. Field order is drop order: the QP goes
+/// before the buffers it may still reference.
+pub struct UdShared {
+    pub(crate) qp: QueuePair,
+    pub(crate) cqs: EventCqs,
+    pub(crate) rx: RxRing,
+    pub(crate) tx: RefCell<TxPool>,
+    /// User iov entries an am_zcopy may have (send SGEs minus the header's; 0: no zcopy).
+    pub(crate) max_zcopy_iov: usize,
+    pub(crate) dev: Arc<IbDevice>,
+    pub(crate) port: PortInfo,
+    pub(crate) ibcfg: IbConfig,
+    pub(crate) cfg: UdConfig,
+    /// Largest packet: the path MTU.
+    pub(crate) seg: usize,
+    pub(crate) qpn: u32,
+    pub(crate) dev_addr: [u8; DEV_ADDR_LEN],
+    pub(crate) am: Rc<AmTable>,
+    pub(crate) err: ErrHandler,
+    pub(crate) eps: RefCell<EpTable<Rc<EpCell>>>,
+    /// Endpoints created by connection requests, by requester.
+    pub(crate) passive: RefCell<HashMap<PassiveKey, u32>>,
+    pub(crate) ahs: RefCell<HashMap<[u8; DEV_ADDR_LEN], Arc<AddressHandle>>>,
+    /// Endpoints with control packets to send.
+    pub(crate) ctl_list: RefCell<Vec<Rc<EpCell>>>,
+    /// Endpoints with pending requests.
+    pub(crate) pending_list: RefCell<Vec<Rc<EpCell>>>,
+    /// Reusable scratch list (timer ticks, dispatch), so steady state does not allocate.
+    pub(crate) spare: RefCell<Vec<Rc<EpCell>>>,
+    /// Completions to fire once no borrow is held.
+    pub(crate) completions: RefCell<VecDeque<(Comp, Status)>>,
+    /// Error reports to deliver once no borrow is held.
+    pub(crate) reports: RefCell<VecDeque<(EpHandle, Status)>>,
+    pub(crate) iface_flushes: RefCell<Vec<Comp>>,
+    pub(crate) faults: Option<Faults>,
+    pub(crate) epoch: Instant,
+    pub(crate) next_tick: Cell<u64>,
+    pub(crate) tick: u64,
+    pub(crate) rx_max_poll: usize,
+    pub(crate) tx_max_poll: usize,
+}
+
+impl UdShared {
+    fn open(md: &IbMd, params: IfaceParams) -> Result<UdShared> {
+        let ibcfg = IbConfig::read()?;
+        let cfg = UdConfig::read()?;
+        let port = open_port(md, &params.dev_name, &ibcfg)?;
+        let dev = md.device().clone();
+        let seg = (port.path_mtu(ibcfg.path_mtu).bytes() as usize).min(ibcfg.seg_size);
+        let max_wr = dev.attr.max_qp_wr.max(16) as u32;
+        let rx_len = ibcfg.rx_queue_len.min(max_wr);
+        let tx_len = ibcfg.tx_queue_len.min(max_wr);
+        let cqs = EventCqs::new(md, tx_len, rx_len)?;
+        let qp = QueuePair::new(
+            &dev.pd,
+            cqs.tx.raw(),
+            cqs.rx.raw(),
+            None,
+            &QpInitAttr {
+                qp_type: QpType::Ud,
+                caps: QpCaps {
+                    max_send_wr: tx_len,
+                    max_recv_wr: rx_len,
+                    max_send_sge: ibcfg.tx_min_sge.clamp(1, dev.attr.max_sge.max(1) as u32),
+                    max_recv_sge: 1,
+                    max_inline_data: ibcfg.tx_min_inline,
+                },
+                sq_sig_all: false,
+            },
+        )?;
+        qp.modify_to_init(&InitParams { port_num: port.num, pkey_index: 0, access: AccessFlags::NONE, qkey: QKEY })?;
+        qp.modify_ud_to_rts(0)?;
+        let granted = qp.caps();
+        let rx_pool = buffer_pool(&dev.pd, "ud_verbs rx", GRH_LEN + seg, 256, usize::MAX)?;
+        let rx = RxRing::new(rx_pool, granted.max_recv_wr.min(rx_len), ibcfg.rx_max_batch, BUF_DATA_OFFSET, GRH_LEN + seg)?;
+        rx.refill(|reqs| qp.post_recv_batch(reqs))?;
+        let tx_pool = buffer_pool(&dev.pd, "ud_verbs tx", seg, 128, cfg.tx_bufs)?;
+        let tx = TxPool::new(tx_pool, cfg.tx_bufs, granted.max_send_wr.min(tx_len), granted.max_inline_data as usize);
+        let max_zcopy_iov = (granted.max_send_sge as usize).saturating_sub(1).min(MAX_ZCOPY_IOV);
+        let mut dev_addr = [0u8; DEV_ADDR_LEN];
+        port.device_address().pack(&mut dev_addr)?;
+        let faults = if cfg.faults.is_active() { Some(Faults::new(&cfg, GRH_LEN + seg)?) } else { None };
+        if let Some(f) = &cfg.faults.is_active().then_some(cfg.faults) {
+            tracing::warn!(
+                "ud_verbs test hook active on {}: dropping {:.1}%, duplicating {:.1}%, reordering {:.1}% of \
+                 received packets (RUCX_UD_TEST_*)",
+                params.dev_name,
+                f.loss * 100.0,
+                f.dup * 100.0,
+                f.reorder * 100.0
+            );
+        }
+        let tick = u64::try_from(cfg.timer_tick.as_nanos()).unwrap_or(u64::MAX);
+        tracing::debug!(
+            dev = %params.dev_name, qpn = qp.qp_num(), seg, rx = rx.posted(), tx_len,
+            inline = granted.max_inline_data, "ud_verbs: interface open"
+        );
+        Ok(UdShared {
+            qpn: qp.qp_num(),
+            qp,
+            cqs,
+            rx,
+            tx: RefCell::new(tx),
+            max_zcopy_iov,
+            dev,
+            port,
+            rx_max_poll: ibcfg.rx_max_poll.min(MAX_POLL),
+            tx_max_poll: ibcfg.tx_max_poll.min(MAX_POLL),
+            ibcfg,
+            cfg,
+            seg,
+            dev_addr,
+            am: params.am,
+            err: params.err_handler,
+            eps: RefCell::new(EpTable::default()),
+            passive: RefCell::new(HashMap::new()),
+            ahs: RefCell::new(HashMap::new()),
+            ctl_list: RefCell::new(Vec::new()),
+            pending_list: RefCell::new(Vec::new()),
+            spare: RefCell::new(Vec::new()),
+            completions: RefCell::new(VecDeque::new()),
+            reports: RefCell::new(VecDeque::new()),
+            iface_flushes: RefCell::new(Vec::new()),
+            faults,
+            epoch: Instant::now(),
+            next_tick: Cell::new(0),
+            tick,
+        })
+    }
+
+    /// Largest AM (header and payload of `am_short`, or a bcopy message).
+    #[inline]
+    pub fn max_am(&self) -> usize {
+        self.seg - HDR_LEN
+    }
+
+    /// Nanoseconds since the interface opened.
+    #[inline]
+    pub fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// One round of progress: receives, send completions, control packets, timers, pending
+    /// requests.
+    fn progress(&self) -> u32 {
+        let mut work = self.poll_rx();
+        let mut wcs = [const { WorkCompletion::EMPTY }; MAX_POLL];
+        if let Ok(n) = self.cqs.tx.poll(&mut wcs[..self.tx_max_poll]) {
+            if n > 0 {
+                let mut tx = self.tx.borrow_mut();
+                for wc in &wcs[..n] {
+                    if !wc.is_success() {
+                        tracing::debug!("ud_verbs: send completion with error: {}", wc.status_str());
+                    }
+                    if let Some(c) = tx.completed(wc.wr_id()) {
+                        self.completions.borrow_mut().push_back(c);
+                    }
+                }
+            }
+        }
+        work += self.send_ctl();
+        work += self.maybe_tick();
+        work += self.dispatch_pending();
+        self.fire();
+        work
+    }
+
+    fn poll_rx(&self) -> u32 {
+        let held = self.faults.as_ref().map_or(0, |f| f.take_held());
+        let mut wcs = [const { WorkCompletion::EMPTY }; MAX_POLL];
+        let n = self.cqs.rx.poll(&mut wcs[..self.rx_max_poll]).unwrap_or_default();
+        for wc in &wcs[..n] {
+            let Some(buf) = self.rx.take(wc.wr_id()) else { continue };
+            if !wc.is_success() {
+                tracing::debug!("ud_verbs: receive completion with error: {}", wc.status_str());
+                continue;
+            }
+            let len = (wc.byte_len() as usize).saturating_sub(GRH_LEN);
+            self.receive(buf, len, wc.src_qp());
+        }
+        if self.rx.needs_refill() {
+            if let Err(e) = self.rx.refill(|reqs| self.qp.post_recv_batch(reqs)) {
+                tracing::warn!("ud_verbs: cannot repost receive buffers: {e}");
+            }
+        }
+        if held > 0 {
+            self.release_held();
+        }
+        (n + held) as u32
+    }
+}
+
+/// The interface handed to the host.
+pub struct UdIface {
+    sh: Rc<UdShared>,
+}
+
+impl Iface for UdIface {
+    type Ep = UdEp;
+
+    fn query(&self) -> IfaceAttr {
+        let sh = &self.sh;
+        let (latency, bandwidth) = sh.port.perf(0.0);
+        let max = sh.max_am();
+        let zcopy = if sh.max_zcopy_iov > 0 { IfaceFlags::AM_ZCOPY | IfaceFlags::ERRHANDLE_ZCOPY_BUF } else { IfaceFlags::EMPTY };
+        IfaceAttr {
+            flags: IfaceFlags::AM_SHORT
+                | IfaceFlags::AM_BCOPY
+                | zcopy
+                | IfaceFlags::PENDING
+                | IfaceFlags::CONNECT_TO_IFACE
+                | IfaceFlags::CONNECT_TO_EP
+                | IfaceFlags::CB_SYNC
+                | IfaceFlags::ERRHANDLE_PEER_FAILURE
+                | IfaceFlags::ERRHANDLE_AM_ID
+                | IfaceFlags::ERRHANDLE_BCOPY_LEN
+                | IfaceFlags::ERRHANDLE_SHORT_BUF
+                | IfaceFlags::ERRHANDLE_BCOPY_BUF,
+            event_flags: EventFlags::SEND_COMP | EventFlags::RECV | EventFlags::FD,
+            am: OpCaps {
+                max_short: max,
+                max_bcopy: max,
+                // the header counts towards max_zcopy (it shares the packet), as in UCX
+                max_zcopy: if sh.max_zcopy_iov > 0 { max } else { 0 },
+                max_hdr: if sh.max_zcopy_iov > 0 { max } else { 0 },
+                max_iov: sh.max_zcopy_iov.max(1).min(uct::MAX_IOV),
+                ..Default::default()
+            },
+            device_addr_len: DEV_ADDR_LEN,
+            iface_addr_len: IFACE_ADDR_LEN,
+            ep_addr_len: EP_ADDR_LEN,
+            max_num_eps: MAX_EPS,
+            // UCX's ud_verbs software overhead per send
+            overhead: 105e-9,
+            bandwidth,
+            latency,
+            priority: 0,
+            ..Default::default()
+        }
+    }
+
+    fn device_address(&self, buf: &mut [u8]) -> Result<()> {
+        let out = buf.get_mut(..DEV_ADDR_LEN).ok_or(Status::BufferTooSmall)?;
+        out.copy_from_slice(&self.sh.dev_addr);
+        Ok(())
+    }
+
+    fn iface_address(&self, buf: &mut [u8]) -> Result<()> {
+        let out = buf.get_mut(..IFACE_ADDR_LEN).ok_or(Status::BufferTooSmall)?;
+        put_u24(out, self.sh.qpn);
+        Ok(())
+    }
+
+    fn is_reachable(&self, dev: &[u8], iface: &[u8]) -> bool {
+        iface.len() >= IFACE_ADDR_LEN && DeviceAddr::unpack(dev).is_ok_and(|d| self.sh.port.can_reach(&d))
+    }
+
+    fn progress(&self) -> u32 {
+        self.sh.progress()
+    }
+
+    fn flush(&self, _flags: FlushFlags, comp: Comp) -> Result<Status> {
+        self.sh.flush_iface(comp)
+    }
+
+    fn event_fd(&self) -> Result<RawFd> {
+        Ok(self.sh.cqs.event_fd())
+    }
+
+    fn event_arm(&self, events: ArmEvents) -> Result<()> {
+        let sh = &self.sh;
+        if sh.has_work() {
+            return Err(Status::Busy);
+        }
+        // acknowledgements (which complete sends and flushes) arrive as receives
+        let mut ev = events;
+        if ev.contains(ArmEvents::SEND_COMP) {
+            ev |= ArmEvents::RECV;
+        }
+        sh.cqs.arm(ev)
+    }
+
+    fn ep_create(&self) -> Result<UdEp> {
+        let ep = self.sh.new_ep(None, false)?;
+        Ok(UdEp { sh: self.sh.clone(), ep })
+    }
+
+    fn ep_create_connected(&self, dev: &[u8], iface: &[u8]) -> Result<UdEp> {
+        let ep = self.sh.connect_to_iface(dev, iface)?;
+        Ok(UdEp { sh: self.sh.clone(), ep })
+    }
+}
+
+impl Drop for UdIface {
+    fn drop(&mut self) {
+        // Endpoints the host no longer owns (created by peers, or lingering) end with the
+        // interface; break their cycles through the lists.
+        self.sh.close();
+    }
+}

@@ -1,0 +1,25 @@
+//! `ud_verbs`: active messages over one unreliable-datagram QP per interface, made reliable
+//! in software (UCX's `ud` transport). See `docs/ib.md` ("ud_verbs").
+//!
+//! - [`wire`]: the versioned little-endian packet header and control bodies.
+//! - [`reliability`]: PSNs, cumulative ACKs, AIMD window, resend timer, peer timeout (pure).
+//! - [`inject`]: the loss/duplication/reordering test hook (pure).
+//! - `iface`, `ep`: the transport objects; `send` (fast path and send buffers), `recv`
+//!   (packet processing), `conn` (connection setup and teardown), `timer`, `pending`.
+
+pub mod config;
+mod conn;
+mod ep;
+pub mod ep_table;
+mod iface;
+pub mod inject;
+mod pending;
+mod recv;
+pub mod reliability;
+mod send;
+mod timer;
+pub mod wire;
+
+pub use config::{UdConfig, UD_CONFIG};
+pub use ep::UdEp;
+pub use iface::{UdIface, UdTransport, TL_NAME};

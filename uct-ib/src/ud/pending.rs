@@ -1,0 +1,152 @@
+//! Pending requests (dispatched in order when the window and send buffers have room; nothing
+//! overtakes them), flushes (complete when every packet sent before them is acknowledged),
+//! and the deferred completions and error reports (fired with no borrow held, since they run
+//! user code that may call back into the transport).
+
+use std::rc::Rc;
+
+use ucs::{Result, Status};
+use uct::callbacks::{Comp, PendingResult};
+
+use super::ep::{ctl, EpCell, EpState};
+use super::iface::UdShared;
+
+impl UdShared {
+    /// Queues `ep` for pending dispatch (its state not borrowed by the caller).
+    pub(crate) fn schedule_pending(&self, ep: &Rc<EpCell>) {
+        let mut st = ep.st.borrow_mut();
+        self.schedule_pending_locked(ep, &mut st);
+    }
+
+    pub(crate) fn schedule_pending_locked(&self, ep: &Rc<EpCell>, st: &mut EpState) {
+        if !st.in_pending_list {
+            st.in_pending_list = true;
+            self.pending_list.borrow_mut().push(ep.clone());
+        }
+    }
+
+    /// Whether `ep` could send a new AM now.
+    fn ready(&self, st: &EpState) -> bool {
+        st.check_send(false).is_ok() && self.tx.borrow().has_room()
+    }
+
+    /// Dispatches pending requests of every queued endpoint while resources last.
+    pub(crate) fn dispatch_pending(&self) -> u32 {
+        if self.pending_list.borrow().is_empty() {
+            return 0;
+        }
+        let mut list = std::mem::take(&mut *self.spare.borrow_mut());
+        std::mem::swap(&mut list, &mut *self.pending_list.borrow_mut());
+        let mut work = 0;
+        for ep in list.drain(..) {
+            loop {
+                if !self.ready(&ep.st.borrow()) {
+                    break;
+                }
+                let r = ep.pending.borrow_mut().pop_front();
+                let Some(r) = r else { break };
+                ep.st.borrow_mut().dispatching = true;
+                let res = r.dispatch();
+                ep.st.borrow_mut().dispatching = false;
+                work += 1;
+                if res != PendingResult::Done {
+                    ep.pending.borrow_mut().push_front(r);
+                    break;
+                }
+            }
+            let mut st = ep.st.borrow_mut();
+            st.in_pending_list = false;
+            if st.failed.is_none() && ep.has_pending() {
+                self.schedule_pending_locked(&ep, &mut st);
+            }
+        }
+        let mut spare = self.spare.borrow_mut();
+        if spare.capacity() < list.capacity() {
+            *spare = list;
+        }
+        work
+    }
+
+    /// `Ep::flush`: `Ok(Ok)` when nothing is unacknowledged, else `Ok(InProgress)` and `comp`
+    /// completes once everything sent so far is acknowledged (an ACK is requested at once).
+    pub(crate) fn flush_ep(&self, ep: &Rc<EpCell>, comp: Comp) -> Result<Status> {
+        let mut g = ep.st.borrow_mut();
+        let st = &mut *g;
+        if let Some(s) = st.failed {
+            return Err(s);
+        }
+        if ep.has_pending() {
+            return Err(Status::NoResource);
+        }
+        if st.rel.outstanding() == 0 {
+            return Ok(Status::Ok);
+        }
+        if !comp.is_none() {
+            st.flushes.push_back((st.rel.last_sent(), comp));
+        }
+        st.ctl |= ctl::ACK_REQ;
+        self.schedule_ctl(ep, st);
+        Ok(Status::InProgress)
+    }
+
+    /// `Iface::flush`: every endpoint's flush.
+    pub(crate) fn flush_iface(&self, comp: Comp) -> Result<Status> {
+        let eps: Vec<Rc<EpCell>> = self.eps.borrow().values().cloned().collect();
+        if eps.iter().any(|ep| ep.has_pending()) {
+            return Err(Status::NoResource);
+        }
+        if self.tx.borrow().in_windows() == 0 {
+            return Ok(Status::Ok);
+        }
+        if !comp.is_none() {
+            self.iface_flushes.borrow_mut().push(comp);
+        }
+        for ep in &eps {
+            let mut st = ep.st.borrow_mut();
+            if st.failed.is_none() && st.rel.outstanding() > 0 {
+                st.ctl |= ctl::ACK_REQ;
+                self.schedule_ctl(ep, &mut st);
+            }
+        }
+        Ok(Status::InProgress)
+    }
+
+    /// Completes the interface flushes once nothing is unacknowledged.
+    pub(crate) fn check_iface_flush(&self) {
+        if self.tx.borrow().in_windows() != 0 || self.iface_flushes.borrow().is_empty() {
+            return;
+        }
+        let f = std::mem::take(&mut *self.iface_flushes.borrow_mut());
+        self.completions.borrow_mut().extend(f.into_iter().map(|c| (c, Status::Ok)));
+    }
+
+    /// Something is waiting for progress (`event_arm` must not let the caller sleep).
+    pub(crate) fn has_work(&self) -> bool {
+        !self.ctl_list.borrow().is_empty()
+            || !self.completions.borrow().is_empty()
+            || !self.reports.borrow().is_empty()
+            || self.held_packets()
+            || self.pending_list.borrow().iter().any(|ep| ep.has_pending() && self.ready(&ep.st.borrow()))
+    }
+
+    /// Fires the deferred completions and error reports.
+    pub(crate) fn fire(&self) {
+        loop {
+            let c = self.completions.borrow_mut().pop_front();
+            let Some((comp, status)) = c else { break };
+            if !comp.is_none() {
+                comp.complete(status);
+            }
+        }
+        loop {
+            let r = self.reports.borrow_mut().pop_front();
+            let Some((h, status)) = r else { break };
+            if !self.err.report(h, status) {
+                tracing::error!(
+                    %status,
+                    "ud_verbs: an endpoint failed (peer unreachable for RUCX_UD_TIMEOUT) and no error handler took it"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! The receive side: parsing received packets, acknowledgement processing, in-order AM
+//! delivery (the receive buffer is lent to the handler), connection requests and replies,
+//! and the fault-injection test hook.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use ucs::mpool::{MemPool, MemPoolParams, PoolBuf};
+use ucs::{Result, Status};
+
+use super::config::UdConfig;
+use super::ep::{ctl, EpCell, EpState, Peer};
+use super::iface::UdShared;
+use super::inject::{Fate, FaultStats, Injector};
+use super::reliability::{AckOutcome, RxVerdict};
+use super::wire::{Creq, Crep, Header, Kind, WireError, HDR_LEN};
+use crate::device::DEV_ADDR_LEN;
+use crate::iface_common::{deliver_am, BUF_DATA_OFFSET};
+use crate::verbs::GRH_LEN;
+
+/// Where the packet starts in a receive buffer (after the lending header and the GRH).
+const PKT_OFF: usize = BUF_DATA_OFFSET + GRH_LEN;
+/// Packets held back for reordering at most.
+const MAX_HELD: usize = 64;
+
+struct Held {
+    buf: PoolBuf,
+    len: usize,
+    src_qp: u32,
+}
+
+/// The fault-injection test hook (`RUCX_UD_TEST_*`): decides each received packet's fate,
+/// holds packets back to reorder them, copies packets to duplicate them.
+pub struct Faults {
+    inj: RefCell<Injector>,
+    held: RefCell<VecDeque<Held>>,
+    batch: RefCell<VecDeque<Held>>,
+    dup: MemPool,
+}
+
+impl Faults {
+    /// `buf_len`: bytes of a receive buffer after [`BUF_DATA_OFFSET`].
+    pub fn new(cfg: &UdConfig, buf_len: usize) -> Result<Faults> {
+        let mut p = MemPoolParams::new("ud_verbs test duplicates", BUF_DATA_OFFSET + buf_len);
+        p.alignment = 64;
+        Ok(Faults {
+            inj: RefCell::new(Injector::new(cfg.faults)),
+            held: RefCell::new(VecDeque::with_capacity(MAX_HELD)),
+            batch: RefCell::new(VecDeque::with_capacity(MAX_HELD)),
+            dup: MemPool::new(p)?,
+        })
+    }
+
+    /// Moves the packets held so far to the batch released after this round's receives.
+    pub fn take_held(&self) -> usize {
+        let mut held = self.held.borrow_mut();
+        let n = held.len();
+        self.batch.borrow_mut().extend(held.drain(..));
+        n
+    }
+
+    pub fn stats(&self) -> FaultStats {
+        self.inj.borrow().stats
+    }
+
+    fn copy(&self, buf: &PoolBuf) -> Option<PoolBuf> {
+        let mut c = self.dup.get().ok()?;
+        let n = c.len().min(buf.len());
+        c[..n].copy_from_slice(&buf[..n]);
+        Some(c)
+    }
+}
+
+impl UdShared {
+    /// A received packet of `len` bytes (after the GRH) from QP `src_qp`.
+    #[inline]
+    pub(crate) fn receive(&self, buf: PoolBuf, len: usize, src_qp: u32) {
+        if let Some(f) = &self.faults {
+            let fate = f.inj.borrow_mut().decide();
+            match fate {
+                Fate::Deliver => {}
+                Fate::Drop => return,
+                Fate::Duplicate => {
+                    if let Some(c) = f.copy(&buf) {
+                        self.handle_packet(c, len, src_qp);
+                    }
+                }
+                Fate::Hold if f.held.borrow().len() < MAX_HELD => {
+                    f.held.borrow_mut().push_back(Held { buf, len, src_qp });
+                    return;
+                }
+                Fate::Hold => {}
+            }
+        }
+        self.handle_packet(buf, len, src_qp);
+    }
+
+    /// Processes the packets the test hook held back in an earlier round.
+    pub(crate) fn release_held(&self) {
+        let Some(f) = &self.faults else { return };
+        loop {
+            let h = f.batch.borrow_mut().pop_front();
+            let Some(h) = h else { break };
+            self.handle_packet(h.buf, h.len, h.src_qp);
+        }
+    }
+
+    pub(crate) fn held_packets(&self) -> bool {
+        self.faults.as_ref().is_some_and(|f| !f.held.borrow().is_empty() || !f.batch.borrow().is_empty())
+    }
+
+    fn handle_packet(&self, buf: PoolBuf, len: usize, src_qp: u32) {
+        let Some(pkt) = buf.get(PKT_OFF..PKT_OFF + len) else {
+            return;
+        };
+        let hdr = match Header::decode(pkt) {
+            Ok(h) => h,
+            Err(e) => return bad_packet(e, src_qp),
+        };
+        let body = &pkt[HDR_LEN..];
+        if hdr.kind == Kind::Creq {
+            return self.on_creq(body, src_qp);
+        }
+        let ep = self.eps.borrow().get(hdr.dest_ep).cloned();
+        let Some(ep) = ep else {
+            tracing::trace!(dest = hdr.dest_ep, src_qp, kind = ?hdr.kind, "ud_verbs: packet for no endpoint, dropped");
+            return;
+        };
+        if self.on_ep_packet(&ep, &hdr, body, src_qp) {
+            let _ = deliver_am(&self.am, hdr.am_id, buf, PKT_OFF + HDR_LEN, len - HDR_LEN);
+        }
+    }
+
+    /// Everything but the delivery; true when the packet is the next AM to deliver.
+    fn on_ep_packet(&self, ep: &Rc<EpCell>, hdr: &Header, body: &[u8], src_qp: u32) -> bool {
+        let mut g = ep.st.borrow_mut();
+        let st = &mut *g;
+        if st.failed.is_some() {
+            return false;
+        }
+        if st.peer.as_ref().is_some_and(|p| p.qpn != src_qp) {
+            tracing::trace!(ep = st.id, src_qp, "ud_verbs: packet from another QP than the peer's, dropped");
+            return false;
+        }
+        self.process_ack(ep, st, hdr.ack_psn);
+        let deliver = match hdr.kind {
+            Kind::Am => st.rel.on_receive(hdr.psn, hdr.ack_req()) == RxVerdict::Deliver,
+            Kind::Ack => {
+                if hdr.ack_req() {
+                    st.rel.request_ack();
+                }
+                false
+            }
+            Kind::Crep => {
+                self.on_crep(ep, st, body);
+                false
+            }
+            Kind::Disc => {
+                if st.passive.is_some() {
+                    self.retire(st);
+                }
+                false
+            }
+            Kind::Creq => false,
+        };
+        if st.rel.needs_ack_now() && st.failed.is_none() {
+            self.schedule_ctl(ep, st);
+        }
+        deliver
+    }
+
+    /// A cumulative acknowledgement: frees acknowledged packets, completes flushes, goes on
+    /// with a resend, ends a lingering endpoint.
+    fn process_ack(&self, ep: &Rc<EpCell>, st: &mut EpState, ack_psn: u16) {
+        let out = {
+            let mut tx = self.tx.borrow_mut();
+            let mut done = self.completions.borrow_mut();
+            st.rel.on_ack(ack_psn, |_, slot| {
+                if let Some(c) = tx.release(slot, Status::Ok) {
+                    done.push_back(c);
+                }
+            })
+        };
+        match out {
+            AckOutcome::Advanced(_) => {
+                while let Some(&(psn, comp)) = st.flushes.front() {
+                    if !st.rel.is_acked(psn) {
+                        break;
+                    }
+                    st.flushes.pop_front();
+                    self.completions.borrow_mut().push_back((comp, Status::Ok));
+                }
+                if st.rel.resending() {
+                    self.pump_resends(st);
+                }
+                if st.rel.outstanding() == 0 {
+                    self.check_iface_flush();
+                    if st.user_gone {
+                        self.retire(st);
+                    }
+                }
+                if ep.has_pending() {
+                    self.schedule_pending_locked(ep, st);
+                }
+            }
+            AckOutcome::FastResend => self.pump_resends(st),
+            AckOutcome::Nothing | AckOutcome::Bogus => {}
+        }
+    }
+
+    /// A connection request: make (or find) the endpoint for the requester and reply.
+    fn on_creq(&self, body: &[u8], src_qp: u32) {
+        let creq = match Creq::decode(body) {
+            Ok(c) if c.dev_addr.len() == DEV_ADDR_LEN => c,
+            _ => return bad_packet(WireError::Body, src_qp),
+        };
+        let mut dev = [0u8; DEV_ADDR_LEN];
+        dev.copy_from_slice(creq.dev_addr);
+        let key = (dev, creq.src_qpn, creq.src_ep);
+        let known = self.passive.borrow().get(&key).and_then(|&id| self.eps.borrow().get(id).cloned());
+        let ep = match known {
+            Some(ep) => ep, // our reply was lost: send it again
+            None => {
+                let ah = match self.get_ah(&dev) {
+                    Ok(ah) => ah,
+                    Err(e) => {
+                        tracing::warn!(src_qp, "ud_verbs: connection request from an unreachable peer: {e}");
+                        return;
+                    }
+                };
+                let peer = Peer { ah, qpn: creq.src_qpn, ep_id: creq.src_ep };
+                let Ok(ep) = self.new_ep(Some(peer), false) else { return };
+                let id = {
+                    let mut st = ep.st.borrow_mut();
+                    st.passive = Some(key);
+                    st.id
+                };
+                self.passive.borrow_mut().insert(key, id);
+                tracing::debug!(ep = id, peer_qpn = creq.src_qpn, peer_ep = creq.src_ep, "ud_verbs: accepted a connection");
+                ep
+            }
+        };
+        let mut st = ep.st.borrow_mut();
+        st.ctl |= ctl::CREP;
+        self.schedule_ctl(&ep, &mut st);
+    }
+
+    /// The reply to our connection request: the endpoint is connected.
+    fn on_crep(&self, ep: &Rc<EpCell>, st: &mut EpState, body: &[u8]) {
+        let Ok(crep) = Crep::decode(body) else {
+            return bad_packet(WireError::Body, 0);
+        };
+        if !st.rel.is_connecting() {
+            return; // a duplicate reply
+        }
+        let Some(peer) = st.peer.as_mut() else { return };
+        peer.ep_id = crep.src_ep;
+        st.rel.set_connecting(false);
+        st.ctl &= !ctl::CREQ;
+        tracing::debug!(ep = st.id, peer_ep = crep.src_ep, "ud_verbs: connected");
+        if ep.has_pending() {
+            self.schedule_pending_locked(ep, st);
+        }
+    }
+}
+
+#[cold]
+fn bad_packet(e: WireError, src_qp: u32) {
+    tracing::debug!(src_qp, "ud_verbs: malformed packet dropped: {e:?}");
+}

@@ -1,0 +1,80 @@
+//! Timers, checked by progress every `RUCX_UD_TIMER_TICK`: resends, delayed ACKs,
+//! connection-request retries, and peer timeouts (the endpoint fails with
+//! `EndpointTimeout`, its outstanding operations complete with that error, the error
+//! handler is called).
+
+use ucs::Status;
+
+use super::ep::{ctl, EpState};
+use super::iface::UdShared;
+
+impl UdShared {
+    /// Runs the timers when a tick has passed (reads the clock only while endpoints exist).
+    #[inline]
+    pub(crate) fn maybe_tick(&self) -> u32 {
+        if self.eps.borrow().is_empty() {
+            return 0;
+        }
+        let now = self.now();
+        if now < self.next_tick.get() {
+            return 0;
+        }
+        self.next_tick.set(now + self.tick);
+        self.run_timers(now)
+    }
+
+    fn run_timers(&self, now: u64) -> u32 {
+        let mut list = std::mem::take(&mut *self.spare.borrow_mut());
+        list.extend(self.eps.borrow().values().cloned());
+        let mut work = 0;
+        for ep in list.drain(..) {
+            let mut g = ep.st.borrow_mut();
+            let st = &mut *g;
+            if st.failed.is_some() {
+                continue;
+            }
+            let o = st.rel.on_timer(now);
+            if o.timeout {
+                self.fail(st, Status::EndpointTimeout);
+                work += 1;
+                continue;
+            }
+            if o.resend {
+                work += 1;
+                if st.rel.is_connecting() {
+                    st.ctl |= ctl::CREQ;
+                }
+                self.pump_resends(st);
+            }
+            if o.send_ack && st.connected() {
+                st.rel.request_ack();
+            }
+            if st.ctl != 0 || st.rel.needs_ack_now() {
+                self.schedule_ctl(&ep, st);
+            }
+        }
+        let mut spare = self.spare.borrow_mut();
+        if spare.capacity() < list.capacity() {
+            *spare = list;
+        }
+        work
+    }
+
+    /// The endpoint failed with `status`: its unacknowledged packets are dropped, its flushes
+    /// complete with `status`, later operations return it, and the error handler hears of it
+    /// (at the end of this progress round). Endpoints the host no longer owns just go.
+    pub(crate) fn fail(&self, st: &mut EpState, status: Status) {
+        tracing::debug!(ep = st.id, %status, outstanding = st.rel.outstanding(), "ud_verbs: endpoint failed");
+        st.failed = Some(status);
+        self.drain_window(st, status);
+        st.ctl = 0;
+        for (_, c) in st.flushes.drain(..) {
+            self.completions.borrow_mut().push_back((c, status));
+        }
+        self.check_iface_flush();
+        match st.handle {
+            Some(h) => self.reports.borrow_mut().push_back((h, status)),
+            None => self.retire(st),
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! `RUCX_TCP_*` and `RUCX_NET_DEVICES`, read once per interface into a checked [`TcpConfig`].
+
+use std::time::Duration;
+
+use ucs::config::{ConfigField, ConfigKind, ConfigTable};
+use ucs::{Result, Status};
+
+use crate::wire::MIN_MAX_PAYLOAD;
+
+/// The tcp transport's variables (`RUCX_TCP_<NAME>`).
+pub static TCP_CONFIG: ConfigTable = ConfigTable {
+    name: "tcp",
+    prefix: "TCP_",
+    fields: &[
+        ConfigField::new(
+            "TX_SEG_SIZE",
+            "8k",
+            ConfigKind::MemUnits,
+            "Largest am_short (8-byte header included), am_bcopy, put_short and put_bcopy; \
+             also the size of each connection's send buffer.",
+        ),
+        ConfigField::new(
+            "RX_SEG_SIZE",
+            "64k",
+            ConfigKind::MemUnits,
+            "Largest active message received (am_zcopy header + payload); a connection's \
+             receive buffer is twice this. Must be at least TX_SEG_SIZE.",
+        ),
+        ConfigField::new(
+            "MAX_IOV",
+            "6",
+            ConfigKind::Uint,
+            "Most I/O-vector entries of a zcopy operation (1..16).",
+        ),
+        ConfigField::new(
+            "SENDV_THRESH",
+            "2k",
+            ConfigKind::MemUnits,
+            "am_short payloads up to this size are copied behind the header and sent with one \
+             send(); larger ones are gathered by sendmsg() from the user buffer.",
+        ),
+        ConfigField::new(
+            "SNDBUF",
+            "auto",
+            ConfigKind::MemUnits,
+            "Socket send buffer (SO_SNDBUF); auto: kernel default.",
+        ),
+        ConfigField::new(
+            "RCVBUF",
+            "auto",
+            ConfigKind::MemUnits,
+            "Socket receive buffer (SO_RCVBUF); auto: kernel default.",
+        ),
+        ConfigField::new(
+            "NODELAY",
+            "y",
+            ConfigKind::Bool,
+            "Disable Nagle's algorithm (TCP_NODELAY).",
+        ),
+        ConfigField::new(
+            "PORT_RANGE",
+            "0",
+            ConfigKind::Str,
+            "Listening port range 'first-last' (a single port is allowed); 0: any free port.",
+        ),
+        ConfigField::new(
+            "MAX_CONN_RETRIES",
+            "25",
+            ConfigKind::Uint,
+            "Connection attempts repeated (with exponential backoff) when the peer refuses or \
+             resets the connection before the handshake completes.",
+        ),
+        ConfigField::new(
+            "KEEPIDLE",
+            "10s",
+            ConfigKind::Time,
+            "Idle time before the kernel sends keepalive probes (TCP_KEEPIDLE); inf: no keepalive.",
+        ),
+        ConfigField::new(
+            "KEEPINTVL",
+            "2s",
+            ConfigKind::Time,
+            "Time between keepalive probes (TCP_KEEPINTVL).",
+        ),
+        ConfigField::new(
+            "KEEPCNT",
+            "auto",
+            ConfigKind::Str,
+            "Unanswered keepalive probes before the peer is declared dead (TCP_KEEPCNT); auto: 3.",
+        ),
+        ConfigField::new(
+            "USER_TIMEOUT",
+            "auto",
+            ConfigKind::Time,
+            "How long sent data may stay unacknowledged before the connection is declared dead \
+             (TCP_USER_TIMEOUT); auto: KEEPIDLE + KEEPCNT * KEEPINTVL; inf: kernel default.",
+        ),
+        ConfigField::new(
+            "CONN_TIMEOUT",
+            "10s",
+            ConfigKind::Time,
+            "Time one connection attempt may take (connect and handshake), and how long a \
+             connect-to-ep endpoint waits for its peer to connect.",
+        ),
+        ConfigField::new(
+            "HANDSHAKE_TIMEOUT",
+            "5s",
+            ConfigKind::Time,
+            "Time an accepted connection has to send its handshake before it is dropped.",
+        ),
+        ConfigField::new(
+            "MAX_HALF_OPEN",
+            "128",
+            ConfigKind::Uint,
+            "Most accepted connections still in their handshake; beyond it the oldest is dropped \
+             (bounds what a flood of idle connections costs).",
+        ),
+        ConfigField::new(
+            "MAX_POLL",
+            "16",
+            ConfigKind::Uint,
+            "Most socket events handled per progress call (1..1024).",
+        ),
+    ],
+};
+
+/// Device selection shared by network transports (`RUCX_NET_DEVICES`).
+pub static NET_CONFIG: ConfigTable = ConfigTable {
+    name: "net",
+    prefix: "",
+    fields: &[ConfigField::new(
+        "NET_DEVICES",
+        "all",
+        ConfigKind::AllowList,
+        "Network devices to use: a comma list of names (globs allowed), ^list to exclude them, or all.",
+    )],
+};
+
+/// Largest am_short payload copied behind the header (larger values of SENDV_THRESH act as this).
+pub const SENDV_THRESH_MAX: usize = 8192;
+/// Keepalive probes when `KEEPCNT=auto`.
+const DEFAULT_KEEPCNT: u32 = 3;
+
+/// Kernel keepalive settings (whole seconds, as the kernel takes them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keepalive {
+    pub idle_s: u32,
+    pub intvl_s: u32,
+    pub cnt: u32,
+}
+
+/// The checked configuration of one interface.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TcpConfig {
+    pub tx_seg: usize,
+    pub rx_seg: usize,
+    pub max_iov: usize,
+    pub sendv_thresh: usize,
+    pub sndbuf: Option<usize>,
+    pub rcvbuf: Option<usize>,
+    pub nodelay: bool,
+    /// Inclusive; `None`: any port.
+    pub port_range: Option<(u16, u16)>,
+    pub max_conn_retries: u32,
+    pub keepalive: Option<Keepalive>,
+    /// TCP_USER_TIMEOUT in milliseconds, `None`: kernel default.
+    pub user_timeout_ms: Option<u32>,
+    pub conn_timeout: Duration,
+    pub handshake_timeout: Duration,
+    pub max_half_open: usize,
+    pub max_poll: usize,
+}
+
+fn invalid(var: &str, value: &str, expected: &str) -> Status {
+    tracing::error!("RUCX_{var}={value} is invalid: expected {expected}");
+    Status::InvalidParam
+}
+
+fn size(name: &str, auto: Option<u64>) -> Result<Option<u64>> {
+    Ok(match TCP_CONFIG.get_memunits(name)? {
+        ucs::config::MemUnits::Bytes(b) => Some(b),
+        ucs::config::MemUnits::Inf => Some(u64::MAX),
+        ucs::config::MemUnits::Auto => auto,
+    })
+}
+
+/// Parses `0`, `port` or `first-last`.
+pub fn parse_port_range(s: &str) -> Option<Option<(u16, u16)>> {
+    let s = s.trim();
+    if s == "0" {
+        return Some(None);
+    }
+    let (a, b) = s.split_once('-').unwrap_or((s, s));
+    let a: u16 = a.trim().parse().ok()?;
+    let b: u16 = b.trim().parse().ok()?;
+    (a > 0 && a <= b).then_some(Some((a, b)))
+}
+
+fn secs_ceil(d: Duration) -> u32 {
+    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    s.clamp(1, u64::from(i32::MAX as u32)) as u32
+}
+
+impl TcpConfig {
+    /// Reads and checks every variable; an invalid one is logged (naming the variable) and
+    /// gives `InvalidParam`.
+    pub fn read() -> Result<TcpConfig> {
+        let tx_seg = size("TX_SEG_SIZE", Some(8192))?.unwrap_or(8192);
+        let rx_seg = size("RX_SEG_SIZE", Some(65536))?.unwrap_or(65536);
+        if !(256..=1 << 30).contains(&tx_seg) {
+            return Err(invalid(
+                "TCP_TX_SEG_SIZE",
+                &tx_seg.to_string(),
+                "a size between 256 and 1g",
+            ));
+        }
+        if rx_seg < u64::from(MIN_MAX_PAYLOAD) || rx_seg > 1 << 30 {
+            return Err(invalid(
+                "TCP_RX_SEG_SIZE",
+                &rx_seg.to_string(),
+                "a size between 64 and 1g",
+            ));
+        }
+        if rx_seg < tx_seg {
+            tracing::error!(
+                "RUCX_TCP_RX_SEG_SIZE ({rx_seg}) is smaller than RUCX_TCP_TX_SEG_SIZE ({tx_seg}): \
+                 a peer could send messages this side cannot receive; raise RX_SEG_SIZE"
+            );
+            return Err(Status::InvalidParam);
+        }
+        let max_iov = TCP_CONFIG.get_uint("MAX_IOV")?;
+        if !(1..=uct::MAX_IOV as u64).contains(&max_iov) {
+            return Err(invalid(
+                "TCP_MAX_IOV",
+                &max_iov.to_string(),
+                &format!("1..{}", uct::MAX_IOV),
+            ));
+        }
+        let sendv = size("SENDV_THRESH", Some(2048))?
+            .unwrap_or(2048)
+            .min(SENDV_THRESH_MAX as u64);
+        let sndbuf = size("SNDBUF", None)?.map(|b| b.min(i32::MAX as u64) as usize);
+        let rcvbuf = size("RCVBUF", None)?.map(|b| b.min(i32::MAX as u64) as usize);
+        let range = TCP_CONFIG.get_str("PORT_RANGE")?;
+        let port_range = parse_port_range(&range).ok_or_else(|| {
+            invalid(
+                "TCP_PORT_RANGE",
+                &range,
+                "0 (any port), a port, or a range like 20000-20100",
+            )
+        })?;
+        let retries = TCP_CONFIG.get_uint("MAX_CONN_RETRIES")?.min(u64::from(u32::MAX)) as u32;
+        let idle = TCP_CONFIG
+            .get_time("KEEPIDLE")?
+            .duration_or(Duration::from_secs(10));
+        let intvl = TCP_CONFIG
+            .get_time("KEEPINTVL")?
+            .duration_or(Duration::from_secs(2));
+        let cnt_s = TCP_CONFIG.get_str("KEEPCNT")?;
+        let cnt = match cnt_s.trim() {
+            "auto" => DEFAULT_KEEPCNT,
+            s => match s.parse::<u32>() {
+                Ok(n) if (1..=127).contains(&n) => n,
+                _ => {
+                    return Err(invalid(
+                        "TCP_KEEPCNT",
+                        &cnt_s,
+                        "auto or a count between 1 and 127",
+                    ))
+                }
+            },
+        };
+        let keepalive = (idle != Duration::MAX && !idle.is_zero()).then(|| Keepalive {
+            idle_s: secs_ceil(idle),
+            intvl_s: secs_ceil(intvl.min(Duration::from_secs(32767))).min(32767),
+            cnt,
+        });
+        let user_timeout_ms = match TCP_CONFIG.get_time("USER_TIMEOUT")? {
+            ucs::config::TimeValue::Auto => keepalive
+                .map(|k| (k.idle_s.saturating_add(k.cnt.saturating_mul(k.intvl_s))).saturating_mul(1000)),
+            ucs::config::TimeValue::Inf => None,
+            ucs::config::TimeValue::Dur(d) if d.is_zero() => None,
+            ucs::config::TimeValue::Dur(d) => Some(d.as_millis().clamp(1, i32::MAX as u128) as u32),
+        };
+        let conn_timeout = TCP_CONFIG
+            .get_time("CONN_TIMEOUT")?
+            .duration_or(Duration::from_secs(10));
+        let handshake_timeout = TCP_CONFIG
+            .get_time("HANDSHAKE_TIMEOUT")?
+            .duration_or(Duration::from_secs(5));
+        for (name, d) in [
+            ("TCP_CONN_TIMEOUT", conn_timeout),
+            ("TCP_HANDSHAKE_TIMEOUT", handshake_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(invalid(name, "0", "a positive time like 10s, or inf"));
+            }
+        }
+        let half_open = TCP_CONFIG.get_uint("MAX_HALF_OPEN")?;
+        if half_open == 0 {
+            return Err(invalid("TCP_MAX_HALF_OPEN", "0", "at least 1"));
+        }
+        let max_poll = TCP_CONFIG.get_uint("MAX_POLL")?;
+        if !(1..=1024).contains(&max_poll) {
+            return Err(invalid("TCP_MAX_POLL", &max_poll.to_string(), "1..1024"));
+        }
+        Ok(TcpConfig {
+            tx_seg: tx_seg as usize,
+            rx_seg: rx_seg as usize,
+            max_iov: max_iov as usize,
+            sendv_thresh: sendv as usize,
+            sndbuf,
+            rcvbuf,
+            nodelay: TCP_CONFIG.get_bool("NODELAY")?,
+            port_range,
+            max_conn_retries: retries,
+            keepalive,
+            user_timeout_ms,
+            conn_timeout,
+            handshake_timeout,
+            max_half_open: half_open.min(1 << 20) as usize,
+            max_poll: max_poll as usize,
+        })
+    }
+}
+
+/// The device allow/deny list: `(items, deny)`.
+pub fn net_devices() -> Result<(Vec<String>, bool)> {
+    let l = NET_CONFIG.get_allow_list("NET_DEVICES")?;
+    Ok((l.items, l.deny))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = TcpConfig::read().expect("defaults");
+        assert_eq!(
+            (c.tx_seg, c.rx_seg, c.max_iov, c.sendv_thresh),
+            (8192, 65536, 6, 2048)
+        );
+        assert_eq!(
+            c.keepalive,
+            Some(Keepalive {
+                idle_s: 10,
+                intvl_s: 2,
+                cnt: 3
+            })
+        );
+        assert_eq!(c.user_timeout_ms, Some(16_000));
+        assert_eq!(c.port_range, None);
+        assert!(c.nodelay);
+    }
+
+    #[test]
+    fn port_ranges() {
+        assert_eq!(parse_port_range("0"), Some(None));
+        assert_eq!(parse_port_range("2000-2010"), Some(Some((2000, 2010))));
+        assert_eq!(parse_port_range("2000"), Some(Some((2000, 2000))));
+        assert_eq!(parse_port_range("10-1"), None);
+        assert_eq!(parse_port_range("a-b"), None);
+        assert_eq!(parse_port_range("0-5"), None);
+    }
+}

@@ -1,0 +1,534 @@
+//! The user-facing endpoint: its connection plan, pending queue, failure state, flush and
+//! destruction. The data path lives in `send.rs` (AM) and `rma.rs` (put/get/atomics).
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use ucs::{Result, Status};
+use uct::callbacks::{Comp, PendingReq, PendingResult, PurgeCb};
+use uct::transport::EpHandle;
+use uct::types::FlushFlags;
+
+use crate::conn::{Conn, State};
+use crate::iface::Shared;
+use crate::ops::{Done, FlushGroup, Op, OpKind};
+use crate::tx::Lent;
+use crate::wire::{encode_frame, Msg, PutReq};
+
+/// How an endpoint gets its connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Created by `ep_create`; `connect_to_ep` not called yet.
+    Unconnected,
+    /// Connect to a peer interface; `sn` pairs it with the peer's endpoint number `sn` towards
+    /// us (see `connect.rs`).
+    ToIface { target: SocketAddr, sn: u64 },
+    /// Connect-to-ep, this side connects (it has the smaller address).
+    ToEpActive { target: SocketAddr, peer_key: u64 },
+    /// Connect-to-ep, the peer connects to us (its listening address and ep key).
+    ToEpPassive { peer: SocketAddr, peer_key: u64 },
+}
+
+pub struct EpInner {
+    pub key: u64,
+    /// What the host sees in error reports.
+    pub handle: Cell<usize>,
+    pub plan: Cell<Plan>,
+    pub conn: RefCell<Option<Rc<Conn>>>,
+    /// A peer connected to this endpoint before `connect_to_ep` was called: its listening
+    /// address and endpoint key, checked when the user names the peer.
+    pub accepted_from: Cell<Option<(SocketAddr, u64)>>,
+    /// Connection attempts of the current plan.
+    pub attempts: Cell<u32>,
+    /// Set once the endpoint failed: every operation returns it.
+    pub failed: Cell<Option<Status>>,
+    pub pending: RefCell<VecDeque<PendingReq>>,
+    pub dispatching: Cell<bool>,
+    pub destroyed: Cell<bool>,
+}
+
+impl EpInner {
+    pub fn new(key: u64, plan: Plan) -> EpInner {
+        EpInner {
+            key,
+            handle: Cell::new(0),
+            plan: Cell::new(plan),
+            conn: RefCell::new(None),
+            accepted_from: Cell::new(None),
+            attempts: Cell::new(0),
+            failed: Cell::new(None),
+            pending: RefCell::new(VecDeque::new()),
+            dispatching: Cell::new(false),
+            destroyed: Cell::new(false),
+        }
+    }
+
+    /// Key of deferred callbacks for this endpoint (unique while it lives).
+    pub fn defer_key(self: &Rc<Self>) -> u64 {
+        Rc::as_ptr(self) as u64
+    }
+
+    /// Why a send cannot go ahead: the failure, or `NoResource`.
+    #[cold]
+    pub fn not_ready(&self) -> Status {
+        self.failed.get().unwrap_or(Status::NoResource)
+    }
+
+    /// True when queued requests must go first (sends answer NoResource meanwhile).
+    #[inline]
+    pub fn has_pending(&self) -> bool {
+        !self.dispatching.get() && !self.pending.borrow().is_empty()
+    }
+
+    /// Whether the connection could take a send now (ignoring the pending queue).
+    pub fn conn_ready(&self) -> bool {
+        match &*self.conn.borrow() {
+            Some(c) => !c.in_pack.get() && c.can_send(&c.tx.borrow()),
+            None => false,
+        }
+    }
+}
+
+/// The endpoint the host holds.
+pub struct TcpEp {
+    pub(crate) sh: Rc<Shared>,
+    pub(crate) inner: Rc<EpInner>,
+}
+
+impl TcpEp {
+    pub fn new(sh: Rc<Shared>, inner: Rc<EpInner>) -> TcpEp {
+        TcpEp { sh, inner }
+    }
+
+    /// Runs `f` on the connection's send state if a send may go ahead now; otherwise the
+    /// endpoint's failure status or `NoResource`. A socket error inside `f` fails the
+    /// connection (reported later, from progress).
+    #[inline]
+    pub(crate) fn with_tx<R>(&self, f: impl FnOnce(&Conn, &mut crate::conn::Tx) -> Result<R>) -> Result<R> {
+        let guard = self.inner.conn.borrow();
+        let Some(conn) = guard.as_deref() else {
+            return Err(self.inner.not_ready());
+        };
+        if conn.in_pack.get() || self.inner.has_pending() || self.inner.failed.get().is_some() {
+            return Err(self.inner.not_ready());
+        }
+        let mut tx = conn.tx.borrow_mut();
+        if !conn.can_send(&tx) {
+            return Err(self.inner.not_ready());
+        }
+        let r = f(conn, &mut tx);
+        if let Err(st) = r {
+            if st.is_err() && is_socket_failure(st) && conn.is_open() {
+                drop(tx);
+                self.sh.conn_failed(conn, st);
+            }
+        }
+        r
+    }
+}
+
+/// Statuses that mean the socket itself failed (as opposed to a refused argument).
+pub fn is_socket_failure(st: Status) -> bool {
+    matches!(
+        st,
+        Status::ConnectionReset
+            | Status::EndpointTimeout
+            | Status::Unreachable
+            | Status::IoError
+            | Status::Rejected
+    )
+}
+
+impl Drop for TcpEp {
+    fn drop(&mut self) {
+        self.sh.ep_destroy(&self.inner);
+    }
+}
+
+impl Shared {
+    pub fn ep_on_created(&self, ep: &EpInner, handle: EpHandle) {
+        ep.handle.set(handle.0);
+    }
+
+    pub fn pending_add(&self, ep: &Rc<EpInner>, req: PendingReq) -> Result<()> {
+        if let Some(st) = ep.failed.get() {
+            return Err(st);
+        }
+        let ready = ep.conn_ready();
+        if ready && ep.pending.borrow().is_empty() {
+            return Err(Status::Busy);
+        }
+        ep.pending.borrow_mut().push_back(req);
+        if ready && !ep.dispatching.get() {
+            self.schedule_dispatch(ep);
+        }
+        Ok(())
+    }
+
+    pub fn pending_purge(&self, ep: &EpInner, purge: PurgeCb) {
+        loop {
+            let req = ep.pending.borrow_mut().pop_front();
+            match req {
+                Some(r) => purge.purge(r),
+                None => break,
+            }
+        }
+    }
+
+    /// Dispatches the pending queue in order while the connection can send (UCX semantics:
+    /// `Ok` done, `InProgress` keep and go on, anything else keep and stop).
+    pub fn dispatch_pending(&self, ep: &Rc<EpInner>) -> u32 {
+        if ep.dispatching.get() || ep.destroyed.get() || ep.failed.get().is_some() {
+            return 0;
+        }
+        let mut work = 0;
+        let mut budget = ep.pending.borrow().len() + 16;
+        ep.dispatching.set(true);
+        loop {
+            if !ep.conn_ready() || ep.destroyed.get() {
+                break;
+            }
+            let Some(req) = ep.pending.borrow_mut().pop_front() else {
+                break;
+            };
+            let r = req.dispatch();
+            work += 1;
+            match r {
+                PendingResult::Done => continue,
+                PendingResult::InProgress => {
+                    ep.pending.borrow_mut().push_front(req);
+                    budget = budget.saturating_sub(1);
+                    if budget == 0 {
+                        ep.dispatching.set(false);
+                        self.schedule_dispatch(ep);
+                        return work;
+                    }
+                }
+                PendingResult::Stop => {
+                    ep.pending.borrow_mut().push_front(req);
+                    break;
+                }
+            }
+        }
+        ep.dispatching.set(false);
+        // Stopped with the socket idle (the request ran out of something else): try again at
+        // the next progress rather than waiting for a socket event that will not come.
+        if !ep.pending.borrow().is_empty() && ep.conn_ready() && !ep.destroyed.get() {
+            self.schedule_dispatch(ep);
+        }
+        work
+    }
+
+    pub fn schedule_dispatch(&self, ep: &Rc<EpInner>) {
+        let weak = Rc::downgrade(ep);
+        self.defer(ep.defer_key() + 1, move |sh| {
+            if let Some(ep) = weak.upgrade() {
+                sh.dispatch_pending(&ep);
+            }
+        });
+    }
+
+    /// Endpoint flush (`group` set for an iface flush).
+    pub fn ep_flush(&self, ep: &Rc<EpInner>, flags: FlushFlags, done: Done) -> Result<Status> {
+        if let Some(st) = ep.failed.get() {
+            return Err(st);
+        }
+        let conn = ep.conn.borrow().clone();
+        if flags.contains(FlushFlags::CANCEL) {
+            if let Some(c) = &conn {
+                self.flush_cancel(ep, c);
+            }
+            return Ok(Status::Ok);
+        }
+        if !ep.pending.borrow().is_empty() {
+            return Err(Status::NoResource);
+        }
+        let Some(conn) = conn else { return Ok(Status::Ok) };
+        match conn.state.get() {
+            State::Connected => {}
+            // Nothing can have been sent before the connection is up.
+            State::Connecting | State::WaitAck | State::Accepted => return Ok(Status::Ok),
+            State::Closed => return Err(ep.not_ready()),
+        }
+        if conn.in_pack.get() {
+            return Err(Status::NoResource);
+        }
+        let mut tx = conn.tx.borrow_mut();
+        if tx.busy() {
+            return Err(Status::NoResource);
+        }
+        let mut ops = conn.ops.borrow_mut();
+        if ops.idle() {
+            return Ok(Status::Ok);
+        }
+        let track = match &done {
+            Done::None => false,
+            Done::Comp(c) => !c.is_none(),
+            Done::Group(_) => true,
+        };
+        if ops.need_barrier {
+            let seq = ops.take_seq();
+            let put = PutReq {
+                remote_addr: 0,
+                rkey: 0,
+                length: 0,
+                seq,
+                ack_req: true,
+            };
+            let mut b = [0u8; 40];
+            let n = encode_frame(&Msg::PutReq(put), &mut b).map_err(Status::from)?;
+            match self.send_parts(&conn, &mut tx, &[&b[..n]], 1, Lent::None, Comp::NONE) {
+                Ok(_) => {}
+                Err(st) => {
+                    drop((ops, tx));
+                    self.conn_failed(&conn, st);
+                    return Err(st);
+                }
+            }
+            ops.need_barrier = false;
+            ops.q.push_back(Op {
+                seq,
+                kind: OpKind::Barrier,
+                done,
+            });
+        } else if track {
+            ops.q.push_back(Op {
+                seq: 0,
+                kind: OpKind::Marker,
+                done,
+            });
+        }
+        Ok(Status::InProgress)
+    }
+
+    /// `FlushFlags::CANCEL`: every waiting operation completes with `Canceled`; a partly sent
+    /// message that uses the user's memory cannot be withdrawn, so its connection is dropped.
+    fn flush_cancel(&self, ep: &Rc<EpInner>, conn: &Rc<Conn>) {
+        let mut dones = self.cancel_ops(conn);
+        let lent = conn.tx.borrow().holds_user_memory();
+        if lent && conn.is_open() {
+            let comp = conn.tx.borrow_mut().reset();
+            dones.push(Done::Comp(comp));
+            ep.failed.set(Some(Status::Canceled));
+            self.close_conn(conn);
+        }
+        for d in dones {
+            d.complete(Status::Canceled);
+        }
+    }
+
+    /// Interface flush: every endpoint's flush, completing `comp` once when all are done.
+    pub fn iface_flush(&self, flags: FlushFlags, comp: Comp) -> Result<Status> {
+        let eps = self.all_eps();
+        if !flags.contains(FlushFlags::CANCEL) {
+            // Refuse before changing anything when some endpoint cannot flush now.
+            for ep in &eps {
+                if ep.failed.get().is_some() {
+                    continue;
+                }
+                let busy = ep
+                    .conn
+                    .borrow()
+                    .as_ref()
+                    .is_some_and(|c| c.in_pack.get() || c.tx.borrow().busy());
+                if busy || !ep.pending.borrow().is_empty() {
+                    return Err(Status::NoResource);
+                }
+            }
+        }
+        let query_only = comp.is_none();
+        let group = FlushGroup::new(comp);
+        group.add(); // held until every endpoint is flushed
+        let mut in_progress = false;
+        for ep in &eps {
+            if ep.failed.get().is_some() {
+                continue;
+            }
+            group.add();
+            let done = if query_only {
+                Done::None
+            } else {
+                Done::Group(group.clone())
+            };
+            match self.ep_flush(ep, flags, done) {
+                Ok(Status::InProgress) => in_progress = true,
+                Ok(_) => {
+                    // Not queued: release its count.
+                    crate::ops::Done::Group(group.clone()).complete(Status::Ok);
+                }
+                Err(e) => {
+                    group.abandon();
+                    return Err(e);
+                }
+            }
+        }
+        if !in_progress {
+            group.abandon();
+            return Ok(Status::Ok);
+        }
+        Done::Group(group).complete(Status::Ok);
+        Ok(Status::InProgress)
+    }
+
+    /// The host destroys an endpoint: waiting operations complete with `Canceled` (or the
+    /// failure); its connection sends FIN and stays with the interface while the peer still
+    /// has an endpoint on it.
+    pub fn ep_destroy(&self, ep: &Rc<EpInner>) {
+        ep.destroyed.set(true);
+        self.remove_ep(ep.key);
+        if let Plan::ToIface { target, sn } = ep.plan.get() {
+            let key = crate::conn::pair_key(target, sn);
+            let mut m = self.iface_eps.borrow_mut();
+            if m.get(&key)
+                .is_some_and(|w| w.upgrade().is_none_or(|e| Rc::ptr_eq(&e, ep)))
+            {
+                m.remove(&key);
+            }
+        }
+        let Some(conn) = ep.conn.borrow_mut().take() else {
+            return;
+        };
+        let st = ep.failed.get().unwrap_or(Status::Canceled);
+        // Canceled operations stay queued (detached from the user) to absorb their replies.
+        let mut dones = self.cancel_ops(&conn);
+        self.retire_conn(&conn, &mut dones);
+        for d in dones {
+            d.complete(st);
+        }
+    }
+}
+
+impl uct::transport::Ep for TcpEp {
+    fn on_created(&self, handle: EpHandle) {
+        self.sh.ep_on_created(&self.inner, handle);
+    }
+
+    fn get_address(&self, buf: &mut [u8]) -> Result<()> {
+        crate::addr::encode_ep_addr(self.sh.listen_addr.port(), self.inner.key, buf)
+    }
+
+    fn connect_to_ep(&self, dev: &[u8], ep_addr: &[u8]) -> Result<()> {
+        self.sh.connect_to_ep(&self.inner, dev, ep_addr)
+    }
+
+    #[inline]
+    fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> Result<()> {
+        self.send_am_short(id, header, payload)
+    }
+
+    fn am_short_iov(&self, id: u8, iov: &[uct::iov::Iov]) -> Result<()> {
+        self.send_am_short_iov(id, iov)
+    }
+
+    fn am_bcopy(&self, id: u8, pack: uct::callbacks::PackCb, _flags: u32) -> Result<usize> {
+        self.send_am_bcopy(id, pack)
+    }
+
+    fn am_zcopy(
+        &self,
+        id: u8,
+        header: &[u8],
+        iov: &[uct::iov::Iov],
+        _flags: u32,
+        comp: Comp,
+    ) -> Result<Status> {
+        self.send_am_zcopy(id, header, iov, comp)
+    }
+
+    fn put_short(&self, data: &[u8], raddr: u64, rkey: u64) -> Result<()> {
+        self.send_put_short(data, raddr, rkey)
+    }
+
+    fn put_bcopy(&self, pack: uct::callbacks::PackCb, raddr: u64, rkey: u64) -> Result<usize> {
+        self.send_put_bcopy(pack, raddr, rkey)
+    }
+
+    fn put_zcopy(&self, iov: &[uct::iov::Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Status> {
+        self.send_put_zcopy(iov, raddr, rkey, comp)
+    }
+
+    fn get_bcopy(
+        &self,
+        unpack: uct::callbacks::UnpackCb,
+        len: usize,
+        raddr: u64,
+        rkey: u64,
+        comp: Comp,
+    ) -> Result<Status> {
+        self.send_get_bcopy(unpack, len, raddr, rkey, comp)
+    }
+
+    fn get_zcopy(&self, iov: &[uct::iov::Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Status> {
+        self.send_get_zcopy(iov, raddr, rkey, comp)
+    }
+
+    fn atomic_post(
+        &self,
+        size: uct::transport::AtomicSize,
+        op: uct::types::AtomicOp,
+        value: u64,
+        raddr: u64,
+        rkey: u64,
+    ) -> Result<()> {
+        self.send_atomic(size, op, value, 0, None, raddr, rkey, Comp::NONE)
+            .map(|_| ())
+    }
+
+    fn atomic_fetch(
+        &self,
+        size: uct::transport::AtomicSize,
+        op: uct::types::AtomicOp,
+        value: u64,
+        result: uct::callbacks::ResultPtr,
+        raddr: u64,
+        rkey: u64,
+        comp: Comp,
+    ) -> Result<Status> {
+        if op == uct::types::AtomicOp::Cswap {
+            tracing::error!("tcp: atomic_fetch with Cswap: use atomic_cswap");
+            return Err(Status::InvalidParam);
+        }
+        self.send_atomic(size, op, value, 0, Some(result), raddr, rkey, comp)
+    }
+
+    fn atomic_cswap(
+        &self,
+        size: uct::transport::AtomicSize,
+        compare: u64,
+        swap: u64,
+        result: uct::callbacks::ResultPtr,
+        raddr: u64,
+        rkey: u64,
+        comp: Comp,
+    ) -> Result<Status> {
+        self.send_atomic(
+            size,
+            uct::types::AtomicOp::Cswap,
+            swap,
+            compare,
+            Some(result),
+            raddr,
+            rkey,
+            comp,
+        )
+    }
+
+    fn pending_add(&self, req: PendingReq, _flags: u32) -> Result<()> {
+        self.sh.pending_add(&self.inner, req)
+    }
+
+    fn pending_purge(&self, purge: PurgeCb) {
+        self.sh.pending_purge(&self.inner, purge)
+    }
+
+    fn flush(&self, flags: FlushFlags, comp: Comp) -> Result<Status> {
+        self.sh.ep_flush(&self.inner, flags, Done::Comp(comp))
+    }
+
+    fn fence(&self, _flags: u32) -> Result<()> {
+        // One ordered stream, executed in order by the target: nothing to do.
+        Ok(())
+    }
+}

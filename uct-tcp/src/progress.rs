@@ -1,0 +1,238 @@
+//! The interface's progress: one `epoll_wait(0)` over the listening socket, the timer fd and
+//! every connection, then the ready ones. With nothing to do that single system call is all.
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use nix::sys::epoll::{EpollEvent, EpollFlags, EpollTimeout};
+use ucs::{Result, Status};
+
+use crate::conn::{Conn, State};
+use crate::ep::Plan;
+use crate::iface::{Shared, LISTEN_TOKEN, TIMER_TOKEN};
+use crate::timers::Deadline;
+
+/// Connections accepted per progress call at most.
+const ACCEPT_BURST: usize = 16;
+
+thread_local! {
+    static LAST_ACCEPT_WARN: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+impl Shared {
+    pub fn progress(&self) -> u32 {
+        // The event array is kept in the interface; a handler that re-enters progress gets a
+        // small one on the stack.
+        match self.ev_buf.take() {
+            Some(mut buf) => {
+                let w = self.poll_into(&mut buf);
+                self.ev_buf.set(Some(buf));
+                w
+            }
+            None => self.poll_into(&mut [EpollEvent::empty(); 4]),
+        }
+    }
+
+    fn poll_into(&self, evs: &mut [EpollEvent]) -> u32 {
+        let n = match self.epoll.wait(evs, EpollTimeout::ZERO) {
+            Ok(n) => n,
+            Err(_) => return 0, // EINTR; anything else would repeat on the next call
+        };
+        let mut work = 0;
+        for ev in &evs[..n] {
+            work += match ev.data() {
+                LISTEN_TOKEN => self.accept_some(),
+                TIMER_TOKEN => self.run_timers(),
+                token => match self.conn_by_token(token) {
+                    Some(conn) => self.conn_event(&conn, ev.events()),
+                    None => 0,
+                },
+            };
+        }
+        work
+    }
+
+    fn conn_event(&self, conn: &Rc<Conn>, ev: EpollFlags) -> u32 {
+        if conn.state.get() == State::Connecting {
+            return self.connect_ready(conn);
+        }
+        let mut work = 0;
+        if ev.intersects(
+            EpollFlags::EPOLLIN | EpollFlags::EPOLLHUP | EpollFlags::EPOLLERR | EpollFlags::EPOLLRDHUP,
+        ) {
+            work += self.conn_readable(conn);
+        }
+        if conn.is_open() && ev.intersects(EpollFlags::EPOLLOUT | EpollFlags::EPOLLERR) {
+            work += self.conn_writable(conn);
+        }
+        work
+    }
+
+    /// The socket can take more: finish the partial message, then queued replies, then the
+    /// endpoint's pending requests.
+    fn conn_writable(&self, conn: &Rc<Conn>) -> u32 {
+        if conn.in_pack.get() {
+            return 0;
+        }
+        let drained = {
+            let mut tx = conn.tx.borrow_mut();
+            match self.drain_tx(conn, &mut tx) {
+                Ok(true) => Ok(Some(tx.reset())),
+                Ok(false) => Ok(None),
+                Err(st) => Err(st),
+            }
+        };
+        let comp = match drained {
+            Err(st) => {
+                self.conn_failed(conn, st);
+                return 1;
+            }
+            Ok(None) => return 0,
+            Ok(Some(c)) => c,
+        };
+        if !comp.is_none() {
+            comp.complete(Status::Ok);
+        }
+        if !conn.is_open() {
+            return 1;
+        }
+        // Replies the target side queued.
+        loop {
+            let Some(ctl) = conn.ctl.borrow_mut().pop_front() else {
+                break;
+            };
+            let r = {
+                let mut tx = conn.tx.borrow_mut();
+                self.send_ctl(conn, &mut tx, &ctl)
+            };
+            match r {
+                Ok(crate::tx::Sent::All) => {}
+                Ok(crate::tx::Sent::Stashed) => return 1,
+                Err(st) => {
+                    self.conn_failed(conn, st);
+                    return 1;
+                }
+            }
+        }
+        self.fin_step(conn);
+        if !conn.is_open() {
+            return 1;
+        }
+        let busy = conn.tx.borrow().busy();
+        self.update_interest(conn, busy);
+        let ep = conn.ep.borrow().upgrade();
+        if let Some(ep) = ep {
+            self.dispatch_pending(&ep);
+        }
+        1
+    }
+
+    fn accept_some(&self) -> u32 {
+        let mut work = 0;
+        for _ in 0..ACCEPT_BURST {
+            match self.listener.accept() {
+                Ok((s, from)) => {
+                    self.on_accept(s, from);
+                    work += 1;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    // Out of fds (a flood?): free the oldest half-open one, and say so at most
+                    // once a second.
+                    let now = Instant::now();
+                    let quiet =
+                        LAST_ACCEPT_WARN.with(|l| l.get().is_some_and(|t| now - t < Duration::from_secs(1)));
+                    if !quiet {
+                        LAST_ACCEPT_WARN.with(|l| l.set(Some(now)));
+                        tracing::warn!("tcp: accept on {} failed: {e}", self.listen_addr);
+                    }
+                    let old = self.half_open.borrow_mut().pop_front();
+                    if let Some(c) = old.and_then(|t| self.conn_by_token(t)) {
+                        self.close_conn(&c);
+                    }
+                    break;
+                }
+            }
+        }
+        work
+    }
+
+    fn run_timers(&self) -> u32 {
+        let due = self.timers.expired();
+        let n = due.len() as u32;
+        for d in due {
+            match d {
+                Deadline::Handshake(t) => {
+                    if let Some(c) = self.conn_by_token(t).filter(|c| c.state.get() == State::Accepted) {
+                        tracing::warn!(
+                            "tcp: {} sent no handshake within {:?} (RUCX_TCP_HANDSHAKE_TIMEOUT); dropped",
+                            c.peer.get(),
+                            self.cfg.handshake_timeout
+                        );
+                        self.close_conn(&c);
+                    }
+                }
+                Deadline::Attempt(t) => {
+                    let c = self
+                        .conn_by_token(t)
+                        .filter(|c| matches!(c.state.get(), State::Connecting | State::WaitAck));
+                    if let Some(c) = c {
+                        tracing::error!(
+                            "tcp: connecting to {} timed out after {:?} (RUCX_TCP_CONN_TIMEOUT)",
+                            c.peer.get(),
+                            self.cfg.conn_timeout
+                        );
+                        let ep = c.ep.borrow().upgrade();
+                        self.close_conn(&c);
+                        if let Some(ep) = ep {
+                            self.ep_failed(&ep, Status::Unreachable);
+                        }
+                    }
+                }
+                Deadline::Retry(key) => {
+                    if let Some(ep) = self.ep_by_key(key) {
+                        if ep.failed.get().is_none() && !ep.destroyed.get() {
+                            let old = ep.conn.borrow_mut().take();
+                            if let Some(old) = old {
+                                self.close_conn(&old);
+                            }
+                            self.start_connect(&ep);
+                        }
+                    }
+                }
+                Deadline::PeerWait(key) => {
+                    if let Some(ep) = self.ep_by_key(key) {
+                        let connected = ep.conn.borrow().as_ref().is_some_and(|c| c.is_open());
+                        if !connected && ep.failed.get().is_none() {
+                            let peer = match ep.plan.get() {
+                                Plan::ToEpPassive { peer, .. } | Plan::ToIface { target: peer, .. } => {
+                                    peer.to_string()
+                                }
+                                _ => "the peer".into(),
+                            };
+                            tracing::error!(
+                                "tcp: the peer endpoint at {peer} did not connect within {:?} \
+                                 (RUCX_TCP_CONN_TIMEOUT); did it call connect_to_ep, is it alive?",
+                                self.cfg.conn_timeout
+                            );
+                            self.ep_failed(&ep, Status::Unreachable);
+                        }
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    /// `Err(Busy)` when progress has work now (ready sockets, due timers, deferred reports).
+    pub fn event_arm(&self) -> Result<()> {
+        if self.deferred.get() > 0 {
+            return Err(Status::Busy);
+        }
+        let mut ev = [EpollEvent::empty(); 1];
+        match self.epoll.wait(&mut ev, EpollTimeout::ZERO) {
+            Ok(0) => Ok(()),
+            _ => Err(Status::Busy),
+        }
+    }
+}

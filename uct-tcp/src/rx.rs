@@ -1,0 +1,293 @@
+//! The receive side of a connection: one `recv()` per progress round (so one busy peer cannot
+//! starve the others), then every complete handshake message, frame and bulk chunk.
+//!
+//! Bulk data of a peer's put goes into the checked target range, that of our get into its
+//! destination; when nothing else is buffered it is received straight there.
+
+use std::rc::Rc;
+
+use nix::errno::Errno;
+use ucs::Status;
+
+use crate::conn::{Conn, Rx, Sink, State};
+use crate::iface::Shared;
+use crate::ops::{GetDst, Op, OpKind};
+use crate::rx_parser::Frame;
+use crate::sock;
+use crate::wire::{Msg, WireError};
+
+/// Largest direct receive into target memory per round.
+const DIRECT_MAX: u64 = 1 << 30;
+
+enum Got {
+    /// Bytes buffered in the parser.
+    Buffered,
+    /// Bulk bytes received in place; `true` when the bulk data is complete.
+    Direct(bool),
+    Eof,
+    Again,
+    Failed(Status),
+}
+
+/// Finds the entry and offset of byte `pos` of a get_zcopy destination.
+fn locate(iov: &[uct::iov::Iov<'static>], mut pos: usize) -> Option<(usize, usize)> {
+    for (i, e) in iov.iter().enumerate() {
+        if pos < e.len() {
+            return Some((i, pos));
+        }
+        pos -= e.len();
+    }
+    None
+}
+
+impl Shared {
+    /// A connection is readable.
+    pub fn conn_readable(&self, conn: &Rc<Conn>) -> u32 {
+        if conn.in_pack.get() {
+            return 0;
+        }
+        // Taken while frames are delivered: a handler that re-enters progress skips this
+        // connection instead of parsing the same buffer twice.
+        let Some(mut rx) = conn.rx.take() else { return 0 };
+        let work = self.rx_round(conn, &mut rx);
+        // Put back even when closed: a failure report still completes a get in the sink.
+        conn.rx.set(Some(rx));
+        work
+    }
+
+    fn rx_round(&self, conn: &Rc<Conn>, rx: &mut Rx) -> u32 {
+        match self.recv_once(conn, rx) {
+            Got::Again => return 0,
+            Got::Eof => {
+                self.peer_closed(conn);
+                return 1;
+            }
+            Got::Failed(st) => {
+                self.conn_failed(conn, st);
+                return 1;
+            }
+            Got::Direct(done) => {
+                if done {
+                    self.bulk_done(conn, &mut rx.sink);
+                }
+                return 1;
+            }
+            Got::Buffered => {}
+        }
+        let mut work = 1;
+        match conn.state.get() {
+            State::Accepted => {
+                if !self.server_handshake(conn, rx) {
+                    return work;
+                }
+            }
+            State::WaitAck => {
+                if !self.client_handshake(conn, rx) {
+                    return work;
+                }
+            }
+            State::Connected => {}
+            _ => return work,
+        }
+        work += self.process_frames(conn, rx);
+        work
+    }
+
+    /// One `recv()`: into the bulk destination when possible, else into the parser.
+    fn recv_once(&self, conn: &Conn, rx: &mut Rx) -> Got {
+        let direct = rx.parser.bulk_direct_max().min(DIRECT_MAX);
+        if direct > 0 {
+            let remaining = rx.parser.bulk_remaining();
+            let r = match &mut rx.sink {
+                Sink::Put {
+                    key,
+                    addr,
+                    len,
+                    status: Status::Ok,
+                    ..
+                } => {
+                    let at = *addr + (*len - remaining);
+                    let n = direct as usize;
+                    match self
+                        .regions
+                        .with_target(*key, at, n, |dst| sock::recv(&conn.sock, dst))
+                    {
+                        Ok(r) => Some(r),
+                        Err(st) => {
+                            // Deregistered meanwhile: the rest is read and dropped.
+                            if let Sink::Put { status, .. } = &mut rx.sink {
+                                *status = st;
+                            }
+                            None
+                        }
+                    }
+                }
+                Sink::Get(Op {
+                    kind:
+                        OpKind::Get {
+                            len,
+                            dst: GetDst::Zcopy { iov },
+                        },
+                    ..
+                }) => {
+                    let pos = (*len - remaining) as usize;
+                    locate(iov, pos)
+                        .map(|(i, off)| crate::direct::recv_into(&conn.sock, &iov[i], off, direct as usize))
+                }
+                _ => None,
+            };
+            if let Some(r) = r {
+                return match r {
+                    Ok(0) => Got::Eof,
+                    Ok(k) => match rx.parser.bulk_direct_done(k as u64) {
+                        Ok(done) => Got::Direct(done),
+                        Err(st) => Got::Failed(st),
+                    },
+                    Err(Errno::EAGAIN) => Got::Again,
+                    Err(e) => Got::Failed(sock::errno_status(e)),
+                };
+            }
+        }
+        match sock::recv(&conn.sock, rx.parser.buf_mut()) {
+            Ok(0) => Got::Eof,
+            Ok(k) => {
+                rx.parser.advance(k);
+                Got::Buffered
+            }
+            Err(Errno::EAGAIN) => Got::Again,
+            Err(e) => Got::Failed(sock::errno_status(e)),
+        }
+    }
+
+    /// The peer closed its side (EOF).
+    fn peer_closed(&self, conn: &Conn) {
+        match conn.state.get() {
+            State::Accepted => {
+                tracing::info!(
+                    "tcp: connection from {} closed before its handshake",
+                    conn.peer.get()
+                );
+                self.close_conn(conn);
+            }
+            _ => self.conn_failed(conn, Status::ConnectionReset),
+        }
+    }
+
+    /// A protocol violation: log it naming the peer and drop the connection.
+    pub fn violation(&self, conn: &Conn, e: &WireError) {
+        tracing::warn!("tcp: {}", e.from_peer(conn.peer.get()));
+        self.conn_failed(conn, e.status());
+    }
+
+    /// Delivers every complete frame and bulk chunk. Stops when the connection closes (a
+    /// handler may destroy its endpoint).
+    fn process_frames(&self, conn: &Rc<Conn>, rx: &mut Rx) -> u32 {
+        let Rx { parser, sink } = rx;
+        let mut work = 0;
+        while let Some(item) = parser.next_frame() {
+            match item {
+                Err(e) => {
+                    self.violation(conn, &e);
+                    return work;
+                }
+                Ok(Frame::Bulk { data, offset, last }) => {
+                    self.bulk_chunk(sink, data, offset);
+                    if last {
+                        self.bulk_done(conn, sink);
+                    }
+                }
+                Ok(Frame::Msg(m)) => {
+                    work += 1;
+                    self.on_msg(conn, sink, m);
+                }
+            }
+            if conn.state.get() != State::Connected {
+                break;
+            }
+        }
+        work
+    }
+
+    fn on_msg(&self, conn: &Rc<Conn>, sink: &mut Sink, m: Msg<'_>) {
+        match m {
+            Msg::Am { id, payload } => {
+                if let Err(st) = self.am.invoke(id, payload, None) {
+                    tracing::warn!(
+                        "tcp: malformed active message (id {id}) from {}; dropping the connection",
+                        conn.peer.get()
+                    );
+                    self.conn_failed(conn, st);
+                }
+            }
+            Msg::PutReq(r) => self.on_put_req(conn, sink, r),
+            Msg::GetReq(r) => self.on_get_req(conn, r),
+            Msg::AtomicReq(r) => self.on_atomic_req(conn, r),
+            Msg::PutAck(a) => self.on_put_ack(conn, a),
+            Msg::GetRep(r) => self.on_get_rep(conn, sink, r),
+            Msg::AtomicRep(r) => self.on_atomic_rep(conn, r),
+            Msg::Keepalive => {}
+            Msg::Fin => {
+                // The peer's endpoint on this connection is gone (it starts nothing more). Ours,
+                // if any, keeps sending; without one, neither side uses the connection.
+                conn.peer_fin.set(true);
+                let has_ep = conn.ep.borrow().upgrade().is_some();
+                // (With FIN pending, fin_step closes once ours is out.)
+                if !has_ep && (!conn.fin_pending.get() || conn.fin_sent.get()) {
+                    tracing::debug!(
+                        "tcp: {} finished with the connection; closing it",
+                        conn.peer.get()
+                    );
+                    self.close_conn(conn);
+                }
+            }
+        }
+    }
+
+    /// A piece of bulk data.
+    fn bulk_chunk(&self, sink: &mut Sink, data: &[u8], offset: u64) {
+        match sink {
+            Sink::Put {
+                key, addr, status, ..
+            } if *status == Status::Ok => {
+                if let Err(st) = self.regions.write(*key, *addr + offset, data) {
+                    *status = st;
+                }
+            }
+            Sink::Get(Op {
+                kind: OpKind::Get { dst, .. },
+                ..
+            }) => match dst {
+                GetDst::Zcopy { iov } => {
+                    let mut pos = offset as usize;
+                    let mut data = data;
+                    for e in iov.iter() {
+                        if data.is_empty() {
+                            break;
+                        }
+                        if pos >= e.len() {
+                            pos -= e.len();
+                            continue;
+                        }
+                        let k = e.write_at(pos, data);
+                        data = &data[k..];
+                        pos = 0;
+                    }
+                }
+                GetDst::Bcopy { buf, .. } => buf.extend_from_slice(data),
+                GetDst::Discard => {}
+            },
+            _ => {}
+        }
+    }
+
+    /// The bulk data of the current PUT_REQ / GET_REP is complete.
+    fn bulk_done(&self, conn: &Rc<Conn>, sink: &mut Sink) {
+        match std::mem::replace(sink, Sink::None) {
+            Sink::Put {
+                seq, ack_req, status, ..
+            } => self.put_done(conn, seq, ack_req, status),
+            Sink::Get(op) => self.get_done(conn, op),
+            Sink::None => {}
+        }
+    }
+}

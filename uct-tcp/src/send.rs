@@ -1,0 +1,252 @@
+//! The send fast paths: active messages, put_short and put_bcopy.
+//!
+//! `am_short` with nothing queued is: check the id and length, check the connection can send,
+//! write the 8-byte frame header and the 8-byte AM header into the connection's (idle) send
+//! buffer followed by the payload, and one `send()`. Payloads above `RUCX_TCP_SENDV_THRESH` are
+//! gathered by `sendmsg()` from the caller's buffer instead. No allocation, no lock, no logging.
+//! If the socket takes only part of the message, the rest stays in (or is copied to) the send
+//! buffer and is written by progress; the next send answers `NoResource` until then.
+
+use ucs::{Result, Status};
+use uct::callbacks::{Comp, PackCb};
+use uct::iov::Iov;
+
+use crate::conn::{Conn, Tx};
+use crate::ep::TcpEp;
+use crate::sock;
+use crate::tx::{Lent, MAX_PARTS};
+use crate::wire::{encode_am_header, encode_frame, Msg, PutReq, AM_ID_MAX, FRAME_HDR_LEN};
+
+/// Size of a PUT_REQ frame (header and payload), in front of the data.
+const PUT_HDR: usize = 40;
+
+#[cold]
+fn bad_id(id: u8) -> Status {
+    tracing::error!("tcp: AM id {id} out of range 0..{}", AM_ID_MAX - 1);
+    Status::InvalidParam
+}
+
+#[cold]
+fn too_long(what: &str, len: usize, max: usize, var: &str) -> Status {
+    tracing::error!("tcp: {what} of {len} bytes exceeds the limit {max} ({var})");
+    Status::InvalidParam
+}
+
+#[cold]
+fn peer_limit(conn: &Conn, len: usize) -> Status {
+    tracing::error!(
+        "tcp: message of {len} bytes exceeds what {} accepts ({} bytes: its RUCX_TCP_RX_SEG_SIZE)",
+        conn.peer.get(),
+        conn.peer_max.get()
+    );
+    Status::InvalidParam
+}
+
+/// Sends the message already in `tx.buf[..total]` from the start; keeps the rest there.
+#[inline]
+fn send_buffered(ep: &TcpEp, conn: &Conn, tx: &mut Tx, total: usize) -> Result<()> {
+    let sent = match sock::send(&conn.sock, &tx.buf[..total]) {
+        Ok(n) if n == total => return Ok(()),
+        Ok(n) => n,
+        Err(nix::errno::Errno::EAGAIN) => 0,
+        Err(e) => return Err(sock::errno_status(e)),
+    };
+    tx.head = sent;
+    tx.tail = total;
+    ep.sh.update_interest(conn, true);
+    Ok(())
+}
+
+impl TcpEp {
+    #[inline]
+    pub(crate) fn send_am_short(&self, id: u8, header: u64, payload: &[u8]) -> Result<()> {
+        let len = 8 + payload.len();
+        let cfg = &self.sh.cfg;
+        if id >= AM_ID_MAX {
+            return Err(bad_id(id));
+        }
+        if len > cfg.tx_seg {
+            return Err(too_long(
+                "am_short",
+                len,
+                cfg.tx_seg,
+                "am.max_short, RUCX_TCP_TX_SEG_SIZE",
+            ));
+        }
+        self.with_tx(|conn, tx| {
+            if len > conn.peer_max.get() as usize {
+                return Err(peer_limit(conn, len));
+            }
+            let fh = encode_am_header(id, len).map_err(Status::from)?;
+            if payload.len() <= cfg.sendv_thresh {
+                let total = FRAME_HDR_LEN + len;
+                tx.buf[..FRAME_HDR_LEN].copy_from_slice(&fh);
+                tx.buf[FRAME_HDR_LEN..FRAME_HDR_LEN + 8].copy_from_slice(&header.to_le_bytes());
+                tx.buf[FRAME_HDR_LEN + 8..total].copy_from_slice(payload);
+                send_buffered(self, conn, tx, total)
+            } else {
+                let mut hdr = [0u8; FRAME_HDR_LEN + 8];
+                hdr[..FRAME_HDR_LEN].copy_from_slice(&fh);
+                hdr[FRAME_HDR_LEN..].copy_from_slice(&header.to_le_bytes());
+                self.sh
+                    .send_parts(conn, tx, &[&hdr, payload], 2, Lent::None, Comp::NONE)
+                    .map(|_| ())
+            }
+        })
+    }
+
+    pub(crate) fn send_am_short_iov(&self, id: u8, iov: &[Iov]) -> Result<()> {
+        if id >= AM_ID_MAX {
+            return Err(bad_id(id));
+        }
+        if iov.len() > uct::MAX_IOV {
+            return Err(too_long(
+                "am_short_iov entry count",
+                iov.len(),
+                uct::MAX_IOV,
+                "uct::MAX_IOV",
+            ));
+        }
+        let len: usize = iov.iter().map(|e| e.len()).sum();
+        if len > self.sh.cfg.tx_seg {
+            return Err(too_long(
+                "am_short_iov",
+                len,
+                self.sh.cfg.tx_seg,
+                "am.max_short, RUCX_TCP_TX_SEG_SIZE",
+            ));
+        }
+        self.with_tx(|conn, tx| {
+            if len > conn.peer_max.get() as usize {
+                return Err(peer_limit(conn, len));
+            }
+            let fh = encode_am_header(id, len).map_err(Status::from)?;
+            let mut parts: [&[u8]; MAX_PARTS] = [&[]; MAX_PARTS];
+            parts[0] = &fh;
+            for (p, e) in parts[1..].iter_mut().zip(iov) {
+                *p = e.bytes();
+            }
+            let n = 1 + iov.len();
+            self.sh
+                .send_parts(conn, tx, &parts[..n], n, Lent::None, Comp::NONE)
+                .map(|_| ())
+        })
+    }
+
+    pub(crate) fn send_am_bcopy(&self, id: u8, pack: PackCb) -> Result<usize> {
+        if id >= AM_ID_MAX {
+            return Err(bad_id(id));
+        }
+        let max = self.sh.cfg.tx_seg;
+        self.with_tx(|conn, tx| {
+            conn.in_pack.set(true);
+            let r = pack.pack(&mut tx.buf[FRAME_HDR_LEN..FRAME_HDR_LEN + max]);
+            conn.in_pack.set(false);
+            let n = r?;
+            if n > conn.peer_max.get() as usize {
+                return Err(peer_limit(conn, n));
+            }
+            let fh = encode_am_header(id, n).map_err(Status::from)?;
+            tx.buf[..FRAME_HDR_LEN].copy_from_slice(&fh);
+            send_buffered(self, conn, tx, FRAME_HDR_LEN + n).map(|_| n)
+        })
+    }
+
+    pub(crate) fn send_am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], comp: Comp) -> Result<Status> {
+        let cfg = &self.sh.cfg;
+        if id >= AM_ID_MAX {
+            return Err(bad_id(id));
+        }
+        if iov.len() > cfg.max_iov {
+            return Err(too_long(
+                "am_zcopy entry count",
+                iov.len(),
+                cfg.max_iov,
+                "am.max_iov, RUCX_TCP_MAX_IOV",
+            ));
+        }
+        if header.len() > cfg.tx_seg - FRAME_HDR_LEN {
+            return Err(too_long(
+                "am_zcopy header",
+                header.len(),
+                cfg.tx_seg - FRAME_HDR_LEN,
+                "am.max_hdr",
+            ));
+        }
+        let len = header.len() + iov.iter().map(|e| e.len()).sum::<usize>();
+        if len > cfg.rx_seg {
+            return Err(too_long(
+                "am_zcopy",
+                len,
+                cfg.rx_seg,
+                "am.max_zcopy, RUCX_TCP_RX_SEG_SIZE",
+            ));
+        }
+        self.with_tx(|conn, tx| {
+            if len > conn.peer_max.get() as usize {
+                return Err(peer_limit(conn, len));
+            }
+            let fh = encode_am_header(id, len).map_err(Status::from)?;
+            let mut parts: [&[u8]; MAX_PARTS] = [&[]; MAX_PARTS];
+            parts[0] = &fh;
+            parts[1] = header;
+            for (p, e) in parts[2..].iter_mut().zip(iov) {
+                *p = e.bytes();
+            }
+            match self
+                .sh
+                .send_parts(conn, tx, &parts[..2 + iov.len()], 2, Lent::Iov(iov), comp)?
+            {
+                crate::tx::Sent::All => Ok(Status::Ok),
+                crate::tx::Sent::Stashed => Ok(Status::InProgress),
+            }
+        })
+    }
+
+    /// Fills the PUT_REQ frame in front of `len` data bytes; takes its sequence number.
+    fn put_header(conn: &Conn, out: &mut [u8], raddr: u64, rkey: u64, len: usize) -> Result<()> {
+        let mut ops = conn.ops.borrow_mut();
+        let put = PutReq {
+            remote_addr: raddr,
+            rkey,
+            length: len as u64,
+            seq: ops.take_seq(),
+            ack_req: false,
+        };
+        // Posted: a flush must send a barrier to learn it is done.
+        ops.need_barrier = true;
+        encode_frame(&Msg::PutReq(put), out)
+            .map(|_| ())
+            .map_err(Status::from)
+    }
+
+    pub(crate) fn send_put_short(&self, data: &[u8], raddr: u64, rkey: u64) -> Result<()> {
+        let max = self.sh.cfg.tx_seg;
+        if data.len() > max {
+            return Err(too_long(
+                "put_short",
+                data.len(),
+                max,
+                "put.max_short, RUCX_TCP_TX_SEG_SIZE",
+            ));
+        }
+        self.with_tx(|conn, tx| {
+            let total = PUT_HDR + data.len();
+            Self::put_header(conn, &mut tx.buf[..PUT_HDR], raddr, rkey, data.len())?;
+            tx.buf[PUT_HDR..total].copy_from_slice(data);
+            send_buffered(self, conn, tx, total)
+        })
+    }
+
+    pub(crate) fn send_put_bcopy(&self, pack: PackCb, raddr: u64, rkey: u64) -> Result<usize> {
+        let max = self.sh.cfg.tx_seg;
+        self.with_tx(|conn, tx| {
+            conn.in_pack.set(true);
+            let r = pack.pack(&mut tx.buf[PUT_HDR..PUT_HDR + max]);
+            conn.in_pack.set(false);
+            let n = r?;
+            Self::put_header(conn, &mut tx.buf[..PUT_HDR], raddr, rkey, n)?;
+            send_buffered(self, conn, tx, PUT_HDR + n).map(|_| n)
+        })
+    }
+}

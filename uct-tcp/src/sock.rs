@@ -1,0 +1,246 @@
+//! Socket plumbing: non-blocking connect, listening on a port range, socket options, and the
+//! `send`/`sendmsg`/`recv` calls of the data path (all with `MSG_NOSIGNAL`: a closed peer is
+//! an error return, never a `SIGPIPE`).
+
+use std::io::IoSlice;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use nix::errno::Errno;
+use nix::sys::socket::{self, sockopt, AddressFamily, MsgFlags, SockFlag, SockType, SockaddrIn, SockaddrIn6};
+use ucs::{Result, Status};
+
+use crate::config::TcpConfig;
+
+const SEND_FLAGS: MsgFlags = MsgFlags::MSG_NOSIGNAL.union(MsgFlags::MSG_DONTWAIT);
+
+/// `send()` of one buffer.
+#[inline]
+pub fn send(sock: &TcpStream, buf: &[u8]) -> std::result::Result<usize, Errno> {
+    loop {
+        match socket::send(sock.as_raw_fd(), buf, SEND_FLAGS) {
+            Err(Errno::EINTR) => continue,
+            r => return r,
+        }
+    }
+}
+
+/// `sendmsg()` gathering `iov`.
+#[inline]
+pub fn sendv(sock: &TcpStream, iov: &[IoSlice<'_>]) -> std::result::Result<usize, Errno> {
+    loop {
+        match socket::sendmsg::<()>(sock.as_raw_fd(), iov, &[], SEND_FLAGS, None) {
+            Err(Errno::EINTR) => continue,
+            r => return r,
+        }
+    }
+}
+
+/// `recv()` into `buf`; `Ok(0)` is end of stream.
+#[inline]
+pub fn recv(sock: &TcpStream, buf: &mut [u8]) -> std::result::Result<usize, Errno> {
+    loop {
+        match socket::recv(sock.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT) {
+            Err(Errno::EINTR) => continue,
+            r => return r,
+        }
+    }
+}
+
+/// The status a failed socket call reports.
+pub fn errno_status(e: Errno) -> Status {
+    match e {
+        Errno::ECONNRESET | Errno::EPIPE | Errno::ECONNABORTED | Errno::ENOTCONN | Errno::ESHUTDOWN => {
+            Status::ConnectionReset
+        }
+        Errno::ETIMEDOUT => Status::EndpointTimeout,
+        Errno::ECONNREFUSED => Status::Rejected,
+        Errno::EHOSTUNREACH
+        | Errno::ENETUNREACH
+        | Errno::EHOSTDOWN
+        | Errno::ENETDOWN
+        | Errno::EADDRNOTAVAIL => Status::Unreachable,
+        Errno::ENOMEM | Errno::ENOBUFS => Status::NoMemory,
+        _ => Status::IoError,
+    }
+}
+
+/// The pending error of a socket (`SO_ERROR`), if any.
+pub fn so_error(sock: &TcpStream) -> Option<Errno> {
+    match socket::getsockopt(sock, sockopt::SocketError) {
+        Ok(0) => None,
+        Ok(e) => Some(Errno::from_raw(e)),
+        Err(e) => Some(e),
+    }
+}
+
+/// Applies the configured options to a data socket. Failures are logged and ignored (the
+/// connection works without them), except that of making it non-blocking.
+pub fn configure(sock: &TcpStream, cfg: &TcpConfig) -> Result<()> {
+    sock.set_nonblocking(true).map_err(|e| {
+        tracing::error!("tcp: cannot make a socket non-blocking: {e}");
+        Status::IoError
+    })?;
+    let warn = |what: &str, r: nix::Result<()>| {
+        if let Err(e) = r {
+            tracing::warn!("tcp: setsockopt({what}) failed: {e}; continuing without it");
+        }
+    };
+    if cfg.nodelay {
+        warn(
+            "TCP_NODELAY",
+            socket::setsockopt(sock, sockopt::TcpNoDelay, &true),
+        );
+    }
+    if let Some(b) = cfg.sndbuf {
+        warn("SO_SNDBUF", socket::setsockopt(sock, sockopt::SndBuf, &b));
+    }
+    if let Some(b) = cfg.rcvbuf {
+        warn("SO_RCVBUF", socket::setsockopt(sock, sockopt::RcvBuf, &b));
+    }
+    if let Some(k) = cfg.keepalive {
+        warn(
+            "SO_KEEPALIVE",
+            socket::setsockopt(sock, sockopt::KeepAlive, &true),
+        );
+        warn(
+            "TCP_KEEPIDLE",
+            socket::setsockopt(sock, sockopt::TcpKeepIdle, &k.idle_s),
+        );
+        warn(
+            "TCP_KEEPINTVL",
+            socket::setsockopt(sock, sockopt::TcpKeepInterval, &k.intvl_s),
+        );
+        warn(
+            "TCP_KEEPCNT",
+            socket::setsockopt(sock, sockopt::TcpKeepCount, &k.cnt),
+        );
+    }
+    if let Some(ms) = cfg.user_timeout_ms {
+        warn(
+            "TCP_USER_TIMEOUT",
+            socket::setsockopt(sock, sockopt::TcpUserTimeout, &ms),
+        );
+    }
+    Ok(())
+}
+
+fn family(addr: &SocketAddr) -> AddressFamily {
+    if addr.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    }
+}
+
+fn bind(fd: &OwnedFd, addr: SocketAddr) -> nix::Result<()> {
+    match addr {
+        SocketAddr::V4(a) => socket::bind(fd.as_raw_fd(), &SockaddrIn::from(a)),
+        SocketAddr::V6(a) => socket::bind(fd.as_raw_fd(), &SockaddrIn6::from(a)),
+    }
+}
+
+/// Starts a non-blocking connect to `target`, from `local` (the device's address, so the
+/// connection leaves through the device; skipped if that bind fails). Returns the socket and
+/// whether it connected at once.
+pub fn start_connect(
+    target: SocketAddr,
+    local: Option<SocketAddr>,
+    cfg: &TcpConfig,
+) -> Result<(TcpStream, bool)> {
+    let fd = socket::socket(
+        family(&target),
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(|e| {
+        tracing::error!("tcp: socket() failed: {e} (out of file descriptors? raise `ulimit -n`)");
+        errno_status(e)
+    })?;
+    if let Some(l) = local.filter(|l| l.is_ipv4() == target.is_ipv4()) {
+        if let Err(e) = bind(&fd, l) {
+            tracing::debug!("tcp: binding the source address {l} failed ({e}); letting the kernel choose");
+        }
+    }
+    let r = match target {
+        SocketAddr::V4(a) => socket::connect(fd.as_raw_fd(), &SockaddrIn::from(a)),
+        SocketAddr::V6(a) => socket::connect(fd.as_raw_fd(), &SockaddrIn6::from(a)),
+    };
+    let sock = TcpStream::from(fd);
+    configure(&sock, cfg)?;
+    match r {
+        Ok(()) => Ok((sock, true)),
+        Err(Errno::EINPROGRESS) | Err(Errno::EINTR) => Ok((sock, false)),
+        Err(e) => {
+            tracing::debug!("tcp: connect to {target} failed at once: {e}");
+            Err(errno_status(e))
+        }
+    }
+}
+
+/// Listens on `ip` (IPv6 link-local addresses need `scope_id`), on any port or the first free
+/// one of `range`.
+pub fn listen(ip: IpAddr, scope_id: u32, range: Option<(u16, u16)>) -> Result<TcpListener> {
+    let addr = |port: u16| match ip {
+        IpAddr::V4(a) => SocketAddr::new(IpAddr::V4(a), port),
+        IpAddr::V6(a) => SocketAddr::V6(std::net::SocketAddrV6::new(a, port, 0, scope_id)),
+    };
+    let (first, last) = range.unwrap_or((0, 0));
+    let mut last_err = None;
+    for port in first..=last {
+        match TcpListener::bind(addr(port)) {
+            Ok(l) => {
+                l.set_nonblocking(true).map_err(|e| {
+                    tracing::error!("tcp: cannot make the listening socket non-blocking: {e}");
+                    Status::IoError
+                })?;
+                return Ok(l);
+            }
+            Err(e) => last_err = Some(e),
+        }
+    }
+    let e = last_err.map_or_else(|| "empty range".to_string(), |e| e.to_string());
+    match range {
+        Some((a, b)) => tracing::error!(
+            "tcp: cannot listen on {ip} in ports {a}-{b}: {e}; widen RUCX_TCP_PORT_RANGE or free a port"
+        ),
+        None => tracing::error!("tcp: cannot listen on {ip}: {e}"),
+    }
+    Err(Status::IoError)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_reach_the_socket() {
+        let l = listen("127.0.0.1".parse().unwrap(), 0, None).unwrap();
+        let target = l.local_addr().unwrap();
+        let mut cfg = TcpConfig::read().unwrap();
+        cfg.sndbuf = Some(1 << 16);
+        let (s, _) = start_connect(target, Some("127.0.0.1:0".parse().unwrap()), &cfg).unwrap();
+        assert!(socket::getsockopt(&s, sockopt::KeepAlive).unwrap());
+        assert_eq!(socket::getsockopt(&s, sockopt::TcpKeepIdle).unwrap(), 10);
+        assert_eq!(socket::getsockopt(&s, sockopt::TcpKeepInterval).unwrap(), 2);
+        assert_eq!(socket::getsockopt(&s, sockopt::TcpKeepCount).unwrap(), 3);
+        assert_eq!(socket::getsockopt(&s, sockopt::TcpUserTimeout).unwrap(), 16_000);
+        assert!(socket::getsockopt(&s, sockopt::TcpNoDelay).unwrap());
+        // The kernel doubles SO_SNDBUF for its bookkeeping.
+        assert!(socket::getsockopt(&s, sockopt::SndBuf).unwrap() >= 1 << 16);
+        assert_eq!(errno_status(Errno::ETIMEDOUT), Status::EndpointTimeout);
+        assert_eq!(errno_status(Errno::ECONNRESET), Status::ConnectionReset);
+    }
+
+    #[test]
+    fn port_range_is_honoured() {
+        let probe = listen("127.0.0.1".parse().unwrap(), 0, None).unwrap();
+        let p = probe.local_addr().unwrap().port();
+        drop(probe);
+        let l = listen("127.0.0.1".parse().unwrap(), 0, Some((p, p))).unwrap();
+        assert_eq!(l.local_addr().unwrap().port(), p);
+        // The only port of the range is taken now.
+        assert_eq!(listen("127.0.0.1".parse().unwrap(), 0, Some((p, p))).err(), Some(Status::IoError));
+    }
+}
