@@ -95,16 +95,9 @@ impl DevAddr {
             && (!self.loopback || self.domain == peer.domain)
     }
 
-    /// Sort key for the connect-to-ep rule (the smaller side connects).
+    /// Sort key of the device's address (see [`order_key`]).
     pub fn order_key(&self) -> (u8, [u8; 16]) {
-        match self.ip {
-            IpAddr::V4(a) => {
-                let mut k = [0u8; 16];
-                k[..4].copy_from_slice(&a.octets());
-                (FAMILY_V4, k)
-            }
-            IpAddr::V6(a) => (FAMILY_V6, a.octets()),
-        }
+        order_key(self.ip)
     }
 
     /// The socket address to connect to `port` of this device (IPv6 link-local addresses get
@@ -122,6 +115,19 @@ impl DevAddr {
                 ))
             }
         }
+    }
+}
+
+/// Sort key of an address for the rules that pick one side of a pair (the smaller connects):
+/// family, then the address bytes. Both sides compute the same order from the same addresses.
+pub fn order_key(ip: IpAddr) -> (u8, [u8; 16]) {
+    match ip {
+        IpAddr::V4(a) => {
+            let mut k = [0u8; 16];
+            k[..4].copy_from_slice(&a.octets());
+            (FAMILY_V4, k)
+        }
+        IpAddr::V6(a) => (FAMILY_V6, a.octets()),
     }
 }
 

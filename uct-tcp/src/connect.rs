@@ -133,8 +133,11 @@ impl Shared {
         let mine = (self.dev.order_key(), self.listen_addr.port(), ep.key);
         let theirs = (peer_dev.order_key(), port, peer_key);
         if mine == theirs {
-            tracing::error!("tcp: connect_to_ep: an endpoint cannot be connected to itself");
-            return Err(Status::InvalidParam);
+            // Connected to itself (UCX perftest's loopback): it connects to its own interface,
+            // which serves the socket without attaching it (see `server_handshake`).
+            ep.plan.set(Plan::ToEpActive { target, peer_key });
+            self.start_connect(ep);
+            return Ok(());
         }
         if let Some((from, key)) = ep.accepted_from.get() {
             // The peer got here first; it must be the one the user names.
@@ -364,7 +367,15 @@ impl Shared {
                 }
             }
         }
-        if let ConnectMode::ToEp { ep_key } = req.mode {
+        let self_loop = req.src_ep_key
+            == match req.mode {
+                ConnectMode::ToEp { ep_key } => ep_key,
+                ConnectMode::ToIface => 0,
+            }
+            && same_addr(req.listen_addr, self.listen_addr);
+        if let (ConnectMode::ToEp { ep_key }, true) = (req.mode, self_loop) {
+            ack_key = ep_key; // an endpoint connected to itself: this side stays the interface's
+        } else if let ConnectMode::ToEp { ep_key } = req.mode {
             match self.attach_to_ep(conn, &req, ep_key) {
                 Ok(key) => ack_key = key,
                 Err(why) => {
@@ -430,15 +441,7 @@ impl Shared {
             return Ok(0);
         };
         let ours = (self.dev.order_key(), self.listen_addr.port());
-        let theirs = (
-            DevAddr {
-                ip: req.listen_addr.ip(),
-                loopback: false,
-                domain: 0,
-            }
-            .order_key(),
-            req.listen_addr.port(),
-        );
+        let theirs = (addr::order_key(req.listen_addr.ip()), req.listen_addr.port());
         let current = ep.conn.borrow().clone().filter(|c| c.is_open());
         if let Some(c) = &current {
             let attached = c.role == Role::Server || c.state.get() == State::Connected;

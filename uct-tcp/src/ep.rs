@@ -266,7 +266,7 @@ impl Shared {
         let track = match &done {
             Done::None => false,
             Done::Comp(c) => !c.is_none(),
-            Done::Group(_) => true,
+            Done::Group(_) | Done::Unpack(..) => true,
         };
         if ops.need_barrier {
             let seq = ops.take_seq();

@@ -391,7 +391,11 @@ impl Iface for TcpIface {
                 | IfaceFlags::ERRHANDLE_REMOTE_MEM
                 | IfaceFlags::ERRHANDLE_BCOPY_LEN
                 | IfaceFlags::INTER_NODE
-                | if c.keepalive.is_some() { IfaceFlags::EP_KEEPALIVE } else { IfaceFlags::EMPTY },
+                | if c.keepalive.is_some() {
+                    IfaceFlags::EP_KEEPALIVE
+                } else {
+                    IfaceFlags::EMPTY
+                },
             event_flags: EventFlags::SEND_COMP | EventFlags::RECV | EventFlags::FD,
             am: OpCaps {
                 max_short: c.tx_seg,

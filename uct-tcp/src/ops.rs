@@ -64,6 +64,8 @@ pub enum Done {
     None,
     Comp(Comp),
     Group(Rc<FlushGroup>),
+    /// A canceled get_bcopy: its unpack callback is canceled, then `Done` updated.
+    Unpack(UnpackCb, Box<Done>),
 }
 
 impl Done {
@@ -77,6 +79,10 @@ impl Done {
                 }
             }
             Done::Group(g) => g.done(st),
+            Done::Unpack(u, d) => {
+                u.cancel();
+                d.complete(st);
+            }
         }
     }
 }
@@ -130,17 +136,19 @@ impl Op {
     }
 
     /// Detaches the operation from the user (canceled): it stays in the queue to absorb its
-    /// reply, and returns what must be completed.
+    /// reply, and returns what must be completed (by the caller, once it holds no borrows: the
+    /// user's callbacks run then).
     pub fn cancel(&mut self) -> Done {
-        if let OpKind::Get { dst, .. } = &mut self.kind {
-            if let GetDst::Bcopy { unpack: Some(u), .. } = std::mem::replace(dst, GetDst::Discard) {
-                u.cancel();
-            }
-        }
+        let done = std::mem::replace(&mut self.done, Done::None);
         if let OpKind::Atomic { result } = &mut self.kind {
             *result = None;
         }
-        std::mem::replace(&mut self.done, Done::None)
+        if let OpKind::Get { dst, .. } = &mut self.kind {
+            if let GetDst::Bcopy { unpack: Some(u), .. } = std::mem::replace(dst, GetDst::Discard) {
+                return Done::Unpack(u, Box::new(done));
+            }
+        }
+        done
     }
 }
 

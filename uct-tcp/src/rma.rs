@@ -386,7 +386,10 @@ impl Shared {
         let ep = conn.ep.borrow().upgrade();
         let Some(ep) = ep else {
             // Its endpoint was destroyed meanwhile: nobody to tell.
-            tracing::warn!("tcp: a {what} posted to {} was refused by the target: {st}", conn.peer.get());
+            tracing::warn!(
+                "tcp: a {what} posted to {} was refused by the target: {st}",
+                conn.peer.get()
+            );
             return;
         };
         tracing::warn!(

@@ -241,6 +241,9 @@ mod tests {
         let l = listen("127.0.0.1".parse().unwrap(), 0, Some((p, p))).unwrap();
         assert_eq!(l.local_addr().unwrap().port(), p);
         // The only port of the range is taken now.
-        assert_eq!(listen("127.0.0.1".parse().unwrap(), 0, Some((p, p))).err(), Some(Status::IoError));
+        assert_eq!(
+            listen("127.0.0.1".parse().unwrap(), 0, Some((p, p))).err(),
+            Some(Status::IoError)
+        );
     }
 }

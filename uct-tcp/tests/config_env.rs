@@ -34,7 +34,10 @@ fn configuration_from_the_environment() {
     std::env::set_var("RUCX_TCP_RX_SEG_SIZE", "2k");
     std::env::set_var("RUCX_TCP_MAX_IOV", "3");
     let i = open_lo(&c).unwrap();
-    assert_eq!((i.attr().am.max_short, i.attr().am.max_zcopy, i.attr().am.max_iov), (1024, 2048, 3));
+    assert_eq!(
+        (i.attr().am.max_short, i.attr().am.max_zcopy, i.attr().am.max_iov),
+        (1024, 2048, 3)
+    );
     drop(i);
     for v in ["RUCX_TCP_TX_SEG_SIZE", "RUCX_TCP_RX_SEG_SIZE", "RUCX_TCP_MAX_IOV"] {
         std::env::remove_var(v);
@@ -52,7 +55,10 @@ fn configuration_from_the_environment() {
     let ea = a.iface.ep_create().unwrap();
     let eb = b.iface.ep_create().unwrap();
     // Connect only the side that waits (the greater one): its peer never connects.
-    let (da, db) = (a.iface.device_address().unwrap(), b.iface.device_address().unwrap());
+    let (da, db) = (
+        a.iface.device_address().unwrap(),
+        b.iface.device_address().unwrap(),
+    );
     let (aa, ba) = (ea.address().unwrap(), eb.address().unwrap());
     let a_port = u16::from_le_bytes(aa[..2].try_into().unwrap());
     let b_port = u16::from_le_bytes(ba[..2].try_into().unwrap());
@@ -76,7 +82,10 @@ fn configuration_from_the_environment() {
     let s = side(&c, &worker());
     let (dev, addr) = {
         let gone = side(&c, &worker());
-        (gone.iface.device_address().unwrap(), gone.iface.address().unwrap())
+        (
+            gone.iface.device_address().unwrap(),
+            gone.iface.address().unwrap(),
+        )
     };
     let ep = s.iface.ep_create_connected(&dev, &addr).unwrap();
     let start = Instant::now();

@@ -265,14 +265,22 @@ fn iface_endpoints_pair_up() {
     let got: Rc<RefCell<Vec<(u8, u64)>>> = Rc::default();
     for (s, tag) in [(&a, 1u8), (&b, 2u8)] {
         let g = got.clone();
-        s.iface.set_am_handler(ID, AmCbFlags::SYNC, move |m| g.borrow_mut().push((tag, m.header()))).unwrap();
+        s.iface
+            .set_am_handler(ID, AmCbFlags::SYNC, move |m| {
+                g.borrow_mut().push((tag, m.header()))
+            })
+            .unwrap();
     }
     let pump = |n: usize| {
         let start = std::time::Instant::now();
         while got.borrow().len() < n {
             a.worker.progress();
             b.worker.progress();
-            assert!(start.elapsed() < DEADLINE, "messages not delivered: {:?}", got.borrow());
+            assert!(
+                start.elapsed() < DEADLINE,
+                "messages not delivered: {:?}",
+                got.borrow()
+            );
         }
     };
     let (ab, _) = connect(&a, &b, Model::Iface);
@@ -285,7 +293,11 @@ fn iface_endpoints_pair_up() {
     pump(1);
     // b's first endpoint to a adopts the connection a made: it can send before any progress.
     let (ba, _) = connect(&b, &a, Model::Iface);
-    assert_eq!(ba.am_short(ID, 2, b"b->a"), Ok(()), "the adopting endpoint is connected at once");
+    assert_eq!(
+        ba.am_short(ID, 2, b"b->a"),
+        Ok(()),
+        "the adopting endpoint is connected at once"
+    );
     pump(2);
     // Created at once on both sides, before any progress: the connects cross.
     let (ab2, _) = connect(&a, &b, Model::Iface);
@@ -316,6 +328,11 @@ fn iface_endpoints_pair_up() {
     }
     pump(122);
     assert!(b.errors.borrow().is_empty(), "{:?}", b.errors.borrow());
-    let from_b: Vec<u64> = got.borrow().iter().filter(|m| m.0 == 1 && m.1 >= 1000).map(|m| m.1).collect();
+    let from_b: Vec<u64> = got
+        .borrow()
+        .iter()
+        .filter(|m| m.0 == 1 && m.1 >= 1000)
+        .map(|m| m.1)
+        .collect();
     assert_eq!(from_b, (1000..1020).collect::<Vec<_>>());
 }
