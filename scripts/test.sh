@@ -60,7 +60,9 @@ fi
 if [ $VM = 1 ]; then
   step vm-prepare bash testbed/rxe-vm.sh --prepare
   step vm-ib bash testbed/cargo-test-in-vm.sh --timeout 1500 -p uct-ib -- --test-threads=1
-  [ -f testbed/ib-hello.sh ] && step vm-hello bash testbed/ib-hello.sh
+  step vm-conformance bash testbed/vm-conformance.sh verbs
+  step vm-hello-rc bash testbed/ib-hello.sh -t rc_verbs -d rxe0:1
+  step vm-hello-ud bash testbed/ib-hello.sh -t ud_verbs -d rxe0:1
 fi
 
 echo

@@ -12,7 +12,9 @@ use plugin_build::{ensure_plugins, target_dir};
 
 /// A fresh directory under the target dir (tests run in parallel threads: unique names).
 fn scratch(name: &str) -> PathBuf {
-    let d = target_dir().join("plugin-tests").join(format!("{name}-{}", std::process::id()));
+    let d = target_dir()
+        .join("plugin-tests")
+        .join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -70,10 +72,20 @@ fn bad_plugins_are_skipped_with_a_reason() {
     // Not a shared library at all.
     std::fs::write(dir.join("libuct_junk.so"), b"this is not an ELF file").unwrap();
     // A real shared library without the rucx entry symbol.
-    gcc(&dir, "libuct_plain.so", "int plain_function(void) { return 1; }\n", &[]);
+    gcc(
+        &dir,
+        "libuct_plain.so",
+        "int plain_function(void) { return 1; }\n",
+        &[],
+    );
     // A plugin whose dependency is missing: link against a library, then remove it.
     gcc(&dir, "libgone.so", "int gone(void) { return 2; }\n", &[]);
-    gcc(&dir, "libuct_needy.so", "int gone(void); int needy(void) { return gone(); }\n", &["-L.", "-lgone"]);
+    gcc(
+        &dir,
+        "libuct_needy.so",
+        "int gone(void); int needy(void) { return gone(); }\n",
+        &["-L.", "-lgone"],
+    );
     std::fs::remove_file(dir.join("libgone.so")).unwrap();
     // A plugin speaking another ABI version.
     gcc(
@@ -85,15 +97,31 @@ fn bad_plugins_are_skipped_with_a_reason() {
         &[],
     );
     let out = modules_in(&dir);
-    let line = |name: &str| out.lines().find(|l| l.starts_with(&format!("MODULE {name} "))).unwrap_or("").to_string();
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("MODULE {name} ")))
+            .unwrap_or("")
+            .to_string()
+    };
     assert!(line("junk").contains("Failed"), "{out}");
     assert!(line("plain").contains("not a rucx plugin"), "{out}");
-    assert!(line("needy").contains("Failed") && out.contains("libgone.so"), "missing dependency named:\n{out}");
+    assert!(
+        line("needy").contains("Failed") && out.contains("libgone.so"),
+        "missing dependency named:\n{out}"
+    );
     assert!(line("future").contains("ABI version 999"), "{out}");
     assert!(line("self").contains("Builtin"), "{out}");
     // One warn line per skipped plugin, naming the file.
-    for f in ["libuct_junk.so", "libuct_plain.so", "libuct_needy.so", "libuct_future.so"] {
-        let n = out.lines().filter(|l| l.contains("WARN") && l.contains(f)).count();
+    for f in [
+        "libuct_junk.so",
+        "libuct_plain.so",
+        "libuct_needy.so",
+        "libuct_future.so",
+    ] {
+        let n = out
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains(f))
+            .count();
         assert_eq!(n, 1, "expected one warning for {f}:\n{out}");
     }
 }
@@ -143,7 +171,10 @@ struct Capture(Arc<Mutex<Vec<String>>>);
 
 impl std::io::Write for Capture {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().push(String::from_utf8_lossy(b).into_owned());
+        self.0
+            .lock()
+            .unwrap()
+            .push(String::from_utf8_lossy(b).into_owned());
         Ok(b.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -159,15 +190,28 @@ fn probe_plugin_log() {
     }
     let cap = Capture::default();
     let c2 = cap.clone();
-    tracing_subscriber::fmt().with_writer(move || c2.clone()).with_ansi(false).with_max_level(tracing::Level::INFO).init();
+    tracing_subscriber::fmt()
+        .with_writer(move || c2.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .init();
     let ctx = Context::builder().build();
-    assert_eq!(ctx.modules().iter().find(|m| m.name == "self").map(|m| m.status.clone()), Some(ModuleStatus::Loaded));
+    assert_eq!(
+        ctx.modules()
+            .iter()
+            .find(|m| m.name == "self")
+            .map(|m| m.status.clone()),
+        Some(ModuleStatus::Loaded)
+    );
     let (md, _) = ctx.find_resource("self", "memory0").unwrap();
     let w = uct::Worker::new(uct::AsyncMode::Poll, uct::ThreadMode::Single).unwrap();
     // The plugin logs an error naming the bad device.
     assert!(uct::Iface::open(&md, &w, uct::IfaceParams::new("self", "no-such-device")).is_err());
     let logs = cap.0.lock().unwrap().join("");
-    assert!(logs.contains("rucx::plugin") && logs.contains("no-such-device"), "plugin log not forwarded:\n{logs}");
+    assert!(
+        logs.contains("rucx::plugin") && logs.contains("no-such-device"),
+        "plugin log not forwarded:\n{logs}"
+    );
     println!("PLUGIN-LOG-OK");
 }
 
@@ -190,17 +234,37 @@ fn plugin_logs_reach_host_subscriber() {
 fn example_and_tool_binaries_do_not_link_libibverbs() {
     let t = target_dir();
     let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "-p", "rucx", "--example", "uct_hello_world", "-p", "rucx-tools", "--bins"]);
+    cmd.args([
+        "build",
+        "-p",
+        "rucx",
+        "--example",
+        "uct_hello_world",
+        "-p",
+        "rucx-tools",
+        "--bins",
+    ]);
     if t.file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
     }
-    assert!(cmd.status().unwrap().success(), "building the example and tools failed");
+    assert!(
+        cmd.status().unwrap().success(),
+        "building the example and tools failed"
+    );
     let mut checked = 0;
-    for p in [t.join("examples/uct_hello_world"), t.join("rucx-info"), t.join("rucx-perftest")] {
+    for p in [
+        t.join("examples/uct_hello_world"),
+        t.join("rucx-info"),
+        t.join("rucx-perftest"),
+    ] {
         assert!(p.exists(), "{} was not built", p.display());
         let out = Command::new("ldd").arg(&p).output().expect("ldd");
         let s = String::from_utf8_lossy(&out.stdout);
-        assert!(!s.contains("libibverbs"), "{} links libibverbs:\n{s}", p.display());
+        assert!(
+            !s.contains("libibverbs"),
+            "{} links libibverbs:\n{s}",
+            p.display()
+        );
         checked += 1;
     }
     assert!(checked > 0, "no example/tool binary found under {}", t.display());

@@ -8,7 +8,10 @@ use std::sync::Mutex;
 /// `target/<profile>` of this test run (test executables live in `target/<profile>/deps`).
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    exe.parent().and_then(|d| d.parent()).expect("target/<profile>/deps layout").to_path_buf()
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>/deps layout")
+        .to_path_buf()
 }
 
 /// Makes sure `libuct_<name>.so` exists for each crate (`uct-self`, `uct-tcp`, ...) and returns

@@ -5,13 +5,13 @@
 //! fd/epoll FFI); each such module says so at its top with `#![allow(unsafe_code)]`.
 #![deny(unsafe_code)]
 
+pub mod arbiter;
 pub mod async_ctx;
 pub mod callbackq;
-pub mod mpmc;
-pub mod arbiter;
 pub mod config;
 pub mod log;
 pub mod module;
+pub mod mpmc;
 pub mod mpool;
 pub mod status;
 

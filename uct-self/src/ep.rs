@@ -34,7 +34,11 @@ impl SelfEp {
     fn deliver(&self, id: u8, len: usize, fill: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result<usize> {
         let t = self.target()?;
         if len > t.seg_size {
-            tracing::error!(len, max = t.seg_size, "self: message longer than the segment size (RUCX_SELF_SEG_SIZE)");
+            tracing::error!(
+                len,
+                max = t.seg_size,
+                "self: message longer than the segment size (RUCX_SELF_SEG_SIZE)"
+            );
             return Err(Status::InvalidParam);
         }
         t.with_buf(|buf| {
@@ -67,7 +71,8 @@ impl Ep for SelfEp {
     }
 
     fn am_short_iov(&self, id: u8, iov: &[Iov]) -> Result<()> {
-        self.deliver(id, total_len(iov), |buf| Ok(gather(buf, iov))).map(|_| ())
+        self.deliver(id, total_len(iov), |buf| Ok(gather(buf, iov)))
+            .map(|_| ())
     }
 
     fn am_bcopy(&self, id: u8, pack: PackCb, _flags: u32) -> Result<usize> {
@@ -113,22 +118,28 @@ impl Ep for SelfEp {
     fn get_bcopy(&self, unpack: UnpackCb, len: usize, raddr: u64, rkey: u64, _comp: Comp) -> Result<Status> {
         let t = self.target()?;
         if len > t.seg_size {
-            tracing::error!(len, max = t.seg_size, "self: get_bcopy longer than the segment size (RUCX_SELF_SEG_SIZE)");
+            tracing::error!(
+                len,
+                max = t.seg_size,
+                "self: get_bcopy longer than the segment size (RUCX_SELF_SEG_SIZE)"
+            );
             unpack.cancel();
             return Err(Status::InvalidParam);
         }
         // The unpack callback runs while the buffer is lent to it; a nested send from inside it
         // gets a temporary buffer (see `with_buf`).
-        t.with_buf(|buf| match REGIONS.with(|r| r.read(rkey, raddr, &mut buf[..len])) {
-            Ok(()) => {
-                unpack.deliver(&buf[..len]);
-                Ok(Status::Ok)
-            }
-            Err(e) => {
-                unpack.cancel();
-                Err(e)
-            }
-        })
+        t.with_buf(
+            |buf| match REGIONS.with(|r| r.read(rkey, raddr, &mut buf[..len])) {
+                Ok(()) => {
+                    unpack.deliver(&buf[..len]);
+                    Ok(Status::Ok)
+                }
+                Err(e) => {
+                    unpack.cancel();
+                    Err(e)
+                }
+            },
+        )
     }
 
     fn get_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, _comp: Comp) -> Result<Status> {
@@ -142,10 +153,15 @@ impl Ep for SelfEp {
 
     fn atomic_post(&self, size: AtomicSize, op: AtomicOp, value: u64, raddr: u64, rkey: u64) -> Result<()> {
         if matches!(op, AtomicOp::Swap | AtomicOp::Cswap) {
-            tracing::error!(?op, "atomic_post supports add/and/or/xor; use atomic_fetch/atomic_cswap");
+            tracing::error!(
+                ?op,
+                "atomic_post supports add/and/or/xor; use atomic_fetch/atomic_cswap"
+            );
             return Err(Status::InvalidParam);
         }
-        REGIONS.with(|r| r.atomic(rkey, raddr, size, op, value, 0)).map(|_| ())
+        REGIONS
+            .with(|r| r.atomic(rkey, raddr, size, op, value, 0))
+            .map(|_| ())
     }
 
     fn atomic_fetch(

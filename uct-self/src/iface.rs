@@ -158,7 +158,14 @@ impl Iface for SelfIface {
                 | IfaceFlags::CONNECT_TO_IFACE
                 | IfaceFlags::CB_SYNC,
             event_flags: EventFlags::EMPTY,
-            am: OpCaps { max_short: seg, max_bcopy: seg, max_zcopy: seg, max_hdr: seg, max_iov: uct::MAX_IOV, ..Default::default() },
+            am: OpCaps {
+                max_short: seg,
+                max_bcopy: seg,
+                max_zcopy: seg,
+                max_hdr: seg,
+                max_iov: uct::MAX_IOV,
+                ..Default::default()
+            },
             put: OpCaps {
                 max_short: u32::MAX as usize,
                 max_bcopy: seg,
@@ -173,14 +180,23 @@ impl Iface for SelfIface {
                 max_iov: uct::MAX_IOV,
                 ..Default::default()
             },
-            atomic32: AtomicCaps { op_flags: all, fop_flags: fetch },
-            atomic64: AtomicCaps { op_flags: all, fop_flags: fetch },
+            atomic32: AtomicCaps {
+                op_flags: all,
+                fop_flags: fetch,
+            },
+            atomic64: AtomicCaps {
+                op_flags: all,
+                fop_flags: fetch,
+            },
             device_addr_len: 8,
             iface_addr_len: 8,
             ep_addr_len: 0,
             max_num_eps: usize::MAX,
             overhead: 10e-9,
-            bandwidth: Bandwidth { dedicated: 10e9, shared: 0.0 },
+            bandwidth: Bandwidth {
+                dedicated: 10e9,
+                shared: 0.0,
+            },
             latency: LinearFunc { c: 0.0, m: 0.0 },
             priority: 0,
         }
@@ -214,7 +230,9 @@ impl Iface for SelfIface {
         match find(dev, iface) {
             Some(target) => Ok(SelfEp::new(target)),
             None => {
-                tracing::error!("self: the peer is not an interface of this thread; self only connects within a thread");
+                tracing::error!(
+                    "self: the peer is not an interface of this thread; self only connects within a thread"
+                );
                 Err(Status::Unreachable)
             }
         }

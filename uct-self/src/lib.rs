@@ -17,7 +17,11 @@ pub use config::SELF_CONFIG;
 
 static MD_OPS: uct::abi::RawMdOps = uct::abi::export::md_ops::<md::SelfMd>();
 static IFACE_OPS: uct::abi::RawIfaceOps = uct::abi::export::iface_ops::<iface::SelfIface>();
-static TRANSPORTS: [uct::abi::RawTransport; 1] = [uct::abi::export::transport::<iface::SelfTransport>(&IFACE_OPS)];
-static COMPONENTS: [uct::abi::RawComponent; 1] = [uct::abi::export::component::<md::SelfComponent>(&MD_OPS, &TRANSPORTS)];
+static TRANSPORTS: [uct::abi::RawTransport; 1] =
+    [uct::abi::export::transport::<iface::SelfTransport>(&IFACE_OPS)];
+static COMPONENTS: [uct::abi::RawComponent; 1] = [uct::abi::export::component::<md::SelfComponent>(
+    &MD_OPS,
+    &TRANSPORTS,
+)];
 
 uct::declare_module!(self, COMPONENTS, [&SELF_CONFIG]);

@@ -16,7 +16,10 @@ struct Entry {
     arg: *mut c_void,
 }
 
-const EMPTY: Entry = Entry { cb: None, arg: std::ptr::null_mut() };
+const EMPTY: Entry = Entry {
+    cb: None,
+    arg: std::ptr::null_mut(),
+};
 
 /// Handlers by AM id. Interior-mutable so a handler may replace handlers while running.
 pub struct AmTable {
@@ -55,7 +58,11 @@ pub enum AmDisposition {
 impl AmTable {
     /// A table with no handlers. `supports_sync` is true when the iface has `CB_SYNC`.
     pub fn new(supports_sync: bool) -> AmTable {
-        AmTable { entries: [const { Cell::new(EMPTY) }; AM_ID_MAX as usize], warned: Cell::new(0), supports_sync }
+        AmTable {
+            entries: [const { Cell::new(EMPTY) }; AM_ID_MAX as usize],
+            warned: Cell::new(0),
+            supports_sync,
+        }
     }
 
     /// Installs (`cb` some) or removes (`cb` none) the handler of `id` (`uct_iface_set_am_handler`).
@@ -69,7 +76,10 @@ impl AmTable {
             return Err(Status::InvalidParam);
         }
         if cb.is_some() && !flags.contains(AmCbFlags::ASYNC) && !self.supports_sync {
-            tracing::error!(id, "set_am_handler: this transport calls handlers asynchronously; pass AmCbFlags::ASYNC");
+            tracing::error!(
+                id,
+                "set_am_handler: this transport calls handlers asynchronously; pass AmCbFlags::ASYNC"
+            );
             return Err(Status::InvalidParam);
         }
         self.entries[id as usize].set(Entry { cb, arg });
@@ -98,7 +108,11 @@ impl AmTable {
     pub fn invoke(&self, id: u8, data: &[u8], desc: Option<LentDesc>) -> Result<AmDisposition, Status> {
         let desc = desc.map_or(std::ptr::null_mut(), |d| d.0.as_ptr());
         let Some(cell) = self.entries.get(id as usize) else {
-            tracing::error!(id, "active message id {id} out of range 0..{}: dropped", AM_ID_MAX - 1);
+            tracing::error!(
+                id,
+                "active message id {id} out of range 0..{}: dropped",
+                AM_ID_MAX - 1
+            );
             return Err(Status::InvalidParam);
         };
         let e = cell.get();
@@ -111,7 +125,10 @@ impl AmTable {
         let st = unsafe { cb(e.arg, data.as_ptr(), data.len(), desc) };
         if st == Status::InProgress.as_raw() {
             if desc.is_null() {
-                tracing::error!(id, "AM handler returned InProgress for data it cannot keep; treated as consumed");
+                tracing::error!(
+                    id,
+                    "AM handler returned InProgress for data it cannot keep; treated as consumed"
+                );
                 return Ok(AmDisposition::Done);
             }
             return Ok(AmDisposition::Kept);
@@ -124,7 +141,11 @@ impl AmTable {
         let bit = 1u32 << id;
         if self.warned.get() & bit == 0 {
             self.warned.set(self.warned.get() | bit);
-            tracing::warn!(id, len, "got active message id {id}, but no handler installed: dropped (set one with set_am_handler)");
+            tracing::warn!(
+                id,
+                len,
+                "got active message id {id}, but no handler installed: dropped (set one with set_am_handler)"
+            );
         }
     }
 }

@@ -49,7 +49,11 @@ impl PackCb {
         // SAFETY: `dest` is a valid writable buffer of `dest.len()` bytes; `arg` is the host's.
         let n = unsafe { (self.func)(self.arg, dest.as_mut_ptr(), dest.len()) };
         if n > dest.len() {
-            tracing::error!(n, max = dest.len(), "bcopy pack callback wrote past the buffer limit");
+            tracing::error!(
+                n,
+                max = dest.len(),
+                "bcopy pack callback wrote past the buffer limit"
+            );
             return Err(Status::MessageTruncated);
         }
         Ok(n)
@@ -141,7 +145,10 @@ pub struct ErrHandler {
 
 impl ErrHandler {
     /// A handler that is not set.
-    pub const NONE: ErrHandler = ErrHandler { func: None, arg: std::ptr::null_mut() };
+    pub const NONE: ErrHandler = ErrHandler {
+        func: None,
+        arg: std::ptr::null_mut(),
+    };
 
     /// Reports that `ep` failed with `status`. Returns `false` when no handler is set or the
     /// user's handler did not handle it; the transport then logs the failure at error level.

@@ -32,7 +32,10 @@ impl<'a> Iov<'a> {
 
     /// Builds an entry (host side).
     pub fn from_raw(raw: RawIov) -> Iov<'a> {
-        Iov { raw, _life: PhantomData }
+        Iov {
+            raw,
+            _life: PhantomData,
+        }
     }
 
     /// The raw entry.
@@ -95,7 +98,10 @@ impl<'a> Iov<'a> {
 
     /// Extends the lifetime, for transports that keep the entry until completion.
     pub fn detach(&self) -> Iov<'static> {
-        Iov { raw: self.raw, _life: PhantomData }
+        Iov {
+            raw: self.raw,
+            _life: PhantomData,
+        }
     }
 }
 

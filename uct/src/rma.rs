@@ -43,14 +43,21 @@ impl Default for RegionTable {
 fn random_u32() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+    );
     h.finish() as u32
 }
 
 impl RegionTable {
     /// An empty table.
     pub fn new() -> RegionTable {
-        RegionTable { regions: RefCell::new(Slab::new()), salt: Cell::new(random_u32()) }
+        RegionTable {
+            regions: RefCell::new(Slab::new()),
+            salt: Cell::new(random_u32()),
+        }
     }
 
     /// Registers `[addr, addr+len)`; returns the memory handle (never 0).
@@ -61,7 +68,12 @@ impl RegionTable {
         let entry = regions.vacant_entry();
         let idx = entry.key();
         let key = ((idx as u64) << 32) | salt as u64;
-        entry.insert(Region { base: addr as u64, len: len as u64, access, key });
+        entry.insert(Region {
+            base: addr as u64,
+            len: len as u64,
+            access,
+            key,
+        });
         idx + 1
     }
 
@@ -80,7 +92,10 @@ impl RegionTable {
     /// Packs the rkey of `memh` into `buf` ([`PACKED_RKEY_LEN`] bytes).
     pub fn pack(&self, memh: usize, buf: &mut [u8]) -> Result<()> {
         let regions = self.regions.borrow();
-        let r = memh.checked_sub(1).and_then(|i| regions.get(i)).ok_or(Status::InvalidParam)?;
+        let r = memh
+            .checked_sub(1)
+            .and_then(|i| regions.get(i))
+            .ok_or(Status::InvalidParam)?;
         let out = buf.get_mut(..PACKED_RKEY_LEN).ok_or(Status::BufferTooSmall)?;
         out[..8].copy_from_slice(&r.key.to_le_bytes());
         out[8..16].copy_from_slice(&r.base.to_le_bytes());
@@ -91,7 +106,10 @@ impl RegionTable {
     /// The rkey value (the key) of a packed rkey.
     pub fn unpack(packed: &[u8]) -> Result<u64> {
         let b = packed.get(..8).ok_or_else(|| {
-            tracing::error!(len = packed.len(), "packed rkey too short (need {PACKED_RKEY_LEN} bytes)");
+            tracing::error!(
+                len = packed.len(),
+                "packed rkey too short (need {PACKED_RKEY_LEN} bytes)"
+            );
             Status::InvalidParam
         })?;
         Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
@@ -119,7 +137,10 @@ impl RegionTable {
             return Err(Status::InvalidAddr);
         }
         if !r.access.contains(need) {
-            tracing::error!("remote access {need:?} not granted by the registration ({:?}): refused", r.access);
+            tracing::error!(
+                "remote access {need:?} not granted by the registration ({:?}): refused",
+                r.access
+            );
             return Err(Status::InvalidAddr);
         }
         Ok(addr as *mut u8)
@@ -152,7 +173,13 @@ impl RegionTable {
     }
 
     /// Runs `f` over the registered bytes `[addr, addr+len)` (for receiving straight into them).
-    pub fn with_target<R>(&self, key: u64, addr: u64, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+    pub fn with_target<R>(
+        &self,
+        key: u64,
+        addr: u64,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R> {
         let p = self.check(key, addr, len, MemAccess::REMOTE_PUT)?;
         // SAFETY: as in `write`; the slice does not escape `f` and nothing else on this thread
         // accesses the range meanwhile.
@@ -161,7 +188,15 @@ impl RegionTable {
     }
 
     /// Executes an atomic op at `addr`; returns the old value. `compare` is used by `Cswap`.
-    pub fn atomic(&self, key: u64, addr: u64, size: AtomicSize, op: AtomicOp, operand: u64, compare: u64) -> Result<u64> {
+    pub fn atomic(
+        &self,
+        key: u64,
+        addr: u64,
+        size: AtomicSize,
+        op: AtomicOp,
+        operand: u64,
+        compare: u64,
+    ) -> Result<u64> {
         let width = match size {
             AtomicSize::U32 => 4,
             AtomicSize::U64 => 8,
@@ -176,7 +211,12 @@ impl RegionTable {
         Ok(unsafe {
             match size {
                 AtomicSize::U64 => apply64(AtomicU64::from_ptr(p as *mut u64), op, operand, compare),
-                AtomicSize::U32 => apply32(AtomicU32::from_ptr(p as *mut u32), op, operand as u32, compare as u32) as u64,
+                AtomicSize::U32 => apply32(
+                    AtomicU32::from_ptr(p as *mut u32),
+                    op,
+                    operand as u32,
+                    compare as u32,
+                ) as u64,
             }
         })
     }
@@ -238,9 +278,15 @@ mod tests {
         assert_eq!(t.write(key ^ 1, a, &[0; 1]), Err(Status::InvalidAddr));
         assert_eq!(t.atomic(key, a + 8, AtomicSize::U64, AtomicOp::Add, 5, 0), Ok(7));
         assert_eq!(buf[1], 12);
-        assert_eq!(t.atomic(key, a + 8, AtomicSize::U64, AtomicOp::Cswap, 1, 12), Ok(12));
+        assert_eq!(
+            t.atomic(key, a + 8, AtomicSize::U64, AtomicOp::Cswap, 1, 12),
+            Ok(12)
+        );
         assert_eq!(buf[1], 1);
-        assert_eq!(t.atomic(key, a + 3, AtomicSize::U32, AtomicOp::Add, 1, 0), Err(Status::InvalidAddr));
+        assert_eq!(
+            t.atomic(key, a + 3, AtomicSize::U32, AtomicOp::Add, 1, 0),
+            Err(Status::InvalidAddr)
+        );
         let h2 = t.register(base, 64, MemAccess::REMOTE_GET);
         let mut p2 = [0u8; PACKED_RKEY_LEN];
         t.pack(h2, &mut p2).unwrap();

@@ -352,7 +352,11 @@ pub struct TlResource {
 impl TlResource {
     /// Builds a resource record.
     pub fn new(tl: &str, dev: &str, ty: DeviceType) -> Self {
-        TlResource { tl_name: Name::new(tl), dev_name: Name::new(dev), dev_type: ty as u8 }
+        TlResource {
+            tl_name: Name::new(tl),
+            dev_name: Name::new(dev),
+            dev_type: ty as u8,
+        }
     }
 
     /// The device type.

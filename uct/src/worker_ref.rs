@@ -32,10 +32,12 @@ pub struct AsyncId(pub i64);
 unsafe extern "C" fn call_boxed<F: FnMut() -> u32>(arg: *mut c_void) -> u32 {
     // SAFETY: `arg` is the Box<F> leaked in `boxed`, alive until `drop_boxed`. Panics are caught
     // because this is called across the boundary.
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*(arg as *mut F))() })).unwrap_or_else(|_| {
-        tracing::error!("panic in a transport progress/timer callback (caught)");
-        0
-    })
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*(arg as *mut F))() })).unwrap_or_else(
+        |_| {
+            tracing::error!("panic in a transport progress/timer callback (caught)");
+            0
+        },
+    )
 }
 
 unsafe extern "C" fn call_boxed_ev<F: FnMut(u32)>(arg: *mut c_void, ev: u32) {
@@ -147,7 +149,9 @@ impl WorkerRef {
     /// Changes the events of an fd handler.
     pub fn fd_modify(&self, id: AsyncId, events: u32) -> Result<()> {
         // SAFETY: as above.
-        Status::from_raw(unsafe { ((*self.raw.api).fd_modify)(self.raw.handle, id.0, events) }).into_result().map(|_| ())
+        Status::from_raw(unsafe { ((*self.raw.api).fd_modify)(self.raw.handle, id.0, events) })
+            .into_result()
+            .map(|_| ())
     }
 
     /// Removes a timer or fd handler (safe from inside it).

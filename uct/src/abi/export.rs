@@ -81,7 +81,11 @@ fn atomic_op(op: u8) -> Result<AtomicOp, Status> {
 
 // ---------------------------------------------------------------- component and memory domain
 
-unsafe extern "C" fn query_md_resources<C: Component>(out: *mut RawMdResource, max: usize, count: *mut usize) -> RawStatus {
+unsafe extern "C" fn query_md_resources<C: Component>(
+    out: *mut RawMdResource,
+    max: usize,
+    count: *mut usize,
+) -> RawStatus {
     guard(|| match C::md_resources() {
         Ok(names) => {
             // SAFETY: the host passes an array of `max` entries and a valid count pointer.
@@ -133,16 +137,24 @@ unsafe extern "C" fn md_query<M: Md>(md: *mut c_void, attr: *mut MdAttr) -> RawS
     })
 }
 
-unsafe extern "C" fn md_mem_reg<M: Md>(md: *mut c_void, addr: *mut u8, len: usize, access: u32, memh: *mut *mut c_void) -> RawStatus {
+unsafe extern "C" fn md_mem_reg<M: Md>(
+    md: *mut c_void,
+    addr: *mut u8,
+    len: usize,
+    access: u32,
+    memh: *mut *mut c_void,
+) -> RawStatus {
     // SAFETY: valid handle and out-pointer from the host.
-    guard(|| match unsafe { md_ref::<M>(md) }.mem_reg(addr, len, MemAccess(access)) {
-        Ok(h) => {
-            // SAFETY: valid out-pointer.
-            unsafe { *memh = h as *mut c_void };
-            0
-        }
-        Err(e) => e.as_raw(),
-    })
+    guard(
+        || match unsafe { md_ref::<M>(md) }.mem_reg(addr, len, MemAccess(access)) {
+            Ok(h) => {
+                // SAFETY: valid out-pointer.
+                unsafe { *memh = h as *mut c_void };
+                0
+            }
+            Err(e) => e.as_raw(),
+        },
+    )
 }
 
 unsafe extern "C" fn md_mem_dereg<M: Md>(md: *mut c_void, memh: *mut c_void) -> RawStatus {
@@ -150,12 +162,22 @@ unsafe extern "C" fn md_mem_dereg<M: Md>(md: *mut c_void, memh: *mut c_void) -> 
     guard(|| st(unsafe { md_ref::<M>(md) }.mem_dereg(memh as usize)))
 }
 
-unsafe extern "C" fn md_mkey_pack<M: Md>(md: *mut c_void, memh: *mut c_void, buf: *mut u8, len: usize) -> RawStatus {
+unsafe extern "C" fn md_mkey_pack<M: Md>(
+    md: *mut c_void,
+    memh: *mut c_void,
+    buf: *mut u8,
+    len: usize,
+) -> RawStatus {
     // SAFETY: valid handle and buffer from the host.
     guard(|| st(unsafe { md_ref::<M>(md) }.mkey_pack(memh as usize, bytes_mut(buf, len))))
 }
 
-unsafe extern "C" fn rkey_unpack<C: Component>(buf: *const u8, len: usize, rkey: *mut u64, handle: *mut *mut c_void) -> RawStatus {
+unsafe extern "C" fn rkey_unpack<C: Component>(
+    buf: *const u8,
+    len: usize,
+    rkey: *mut u64,
+    handle: *mut *mut c_void,
+) -> RawStatus {
     // SAFETY: valid buffer and out-pointers from the host.
     guard(|| match C::rkey_unpack(unsafe { bytes(buf, len) }) {
         Ok((k, h)) => {
@@ -187,7 +209,10 @@ pub const fn md_ops<M: Md>() -> RawMdOps {
 
 /// The component descriptor of `C`; `md_ops` must be `md_ops::<C::Md>()` and `transports`
 /// the transports on `C::Md`.
-pub const fn component<C: Component>(md_ops: &'static RawMdOps, transports: &'static [RawTransport]) -> RawComponent {
+pub const fn component<C: Component>(
+    md_ops: &'static RawMdOps,
+    transports: &'static [RawTransport],
+) -> RawComponent {
     RawComponent {
         name: C::NAME.as_ptr(),
         query_md_resources: query_md_resources::<C>,
@@ -227,7 +252,12 @@ unsafe fn ep_ref<'a, E: Ep>(ep: *mut c_void) -> &'a E {
     unsafe { &*(ep as *const E) }
 }
 
-unsafe extern "C" fn query_devices<T: Transport>(md: *mut c_void, out: *mut TlResource, max: usize, count: *mut usize) -> RawStatus {
+unsafe extern "C" fn query_devices<T: Transport>(
+    md: *mut c_void,
+    out: *mut TlResource,
+    max: usize,
+    count: *mut usize,
+) -> RawStatus {
     // SAFETY: valid handle from the host.
     guard(|| match T::query_devices(unsafe { md_ref::<T::Md>(md) }) {
         Ok(devs) => {
@@ -244,7 +274,11 @@ unsafe extern "C" fn query_devices<T: Transport>(md: *mut c_void, out: *mut TlRe
     })
 }
 
-unsafe extern "C" fn iface_open<T: Transport>(md: *mut c_void, params: *const RawIfaceParams, iface: *mut *mut c_void) -> RawStatus {
+unsafe extern "C" fn iface_open<T: Transport>(
+    md: *mut c_void,
+    params: *const RawIfaceParams,
+    iface: *mut *mut c_void,
+) -> RawStatus {
     guard(|| {
         // SAFETY: valid handle and params from the host.
         let (md, p) = unsafe { (md_ref::<T::Md>(md), &*params) };
@@ -255,12 +289,21 @@ unsafe extern "C" fn iface_open<T: Transport>(md: *mut c_void, params: *const Ra
             dev_name: p.dev_name.as_str().to_owned(),
             worker,
             am: am.clone(),
-            err_handler: ErrHandler { func: p.err_handler, arg: p.err_handler_arg },
+            err_handler: ErrHandler {
+                func: p.err_handler,
+                arg: p.err_handler_arg,
+            },
             rx_headroom: p.rx_headroom,
         };
         match T::iface_open(md, params) {
             Ok(i) => {
-                let b = IfaceBox { inner: i, worker, am, progress_id: Cell::new(None), progress_flags: Cell::new(0) };
+                let b = IfaceBox {
+                    inner: i,
+                    worker,
+                    am,
+                    progress_id: Cell::new(None),
+                    progress_flags: Cell::new(0),
+                };
                 // SAFETY: valid out-pointer.
                 unsafe { *iface = Box::into_raw(Box::new(b)) as *mut c_void };
                 0
@@ -281,7 +324,10 @@ unsafe extern "C" fn iface_close<I: Iface>(iface: *mut c_void) {
     }));
 }
 
-unsafe extern "C" fn iface_query<I: Iface>(iface: *mut c_void, attr: *mut crate::types::IfaceAttr) -> RawStatus {
+unsafe extern "C" fn iface_query<I: Iface>(
+    iface: *mut c_void,
+    attr: *mut crate::types::IfaceAttr,
+) -> RawStatus {
     // SAFETY: valid handle and out-pointer.
     guard(|| unsafe {
         *attr = iface_ref::<I>(iface).inner.query();
@@ -289,7 +335,11 @@ unsafe extern "C" fn iface_query<I: Iface>(iface: *mut c_void, attr: *mut crate:
     })
 }
 
-unsafe extern "C" fn iface_get_device_address<I: Iface>(iface: *mut c_void, buf: *mut u8, len: usize) -> RawStatus {
+unsafe extern "C" fn iface_get_device_address<I: Iface>(
+    iface: *mut c_void,
+    buf: *mut u8,
+    len: usize,
+) -> RawStatus {
     // SAFETY: valid handle and buffer.
     guard(|| st(unsafe { iface_ref::<I>(iface).inner.device_address(bytes_mut(buf, len)) }))
 }
@@ -308,7 +358,11 @@ unsafe extern "C" fn iface_is_reachable<I: Iface>(
 ) -> bool {
     catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: valid handle and buffers.
-        unsafe { iface_ref::<I>(iface).inner.is_reachable(bytes(dev, dev_len), bytes(addr, addr_len)) }
+        unsafe {
+            iface_ref::<I>(iface)
+                .inner
+                .is_reachable(bytes(dev, dev_len), bytes(addr, addr_len))
+        }
     }))
     .unwrap_or(false)
 }
@@ -321,14 +375,19 @@ unsafe extern "C" fn iface_set_am_handler<I: Iface>(
     flags: u32,
 ) -> RawStatus {
     // SAFETY: valid handle.
-    guard(|| st(unsafe { iface_ref::<I>(iface) }.am.set(id, cb, arg, AmCbFlags(flags))))
+    guard(|| {
+        st(unsafe { iface_ref::<I>(iface) }
+            .am
+            .set(id, cb, arg, AmCbFlags(flags)))
+    })
 }
 
 unsafe extern "C" fn iface_progress_enable<I: Iface>(iface: *mut c_void, flags: u32) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: valid handle.
         let b = unsafe { iface_ref::<I>(iface) };
-        b.progress_flags.set(b.progress_flags.get() | (flags & (ProgressFlags::SEND.0 | ProgressFlags::RECV.0)));
+        b.progress_flags
+            .set(b.progress_flags.get() | (flags & (ProgressFlags::SEND.0 | ProgressFlags::RECV.0)));
         if I::NEEDS_PROGRESS && b.progress_id.get().is_none() && b.progress_flags.get() != 0 {
             let ptr = iface as *const IfaceBox<I>;
             // SAFETY (closure): the callback is removed in `iface_close`/disable before the box
@@ -357,12 +416,23 @@ unsafe extern "C" fn iface_progress_disable<I: Iface>(iface: *mut c_void, flags:
 
 unsafe extern "C" fn iface_progress<I: Iface>(iface: *mut c_void) -> u32 {
     // SAFETY: valid handle.
-    catch_unwind(AssertUnwindSafe(|| unsafe { iface_ref::<I>(iface) }.inner.progress())).unwrap_or(0)
+    catch_unwind(AssertUnwindSafe(|| {
+        unsafe { iface_ref::<I>(iface) }.inner.progress()
+    }))
+    .unwrap_or(0)
 }
 
-unsafe extern "C" fn iface_flush<I: Iface>(iface: *mut c_void, flags: u32, comp: *mut RawCompletion) -> RawStatus {
+unsafe extern "C" fn iface_flush<I: Iface>(
+    iface: *mut c_void,
+    flags: u32,
+    comp: *mut RawCompletion,
+) -> RawStatus {
     // SAFETY: valid handle.
-    guard(|| st2(unsafe { iface_ref::<I>(iface) }.inner.flush(FlushFlags(flags), Comp(comp))))
+    guard(|| {
+        st2(unsafe { iface_ref::<I>(iface) }
+            .inner
+            .flush(FlushFlags(flags), Comp(comp)))
+    })
 }
 
 unsafe extern "C" fn iface_fence<I: Iface>(iface: *mut c_void, flags: u32) -> RawStatus {
@@ -384,7 +454,11 @@ unsafe extern "C" fn iface_event_fd<I: Iface>(iface: *mut c_void, fd: *mut i32) 
 
 unsafe extern "C" fn iface_event_arm<I: Iface>(iface: *mut c_void, events: u32) -> RawStatus {
     // SAFETY: valid handle.
-    guard(|| st(unsafe { iface_ref::<I>(iface) }.inner.event_arm(ArmEvents(events))))
+    guard(|| {
+        st(unsafe { iface_ref::<I>(iface) }
+            .inner
+            .event_arm(ArmEvents(events)))
+    })
 }
 
 fn box_ep<E: Ep>(r: ucs::Result<E>, out: *mut *mut c_void) -> RawStatus {
@@ -416,7 +490,16 @@ unsafe extern "C" fn ep_create_connected<I: Iface>(
     ep: *mut *mut c_void,
 ) -> RawStatus {
     // SAFETY: valid handle and buffers.
-    guard(|| box_ep(unsafe { iface_ref::<I>(iface).inner.ep_create_connected(bytes(dev, dev_len), bytes(addr, addr_len)) }, ep))
+    guard(|| {
+        box_ep(
+            unsafe {
+                iface_ref::<I>(iface)
+                    .inner
+                    .ep_create_connected(bytes(dev, dev_len), bytes(addr, addr_len))
+            },
+            ep,
+        )
+    })
 }
 
 unsafe extern "C" fn ep_destroy<E: Ep>(ep: *mut c_void) {
@@ -442,17 +525,34 @@ unsafe extern "C" fn ep_connect_to_ep<E: Ep>(
 
 // ---------------------------------------------------------------- data path
 
-unsafe extern "C" fn ep_am_short<E: Ep>(ep: *mut c_void, id: u8, header: u64, data: *const u8, len: usize) -> RawStatus {
+unsafe extern "C" fn ep_am_short<E: Ep>(
+    ep: *mut c_void,
+    id: u8,
+    header: u64,
+    data: *const u8,
+    len: usize,
+) -> RawStatus {
     // SAFETY: valid handle and buffer.
     guard(|| st(unsafe { ep_ref::<E>(ep).am_short(id, header, bytes(data, len)) }))
 }
 
-unsafe extern "C" fn ep_am_short_iov<E: Ep>(ep: *mut c_void, id: u8, iov: *const RawIov, n: usize) -> RawStatus {
+unsafe extern "C" fn ep_am_short_iov<E: Ep>(
+    ep: *mut c_void,
+    id: u8,
+    iov: *const RawIov,
+    n: usize,
+) -> RawStatus {
     // SAFETY: valid handle and iov array.
     guard(|| st(unsafe { ep_ref::<E>(ep).am_short_iov(id, Iov::slice_from_raw(iov, n)) }))
 }
 
-unsafe extern "C" fn ep_am_bcopy<E: Ep>(ep: *mut c_void, id: u8, pack: RawPackCb, arg: *mut c_void, flags: u32) -> isize {
+unsafe extern "C" fn ep_am_bcopy<E: Ep>(
+    ep: *mut c_void,
+    id: u8,
+    pack: RawPackCb,
+    arg: *mut c_void,
+    flags: u32,
+) -> isize {
     catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: valid handle.
         match unsafe { ep_ref::<E>(ep) }.am_bcopy(id, PackCb { func: pack, arg }, flags) {
@@ -474,15 +574,37 @@ unsafe extern "C" fn ep_am_zcopy<E: Ep>(
     comp: *mut RawCompletion,
 ) -> RawStatus {
     // SAFETY: valid handle, header and iov array.
-    guard(|| st2(unsafe { ep_ref::<E>(ep).am_zcopy(id, bytes(header, header_len), Iov::slice_from_raw(iov, n), flags, Comp(comp)) }))
+    guard(|| {
+        st2(unsafe {
+            ep_ref::<E>(ep).am_zcopy(
+                id,
+                bytes(header, header_len),
+                Iov::slice_from_raw(iov, n),
+                flags,
+                Comp(comp),
+            )
+        })
+    })
 }
 
-unsafe extern "C" fn ep_put_short<E: Ep>(ep: *mut c_void, data: *const u8, len: usize, raddr: u64, rkey: u64) -> RawStatus {
+unsafe extern "C" fn ep_put_short<E: Ep>(
+    ep: *mut c_void,
+    data: *const u8,
+    len: usize,
+    raddr: u64,
+    rkey: u64,
+) -> RawStatus {
     // SAFETY: valid handle and buffer.
     guard(|| st(unsafe { ep_ref::<E>(ep).put_short(bytes(data, len), raddr, rkey) }))
 }
 
-unsafe extern "C" fn ep_put_bcopy<E: Ep>(ep: *mut c_void, pack: RawPackCb, arg: *mut c_void, raddr: u64, rkey: u64) -> isize {
+unsafe extern "C" fn ep_put_bcopy<E: Ep>(
+    ep: *mut c_void,
+    pack: RawPackCb,
+    arg: *mut c_void,
+    raddr: u64,
+    rkey: u64,
+) -> isize {
     catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: valid handle.
         match unsafe { ep_ref::<E>(ep) }.put_bcopy(PackCb { func: pack, arg }, raddr, rkey) {
@@ -505,7 +627,13 @@ unsafe extern "C" fn ep_put_zcopy<E: Ep>(
     guard(|| st2(unsafe { ep_ref::<E>(ep).put_zcopy(Iov::slice_from_raw(iov, n), raddr, rkey, Comp(comp)) }))
 }
 
-unsafe extern "C" fn ep_get_short<E: Ep>(ep: *mut c_void, buf: *mut u8, len: usize, raddr: u64, rkey: u64) -> RawStatus {
+unsafe extern "C" fn ep_get_short<E: Ep>(
+    ep: *mut c_void,
+    buf: *mut u8,
+    len: usize,
+    raddr: u64,
+    rkey: u64,
+) -> RawStatus {
     // SAFETY: valid handle and buffer.
     guard(|| st(unsafe { ep_ref::<E>(ep).get_short(bytes_mut(buf, len), raddr, rkey) }))
 }
@@ -520,7 +648,15 @@ unsafe extern "C" fn ep_get_bcopy<E: Ep>(
     comp: *mut RawCompletion,
 ) -> RawStatus {
     // SAFETY: valid handle.
-    guard(|| st2(unsafe { ep_ref::<E>(ep) }.get_bcopy(UnpackCb { func: unpack, arg }, len, raddr, rkey, Comp(comp))))
+    guard(|| {
+        st2(unsafe { ep_ref::<E>(ep) }.get_bcopy(
+            UnpackCb { func: unpack, arg },
+            len,
+            raddr,
+            rkey,
+            Comp(comp),
+        ))
+    })
 }
 
 unsafe extern "C" fn ep_get_zcopy<E: Ep>(
@@ -535,7 +671,14 @@ unsafe extern "C" fn ep_get_zcopy<E: Ep>(
     guard(|| st2(unsafe { ep_ref::<E>(ep).get_zcopy(Iov::slice_from_raw(iov, n), raddr, rkey, Comp(comp)) }))
 }
 
-unsafe extern "C" fn ep_atomic_post<E: Ep>(ep: *mut c_void, size: u8, op: u8, value: u64, raddr: u64, rkey: u64) -> RawStatus {
+unsafe extern "C" fn ep_atomic_post<E: Ep>(
+    ep: *mut c_void,
+    size: u8,
+    op: u8,
+    value: u64,
+    raddr: u64,
+    rkey: u64,
+) -> RawStatus {
     guard(|| {
         let r = atomic_size(size).and_then(|s| {
             let op = atomic_op(op)?;
@@ -579,20 +722,34 @@ unsafe extern "C" fn ep_atomic_cswap<E: Ep>(
     guard(|| {
         let r = atomic_size(size).and_then(|s| {
             // SAFETY: valid handle.
-            unsafe { ep_ref::<E>(ep) }.atomic_cswap(s, compare, swap, ResultPtr(result), raddr, rkey, Comp(comp))
+            unsafe { ep_ref::<E>(ep) }.atomic_cswap(
+                s,
+                compare,
+                swap,
+                ResultPtr(result),
+                raddr,
+                rkey,
+                Comp(comp),
+            )
         });
         st2(r)
     })
 }
 
-unsafe extern "C" fn ep_pending_add<E: Ep>(ep: *mut c_void, req: *mut RawPendingReq, flags: u32) -> RawStatus {
+unsafe extern "C" fn ep_pending_add<E: Ep>(
+    ep: *mut c_void,
+    req: *mut RawPendingReq,
+    flags: u32,
+) -> RawStatus {
     // SAFETY: valid handle; the request is the host's.
     guard(|| st(unsafe { ep_ref::<E>(ep) }.pending_add(PendingReq(req), flags)))
 }
 
 unsafe extern "C" fn ep_pending_purge<E: Ep>(ep: *mut c_void, cb: RawPurgeCb, arg: *mut c_void) {
     // SAFETY: valid handle.
-    let _ = catch_unwind(AssertUnwindSafe(|| unsafe { ep_ref::<E>(ep) }.pending_purge(PurgeCb { func: cb, arg })));
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        unsafe { ep_ref::<E>(ep) }.pending_purge(PurgeCb { func: cb, arg })
+    }));
 }
 
 unsafe extern "C" fn ep_flush<E: Ep>(ep: *mut c_void, flags: u32, comp: *mut RawCompletion) -> RawStatus {
@@ -648,7 +805,12 @@ pub const fn iface_ops<I: Iface>() -> RawIfaceOps {
 
 /// The transport descriptor of `T`; `ops` must be `iface_ops::<T::Iface>()`.
 pub const fn transport<T: Transport>(ops: &'static RawIfaceOps) -> RawTransport {
-    RawTransport { name: T::NAME.as_ptr(), query_devices: query_devices::<T>, iface_open: iface_open::<T>, ops }
+    RawTransport {
+        name: T::NAME.as_ptr(),
+        query_devices: query_devices::<T>,
+        iface_open: iface_open::<T>,
+        ops,
+    }
 }
 
 // ---------------------------------------------------------------- module

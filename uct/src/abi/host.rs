@@ -68,7 +68,10 @@ unsafe fn worker<'a>(w: *mut c_void) -> &'a WorkerInner {
 
 unsafe extern "C" fn progress_add(w: *mut c_void, cb: RawCallback) -> u64 {
     // SAFETY: transports pass the handle they were given.
-    catch_unwind(AssertUnwindSafe(|| unsafe { worker(w) }.progress_add(CbGuard(cb)))).unwrap_or(0)
+    catch_unwind(AssertUnwindSafe(|| {
+        unsafe { worker(w) }.progress_add(CbGuard(cb))
+    }))
+    .unwrap_or(0)
 }
 
 unsafe extern "C" fn progress_remove(w: *mut c_void, id: u64) {
@@ -78,7 +81,9 @@ unsafe extern "C" fn progress_remove(w: *mut c_void, id: u64) {
 
 unsafe extern "C" fn oneshot_add(w: *mut c_void, key: u64, cb: RawCallback) {
     // SAFETY: as above.
-    let _ = catch_unwind(AssertUnwindSafe(|| unsafe { worker(w) }.oneshot_add(key, CbGuard(cb))));
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        unsafe { worker(w) }.oneshot_add(key, CbGuard(cb))
+    }));
 }
 
 unsafe extern "C" fn oneshot_remove(w: *mut c_void, key: u64) {
@@ -88,27 +93,33 @@ unsafe extern "C" fn oneshot_remove(w: *mut c_void, key: u64) {
 
 unsafe extern "C" fn timer_add(w: *mut c_void, interval_ns: u64, cb: RawCallback) -> i64 {
     // SAFETY: as above.
-    catch_unwind(AssertUnwindSafe(|| match unsafe { worker(w) }.timer_add(interval_ns, CbGuard(cb)) {
-        Ok(id) => id,
-        Err(e) => e.as_raw() as i64,
+    catch_unwind(AssertUnwindSafe(|| {
+        match unsafe { worker(w) }.timer_add(interval_ns, CbGuard(cb)) {
+            Ok(id) => id,
+            Err(e) => e.as_raw() as i64,
+        }
     }))
     .unwrap_or(Status::IoError.as_raw() as i64)
 }
 
 unsafe extern "C" fn fd_add(w: *mut c_void, fd: i32, events: u32, cb: RawEventCallback) -> i64 {
     // SAFETY: as above.
-    catch_unwind(AssertUnwindSafe(|| match unsafe { worker(w) }.fd_add(fd, events, EvGuard(cb)) {
-        Ok(id) => id,
-        Err(e) => e.as_raw() as i64,
+    catch_unwind(AssertUnwindSafe(|| {
+        match unsafe { worker(w) }.fd_add(fd, events, EvGuard(cb)) {
+            Ok(id) => id,
+            Err(e) => e.as_raw() as i64,
+        }
     }))
     .unwrap_or(Status::IoError.as_raw() as i64)
 }
 
 unsafe extern "C" fn fd_modify(w: *mut c_void, id: i64, events: u32) -> RawStatus {
     // SAFETY: as above.
-    catch_unwind(AssertUnwindSafe(|| match unsafe { worker(w) }.fd_modify(id, events) {
-        Ok(()) => 0,
-        Err(e) => e.as_raw(),
+    catch_unwind(AssertUnwindSafe(|| {
+        match unsafe { worker(w) }.fd_modify(id, events) {
+            Ok(()) => 0,
+            Err(e) => e.as_raw(),
+        }
     }))
     .unwrap_or(Status::IoError.as_raw())
 }
@@ -132,10 +143,21 @@ pub(crate) static WORKER_API: RawWorkerApi = RawWorkerApi {
 
 // ---------------------------------------------------------------- logging from plugins
 
-pub(crate) unsafe extern "C" fn host_log(level: u8, target: *const u8, tlen: usize, msg: *const u8, mlen: usize) {
+pub(crate) unsafe extern "C" fn host_log(
+    level: u8,
+    target: *const u8,
+    tlen: usize,
+    msg: *const u8,
+    mlen: usize,
+) {
     let _ = catch_unwind(|| {
         // SAFETY: the plugin passes byte ranges valid for the call.
-        let (t, m) = unsafe { (std::slice::from_raw_parts(target, tlen), std::slice::from_raw_parts(msg, mlen)) };
+        let (t, m) = unsafe {
+            (
+                std::slice::from_raw_parts(target, tlen),
+                std::slice::from_raw_parts(msg, mlen),
+            )
+        };
         let t = String::from_utf8_lossy(t);
         let m = String::from_utf8_lossy(m);
         match level {
@@ -151,7 +173,11 @@ pub(crate) unsafe extern "C" fn host_log(level: u8, target: *const u8, tlen: usi
 // ---------------------------------------------------------------- user-closure trampolines
 
 /// `RawPackCb` over a `FnOnce(&mut [u8]) -> usize` living on the caller's stack.
-pub(crate) unsafe extern "C" fn pack_tramp<F: FnOnce(&mut [u8]) -> usize>(arg: *mut c_void, dest: *mut u8, max: usize) -> usize {
+pub(crate) unsafe extern "C" fn pack_tramp<F: FnOnce(&mut [u8]) -> usize>(
+    arg: *mut c_void,
+    dest: *mut u8,
+    max: usize,
+) -> usize {
     // SAFETY: `arg` points to an `Option<F>` on the stack of the call that passed it, valid for
     // this synchronous callback; `dest` is valid for `max` bytes.
     catch_unwind(AssertUnwindSafe(|| unsafe {
@@ -168,7 +194,11 @@ pub(crate) unsafe extern "C" fn pack_tramp<F: FnOnce(&mut [u8]) -> usize>(arg: *
 }
 
 /// `RawUnpackCb` over a boxed `FnOnce(&[u8])`.
-pub(crate) unsafe extern "C" fn unpack_tramp<F: FnOnce(&[u8])>(arg: *mut c_void, data: *const u8, len: usize) {
+pub(crate) unsafe extern "C" fn unpack_tramp<F: FnOnce(&[u8])>(
+    arg: *mut c_void,
+    data: *const u8,
+    len: usize,
+) {
     // SAFETY: `arg` is the Box<F> leaked by get_bcopy; the transport calls this exactly once.
     let f = unsafe { Box::from_raw(arg as *mut F) };
     if data.is_null() {

@@ -68,7 +68,8 @@ pub type RawPackCb = unsafe extern "C" fn(arg: *mut c_void, dest: *mut u8, max: 
 pub type RawUnpackCb = unsafe extern "C" fn(arg: *mut c_void, data: *const u8, len: usize);
 
 /// Error handler: `ep` is the transport's ep handle (as returned by `ep_create*`).
-pub type RawErrHandler = unsafe extern "C" fn(arg: *mut c_void, ep: *mut c_void, status: RawStatus) -> RawStatus;
+pub type RawErrHandler =
+    unsafe extern "C" fn(arg: *mut c_void, ep: *mut c_void, status: RawStatus) -> RawStatus;
 
 /// A callback with an argument and the function that frees the argument (called by the host when
 /// the registration is removed, so the creator frees what it created).
@@ -141,16 +142,28 @@ pub struct RawIfaceOps {
     // interface
     pub iface_close: unsafe extern "C" fn(iface: *mut c_void),
     pub iface_query: unsafe extern "C" fn(iface: *mut c_void, attr: *mut IfaceAttr) -> RawStatus,
-    pub iface_get_device_address: unsafe extern "C" fn(iface: *mut c_void, buf: *mut u8, len: usize) -> RawStatus,
+    pub iface_get_device_address:
+        unsafe extern "C" fn(iface: *mut c_void, buf: *mut u8, len: usize) -> RawStatus,
     pub iface_get_address: unsafe extern "C" fn(iface: *mut c_void, buf: *mut u8, len: usize) -> RawStatus,
-    pub iface_is_reachable:
-        unsafe extern "C" fn(iface: *mut c_void, dev: *const u8, dev_len: usize, addr: *const u8, addr_len: usize) -> bool,
-    pub iface_set_am_handler:
-        unsafe extern "C" fn(iface: *mut c_void, id: u8, cb: Option<RawAmCb>, arg: *mut c_void, flags: u32) -> RawStatus,
+    pub iface_is_reachable: unsafe extern "C" fn(
+        iface: *mut c_void,
+        dev: *const u8,
+        dev_len: usize,
+        addr: *const u8,
+        addr_len: usize,
+    ) -> bool,
+    pub iface_set_am_handler: unsafe extern "C" fn(
+        iface: *mut c_void,
+        id: u8,
+        cb: Option<RawAmCb>,
+        arg: *mut c_void,
+        flags: u32,
+    ) -> RawStatus,
     pub iface_progress_enable: unsafe extern "C" fn(iface: *mut c_void, flags: u32),
     pub iface_progress_disable: unsafe extern "C" fn(iface: *mut c_void, flags: u32),
     pub iface_progress: unsafe extern "C" fn(iface: *mut c_void) -> u32,
-    pub iface_flush: unsafe extern "C" fn(iface: *mut c_void, flags: u32, comp: *mut RawCompletion) -> RawStatus,
+    pub iface_flush:
+        unsafe extern "C" fn(iface: *mut c_void, flags: u32, comp: *mut RawCompletion) -> RawStatus,
     pub iface_fence: unsafe extern "C" fn(iface: *mut c_void, flags: u32) -> RawStatus,
     pub iface_event_fd: unsafe extern "C" fn(iface: *mut c_void, fd: *mut i32) -> RawStatus,
     pub iface_event_arm: unsafe extern "C" fn(iface: *mut c_void, events: u32) -> RawStatus,
@@ -166,13 +179,21 @@ pub struct RawIfaceOps {
     ) -> RawStatus,
     pub ep_destroy: unsafe extern "C" fn(ep: *mut c_void),
     pub ep_get_address: unsafe extern "C" fn(ep: *mut c_void, buf: *mut u8, len: usize) -> RawStatus,
-    pub ep_connect_to_ep:
-        unsafe extern "C" fn(ep: *mut c_void, dev: *const u8, dev_len: usize, addr: *const u8, addr_len: usize) -> RawStatus,
+    pub ep_connect_to_ep: unsafe extern "C" fn(
+        ep: *mut c_void,
+        dev: *const u8,
+        dev_len: usize,
+        addr: *const u8,
+        addr_len: usize,
+    ) -> RawStatus,
     // active messages
-    pub ep_am_short: unsafe extern "C" fn(ep: *mut c_void, id: u8, header: u64, data: *const u8, len: usize) -> RawStatus,
-    pub ep_am_short_iov: unsafe extern "C" fn(ep: *mut c_void, id: u8, iov: *const RawIov, iovcnt: usize) -> RawStatus,
+    pub ep_am_short:
+        unsafe extern "C" fn(ep: *mut c_void, id: u8, header: u64, data: *const u8, len: usize) -> RawStatus,
+    pub ep_am_short_iov:
+        unsafe extern "C" fn(ep: *mut c_void, id: u8, iov: *const RawIov, iovcnt: usize) -> RawStatus,
     /// Returns the packed length (>= 0) or a negative status.
-    pub ep_am_bcopy: unsafe extern "C" fn(ep: *mut c_void, id: u8, pack: RawPackCb, arg: *mut c_void, flags: u32) -> isize,
+    pub ep_am_bcopy:
+        unsafe extern "C" fn(ep: *mut c_void, id: u8, pack: RawPackCb, arg: *mut c_void, flags: u32) -> isize,
     pub ep_am_zcopy: unsafe extern "C" fn(
         ep: *mut c_void,
         id: u8,
@@ -184,8 +205,20 @@ pub struct RawIfaceOps {
         comp: *mut RawCompletion,
     ) -> RawStatus,
     // RMA
-    pub ep_put_short: unsafe extern "C" fn(ep: *mut c_void, data: *const u8, len: usize, raddr: u64, rkey: u64) -> RawStatus,
-    pub ep_put_bcopy: unsafe extern "C" fn(ep: *mut c_void, pack: RawPackCb, arg: *mut c_void, raddr: u64, rkey: u64) -> isize,
+    pub ep_put_short: unsafe extern "C" fn(
+        ep: *mut c_void,
+        data: *const u8,
+        len: usize,
+        raddr: u64,
+        rkey: u64,
+    ) -> RawStatus,
+    pub ep_put_bcopy: unsafe extern "C" fn(
+        ep: *mut c_void,
+        pack: RawPackCb,
+        arg: *mut c_void,
+        raddr: u64,
+        rkey: u64,
+    ) -> isize,
     pub ep_put_zcopy: unsafe extern "C" fn(
         ep: *mut c_void,
         iov: *const RawIov,
@@ -194,7 +227,8 @@ pub struct RawIfaceOps {
         rkey: u64,
         comp: *mut RawCompletion,
     ) -> RawStatus,
-    pub ep_get_short: unsafe extern "C" fn(ep: *mut c_void, buf: *mut u8, len: usize, raddr: u64, rkey: u64) -> RawStatus,
+    pub ep_get_short:
+        unsafe extern "C" fn(ep: *mut c_void, buf: *mut u8, len: usize, raddr: u64, rkey: u64) -> RawStatus,
     pub ep_get_bcopy: unsafe extern "C" fn(
         ep: *mut c_void,
         unpack: RawUnpackCb,
@@ -213,7 +247,14 @@ pub struct RawIfaceOps {
         comp: *mut RawCompletion,
     ) -> RawStatus,
     // atomics: `size` is 4 or 8 bytes
-    pub ep_atomic_post: unsafe extern "C" fn(ep: *mut c_void, size: u8, op: u8, value: u64, raddr: u64, rkey: u64) -> RawStatus,
+    pub ep_atomic_post: unsafe extern "C" fn(
+        ep: *mut c_void,
+        size: u8,
+        op: u8,
+        value: u64,
+        raddr: u64,
+        rkey: u64,
+    ) -> RawStatus,
     pub ep_atomic_fetch: unsafe extern "C" fn(
         ep: *mut c_void,
         size: u8,
@@ -235,7 +276,8 @@ pub struct RawIfaceOps {
         comp: *mut RawCompletion,
     ) -> RawStatus,
     // pending, flush, fence
-    pub ep_pending_add: unsafe extern "C" fn(ep: *mut c_void, req: *mut RawPendingReq, flags: u32) -> RawStatus,
+    pub ep_pending_add:
+        unsafe extern "C" fn(ep: *mut c_void, req: *mut RawPendingReq, flags: u32) -> RawStatus,
     pub ep_pending_purge: unsafe extern "C" fn(ep: *mut c_void, cb: RawPurgeCb, arg: *mut c_void),
     pub ep_flush: unsafe extern "C" fn(ep: *mut c_void, flags: u32, comp: *mut RawCompletion) -> RawStatus,
     pub ep_fence: unsafe extern "C" fn(ep: *mut c_void, flags: u32) -> RawStatus,
@@ -246,9 +288,17 @@ pub struct RawIfaceOps {
 pub struct RawTransport {
     pub name: *const c_char,
     /// Fills up to `max` resources for memory domain `md`; `*count` gets the number available.
-    pub query_devices:
-        unsafe extern "C" fn(md: *mut c_void, out: *mut TlResource, max: usize, count: *mut usize) -> RawStatus,
-    pub iface_open: unsafe extern "C" fn(md: *mut c_void, params: *const RawIfaceParams, iface: *mut *mut c_void) -> RawStatus,
+    pub query_devices: unsafe extern "C" fn(
+        md: *mut c_void,
+        out: *mut TlResource,
+        max: usize,
+        count: *mut usize,
+    ) -> RawStatus,
+    pub iface_open: unsafe extern "C" fn(
+        md: *mut c_void,
+        params: *const RawIfaceParams,
+        iface: *mut *mut c_void,
+    ) -> RawStatus,
     pub ops: *const RawIfaceOps,
 }
 
@@ -258,10 +308,17 @@ pub struct RawMdOps {
     pub close: unsafe extern "C" fn(md: *mut c_void),
     pub query: unsafe extern "C" fn(md: *mut c_void, attr: *mut MdAttr) -> RawStatus,
     /// Registers `[addr, addr+len)`; `*memh` gets the handle.
-    pub mem_reg: unsafe extern "C" fn(md: *mut c_void, addr: *mut u8, len: usize, access: u32, memh: *mut *mut c_void) -> RawStatus,
+    pub mem_reg: unsafe extern "C" fn(
+        md: *mut c_void,
+        addr: *mut u8,
+        len: usize,
+        access: u32,
+        memh: *mut *mut c_void,
+    ) -> RawStatus,
     pub mem_dereg: unsafe extern "C" fn(md: *mut c_void, memh: *mut c_void) -> RawStatus,
     /// Packs the rkey of `memh` into `buf` (`len` >= `MdAttr::rkey_packed_size`).
-    pub mkey_pack: unsafe extern "C" fn(md: *mut c_void, memh: *mut c_void, buf: *mut u8, len: usize) -> RawStatus,
+    pub mkey_pack:
+        unsafe extern "C" fn(md: *mut c_void, memh: *mut c_void, buf: *mut u8, len: usize) -> RawStatus,
 }
 
 /// Fixed-size name record for `query_md_resources`.
@@ -271,12 +328,17 @@ pub type RawMdResource = crate::types::MdName;
 #[repr(C)]
 pub struct RawComponent {
     pub name: *const c_char,
-    pub query_md_resources: unsafe extern "C" fn(out: *mut RawMdResource, max: usize, count: *mut usize) -> RawStatus,
+    pub query_md_resources:
+        unsafe extern "C" fn(out: *mut RawMdResource, max: usize, count: *mut usize) -> RawStatus,
     pub md_open: unsafe extern "C" fn(name: *const c_char, md: *mut *mut c_void) -> RawStatus,
     pub md_ops: *const RawMdOps,
     /// Unpacks a packed rkey into `*rkey` (used in RMA calls) and `*handle` (for release).
-    pub rkey_unpack:
-        unsafe extern "C" fn(buf: *const u8, len: usize, rkey: *mut u64, handle: *mut *mut c_void) -> RawStatus,
+    pub rkey_unpack: unsafe extern "C" fn(
+        buf: *const u8,
+        len: usize,
+        rkey: *mut u64,
+        handle: *mut *mut c_void,
+    ) -> RawStatus,
     pub rkey_release: unsafe extern "C" fn(rkey: u64, handle: *mut c_void),
     pub num_transports: usize,
     pub transports: *const RawTransport,
@@ -293,7 +355,8 @@ pub struct RawConfigField {
 }
 
 /// Logging sink the host gives a plugin: level 1 error .. 5 trace.
-pub type RawLogFn = unsafe extern "C" fn(level: u8, target: *const u8, target_len: usize, msg: *const u8, msg_len: usize);
+pub type RawLogFn =
+    unsafe extern "C" fn(level: u8, target: *const u8, target_len: usize, msg: *const u8, msg_len: usize);
 
 /// What the host hands a plugin at init.
 #[repr(C)]

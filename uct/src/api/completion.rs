@@ -98,7 +98,11 @@ impl Completion {
     fn make(cb: Option<CompCallback>) -> Completion {
         Completion {
             inner: Rc::new(CompInner {
-                raw: UnsafeCell::new(RawCompletion { func: comp_func, count: 0, status: 0 }),
+                raw: UnsafeCell::new(RawCompletion {
+                    func: comp_func,
+                    count: 0,
+                    status: 0,
+                }),
                 cb: RefCell::new(cb),
                 keep: RefCell::new(Vec::new()),
                 self_ref: Cell::new(None),

@@ -76,13 +76,24 @@ impl Component {
         // SAFETY: valid string and out-pointer.
         let st = unsafe { (self.raw.md_open)(c.as_ptr(), &mut h) };
         if let Err(e) = Status::from_raw(st).into_result() {
-            tracing::error!(component = self.name(), md = name, "cannot open memory domain: {e}");
+            tracing::error!(
+                component = self.name(),
+                md = name,
+                "cannot open memory domain: {e}"
+            );
             return Err(e);
         }
         let mut attr = MdAttr::default();
         // SAFETY: `h` is a fresh md handle of this component.
         let st = unsafe { ((*self.raw.md_ops).query)(h, &mut attr) };
-        let md = Md { inner: Rc::new(MdInner { handle: h, comp: *self, name: name.to_owned(), attr }) };
+        let md = Md {
+            inner: Rc::new(MdInner {
+                handle: h,
+                comp: *self,
+                name: name.to_owned(),
+                attr,
+            }),
+        };
         Status::from_raw(st).into_result()?;
         Ok(md)
     }
@@ -94,7 +105,12 @@ impl Component {
         // SAFETY: valid buffer and out-pointers.
         let st = unsafe { (self.raw.rkey_unpack)(packed.as_ptr(), packed.len(), &mut rkey, &mut handle) };
         Status::from_raw(st).into_result()?;
-        Ok(Rkey { rkey, handle, comp: *self, _not_send: PhantomData })
+        Ok(Rkey {
+            rkey,
+            handle,
+            comp: *self,
+            _not_send: PhantomData,
+        })
     }
 }
 
@@ -148,7 +164,8 @@ impl Md {
             loop {
                 let mut count = 0usize;
                 // SAFETY: valid md handle of this component, buffer and out-pointer.
-                let st = unsafe { (t.query_devices)(self.inner.handle, buf.as_mut_ptr(), buf.len(), &mut count) };
+                let st =
+                    unsafe { (t.query_devices)(self.inner.handle, buf.as_mut_ptr(), buf.len(), &mut count) };
                 if let Err(e) = Status::from_raw(st).into_result() {
                     tracing::warn!(tl = super::component::cstr(t.name), "cannot query devices: {e}");
                     break;
@@ -164,13 +181,19 @@ impl Md {
     }
 
     pub(crate) fn transport(&self, tl_name: &str) -> Option<&'static RawTransport> {
-        self.inner.comp.transports().iter().find(|t| cstr(t.name) == tl_name)
+        self.inner
+            .comp
+            .transports()
+            .iter()
+            .find(|t| cstr(t.name) == tl_name)
     }
 
     pub(crate) fn mem_reg_raw(&self, addr: *mut u8, len: usize, access: MemAccess) -> Result<*mut c_void> {
         let mut memh: *mut c_void = std::ptr::null_mut();
         // SAFETY: the caller owns `[addr, addr+len)` and keeps it until `mem_dereg_raw`.
-        let st = unsafe { ((*self.inner.comp.raw.md_ops).mem_reg)(self.inner.handle, addr, len, access.0, &mut memh) };
+        let st = unsafe {
+            ((*self.inner.comp.raw.md_ops).mem_reg)(self.inner.handle, addr, len, access.0, &mut memh)
+        };
         Status::from_raw(st).into_result()?;
         Ok(memh)
     }
@@ -184,7 +207,9 @@ impl Md {
     pub(crate) fn mkey_pack_raw(&self, memh: *mut c_void) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; self.inner.attr.rkey_packed_size];
         // SAFETY: `buf` has the size the md asked for.
-        let st = unsafe { ((*self.inner.comp.raw.md_ops).mkey_pack)(self.inner.handle, memh, buf.as_mut_ptr(), buf.len()) };
+        let st = unsafe {
+            ((*self.inner.comp.raw.md_ops).mkey_pack)(self.inner.handle, memh, buf.as_mut_ptr(), buf.len())
+        };
         Status::from_raw(st).into_result()?;
         Ok(buf)
     }

@@ -77,7 +77,11 @@ fn host_api() -> &'static RawHostApi {
             Some(tracing::Level::DEBUG) => 4,
             Some(tracing::Level::TRACE) => 5,
         };
-        RawHostApi { abi_version: ABI_VERSION, log_level: level, log: abi::host::host_log }
+        RawHostApi {
+            abi_version: ABI_VERSION,
+            log_level: level,
+            log: abi::host::host_log,
+        }
     })
 }
 
@@ -112,18 +116,30 @@ impl ContextBuilder {
 
     /// Builds the context.
     pub fn build(self) -> Context {
-        let mut ctx = Context { modules: Vec::new(), components: Vec::new(), config: Vec::new() };
+        let mut ctx = Context {
+            modules: Vec::new(),
+            components: Vec::new(),
+            config: Vec::new(),
+        };
         for m in self.builtins {
             let name = cstr(m.name);
             if !ucs::module::allowed(name) {
-                ctx.modules.push(ModuleInfo { name: name.into(), path: None, status: ModuleStatus::Denied });
+                ctx.modules.push(ModuleInfo {
+                    name: name.into(),
+                    path: None,
+                    status: ModuleStatus::Denied,
+                });
                 continue;
             }
             ctx.add(name, None, m, ModuleStatus::Builtin);
         }
         if self.plugins {
             for (name, path) in ucs::module::find("libuct_", ".so") {
-                let status = if ctx.modules.iter().any(|i| i.name == name && i.status == ModuleStatus::Builtin) {
+                let status = if ctx
+                    .modules
+                    .iter()
+                    .any(|i| i.name == name && i.status == ModuleStatus::Builtin)
+                {
                     tracing::info!(module = %name, path = %path.display(), "plugin shadowed by the built-in module of the same name");
                     ModuleStatus::Shadowed
                 } else if !ucs::module::allowed(&name) {
@@ -140,7 +156,11 @@ impl ContextBuilder {
                         }
                     }
                 };
-                ctx.modules.push(ModuleInfo { name, path: Some(path), status });
+                ctx.modules.push(ModuleInfo {
+                    name,
+                    path: Some(path),
+                    status,
+                });
             }
         }
         ctx.register_config();
@@ -169,7 +189,10 @@ fn load_plugin(name: &str, path: &std::path::Path) -> std::result::Result<&'stat
         ));
     }
     if cstr(m.name) != name {
-        return Err(format!("descriptor names module {:?}, file names {name:?}", cstr(m.name)));
+        return Err(format!(
+            "descriptor names module {:?}, file names {name:?}",
+            cstr(m.name)
+        ));
     }
     // SAFETY: version checked; init catches panics on its side.
     let st = unsafe { (m.init)(host_api()) };
@@ -182,7 +205,10 @@ fn load_plugin(name: &str, path: &std::path::Path) -> std::result::Result<&'stat
 impl Context {
     /// A builder with no built-ins.
     pub fn builder() -> ContextBuilder {
-        ContextBuilder { builtins: Vec::new(), plugins: true }
+        ContextBuilder {
+            builtins: Vec::new(),
+            plugins: true,
+        }
     }
 
     fn add(&mut self, name: &str, path: Option<PathBuf>, m: &'static RawModule, status: ModuleStatus) {
@@ -199,7 +225,11 @@ impl Context {
                 kind: cstr(f.kind).into(),
             });
         }
-        self.modules.push(ModuleInfo { name: name.into(), path, status });
+        self.modules.push(ModuleInfo {
+            name: name.into(),
+            path,
+            status,
+        });
     }
 
     /// Makes the modules' variables known to `ucs::config` (dump, unknown-variable warnings).
@@ -246,12 +276,20 @@ impl Context {
             }
             for md_name in c.md_resources()? {
                 let md = c.md_open(&md_name)?;
-                if let Some(r) = md.tl_resources()?.into_iter().find(|r| r.tl_name.as_str() == tl && r.dev_name.as_str() == dev) {
+                if let Some(r) = md
+                    .tl_resources()?
+                    .into_iter()
+                    .find(|r| r.tl_name.as_str() == tl && r.dev_name.as_str() == dev)
+                {
                     return Ok((md, r));
                 }
             }
         }
-        tracing::error!(tl, dev, "no transport {tl} on device {dev}: list resources with rucx-info -d");
+        tracing::error!(
+            tl,
+            dev,
+            "no transport {tl} on device {dev}: list resources with rucx-info -d"
+        );
         Err(Status::NoDevice)
     }
 

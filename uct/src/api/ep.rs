@@ -55,7 +55,11 @@ fn gather(iov: &[MemIov], out: &mut [RawIov; MAX_IOV]) -> Result<usize> {
     Ok(iov.len())
 }
 
-const NULL_IOV: RawIov = RawIov { buffer: std::ptr::null_mut(), length: 0, memh: std::ptr::null_mut() };
+const NULL_IOV: RawIov = RawIov {
+    buffer: std::ptr::null_mut(),
+    length: 0,
+    memh: std::ptr::null_mut(),
+};
 
 impl Ep {
     pub(crate) fn from_raw(handle: *mut c_void, iface: Rc<IfaceInner>) -> Ep {
@@ -79,7 +83,13 @@ impl Ep {
     pub fn connect_to_ep(&self, dev_addr: &[u8], ep_addr: &[u8]) -> Result<()> {
         // SAFETY: valid handle and buffers.
         status(unsafe {
-            (self.iface.ops.ep_connect_to_ep)(self.handle, dev_addr.as_ptr(), dev_addr.len(), ep_addr.as_ptr(), ep_addr.len())
+            (self.iface.ops.ep_connect_to_ep)(
+                self.handle,
+                dev_addr.as_ptr(),
+                dev_addr.len(),
+                ep_addr.as_ptr(),
+                ep_addr.len(),
+            )
         })
     }
 
@@ -87,7 +97,9 @@ impl Ep {
     #[inline]
     pub fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> Result<()> {
         // SAFETY: valid handle; `payload` is valid for the call.
-        status(unsafe { (self.iface.ops.ep_am_short)(self.handle, id, header, payload.as_ptr(), payload.len()) })
+        status(unsafe {
+            (self.iface.ops.ep_am_short)(self.handle, id, header, payload.as_ptr(), payload.len())
+        })
     }
 
     /// Sends a short AM gathered from several buffers.
@@ -97,7 +109,11 @@ impl Ep {
         }
         let mut raw = [NULL_IOV; MAX_IOV];
         for (o, p) in raw.iter_mut().zip(parts) {
-            *o = RawIov { buffer: p.as_ptr() as *mut u8, length: p.len(), memh: std::ptr::null_mut() };
+            *o = RawIov {
+                buffer: p.as_ptr() as *mut u8,
+                length: p.len(),
+                memh: std::ptr::null_mut(),
+            };
         }
         // SAFETY: the entries point to borrowed buffers valid for this synchronous call, which
         // transports only read.
@@ -110,7 +126,15 @@ impl Ep {
     pub fn am_bcopy<F: FnOnce(&mut [u8]) -> usize>(&self, id: u8, pack: F) -> Result<usize> {
         let mut f = Some(pack);
         // SAFETY: `f` lives on this stack for the synchronous pack callback.
-        let n = unsafe { (self.iface.ops.ep_am_bcopy)(self.handle, id, pack_tramp::<F>, &mut f as *mut Option<F> as *mut c_void, 0) };
+        let n = unsafe {
+            (self.iface.ops.ep_am_bcopy)(
+                self.handle,
+                id,
+                pack_tramp::<F>,
+                &mut f as *mut Option<F> as *mut c_void,
+                0,
+            )
+        };
         if n < 0 {
             return Err(Status::from_raw(n as i8));
         }
@@ -131,13 +155,30 @@ impl Ep {
 
     /// Sends an AM with `header` copied and the payload taken from registered memory.
     /// `Ok(InProgress)`: the memory is in use until `comp` fires (it is kept alive until then).
-    pub fn am_zcopy(&self, id: u8, header: &[u8], iov: &[MemIov], comp: Option<&Completion>) -> Result<Status> {
+    pub fn am_zcopy(
+        &self,
+        id: u8,
+        header: &[u8],
+        iov: &[MemIov],
+        comp: Option<&Completion>,
+    ) -> Result<Status> {
         let mut raw = [NULL_IOV; MAX_IOV];
         let n = gather(iov, &mut raw)?;
         let c = self.comp(comp);
         let p = c.arm(iov.iter().map(|e| KeepAlive::Mem(e.mem.clone())));
         // SAFETY: valid handle; the memory is kept alive by the armed completion.
-        let st = unsafe { (self.iface.ops.ep_am_zcopy)(self.handle, id, header.as_ptr(), header.len(), raw.as_ptr(), n, 0, p) };
+        let st = unsafe {
+            (self.iface.ops.ep_am_zcopy)(
+                self.handle,
+                id,
+                header.as_ptr(),
+                header.len(),
+                raw.as_ptr(),
+                n,
+                0,
+                p,
+            )
+        };
         Self::finish(c, st)
     }
 
@@ -145,15 +186,28 @@ impl Ep {
     #[inline]
     pub fn put_short(&self, data: &[u8], raddr: u64, rkey: &Rkey) -> Result<()> {
         // SAFETY: valid handle; `data` is valid for the call.
-        status(unsafe { (self.iface.ops.ep_put_short)(self.handle, data.as_ptr(), data.len(), raddr, rkey.rkey) })
+        status(unsafe {
+            (self.iface.ops.ep_put_short)(self.handle, data.as_ptr(), data.len(), raddr, rkey.rkey)
+        })
     }
 
     /// Writes what `pack` produces (up to `put.max_bcopy`) to remote memory.
-    pub fn put_bcopy<F: FnOnce(&mut [u8]) -> usize>(&self, pack: F, raddr: u64, rkey: &Rkey) -> Result<usize> {
+    pub fn put_bcopy<F: FnOnce(&mut [u8]) -> usize>(
+        &self,
+        pack: F,
+        raddr: u64,
+        rkey: &Rkey,
+    ) -> Result<usize> {
         let mut f = Some(pack);
         // SAFETY: `f` lives on this stack for the synchronous pack callback.
         let n = unsafe {
-            (self.iface.ops.ep_put_bcopy)(self.handle, pack_tramp::<F>, &mut f as *mut Option<F> as *mut c_void, raddr, rkey.rkey)
+            (self.iface.ops.ep_put_bcopy)(
+                self.handle,
+                pack_tramp::<F>,
+                &mut f as *mut Option<F> as *mut c_void,
+                raddr,
+                rkey.rkey,
+            )
         };
         if n < 0 {
             return Err(Status::from_raw(n as i8));
@@ -162,7 +216,13 @@ impl Ep {
     }
 
     /// Writes registered memory to remote memory.
-    pub fn put_zcopy(&self, iov: &[MemIov], raddr: u64, rkey: &Rkey, comp: Option<&Completion>) -> Result<Status> {
+    pub fn put_zcopy(
+        &self,
+        iov: &[MemIov],
+        raddr: u64,
+        rkey: &Rkey,
+        comp: Option<&Completion>,
+    ) -> Result<Status> {
         let mut raw = [NULL_IOV; MAX_IOV];
         let n = gather(iov, &mut raw)?;
         let c = self.comp(comp);
@@ -175,7 +235,9 @@ impl Ep {
     /// Reads remote memory into `buf` synchronously (up to `get.max_short`).
     pub fn get_short(&self, buf: &mut [u8], raddr: u64, rkey: &Rkey) -> Result<()> {
         // SAFETY: valid handle; `buf` is valid for writing during the call.
-        status(unsafe { (self.iface.ops.ep_get_short)(self.handle, buf.as_mut_ptr(), buf.len(), raddr, rkey.rkey) })
+        status(unsafe {
+            (self.iface.ops.ep_get_short)(self.handle, buf.as_mut_ptr(), buf.len(), raddr, rkey.rkey)
+        })
     }
 
     /// Reads `len` bytes of remote memory; `unpack` receives them (possibly later, from progress).
@@ -191,12 +253,20 @@ impl Ep {
         let arg = Box::into_raw(Box::new(unpack)) as *mut c_void;
         let p = c.arm([]);
         // SAFETY: valid handle; the transport calls `unpack_tramp` exactly once, which frees `arg`.
-        let st = unsafe { (self.iface.ops.ep_get_bcopy)(self.handle, unpack_tramp::<F>, arg, len, raddr, rkey.rkey, p) };
+        let st = unsafe {
+            (self.iface.ops.ep_get_bcopy)(self.handle, unpack_tramp::<F>, arg, len, raddr, rkey.rkey, p)
+        };
         Self::finish(c, st)
     }
 
     /// Reads remote memory into registered memory.
-    pub fn get_zcopy(&self, iov: &[MemIov], raddr: u64, rkey: &Rkey, comp: Option<&Completion>) -> Result<Status> {
+    pub fn get_zcopy(
+        &self,
+        iov: &[MemIov],
+        raddr: u64,
+        rkey: &Rkey,
+        comp: Option<&Completion>,
+    ) -> Result<Status> {
         let mut raw = [NULL_IOV; MAX_IOV];
         let n = gather(iov, &mut raw)?;
         let c = self.comp(comp);
@@ -207,9 +277,18 @@ impl Ep {
     }
 
     /// An atomic operation without result (`Cswap` is not allowed here).
-    pub fn atomic_post(&self, width: AtomicWidth, op: AtomicOp, value: u64, raddr: u64, rkey: &Rkey) -> Result<()> {
+    pub fn atomic_post(
+        &self,
+        width: AtomicWidth,
+        op: AtomicOp,
+        value: u64,
+        raddr: u64,
+        rkey: &Rkey,
+    ) -> Result<()> {
         // SAFETY: valid handle.
-        status(unsafe { (self.iface.ops.ep_atomic_post)(self.handle, width as u8, op as u8, value, raddr, rkey.rkey) })
+        status(unsafe {
+            (self.iface.ops.ep_atomic_post)(self.handle, width as u8, op as u8, value, raddr, rkey.rkey)
+        })
     }
 
     /// An atomic operation returning the old value in `result`.
@@ -228,7 +307,16 @@ impl Ep {
         let p = c.arm([KeepAlive::Result(result.clone())]);
         // SAFETY: valid handle; the result slot is kept alive by the armed completion.
         let st = unsafe {
-            (self.iface.ops.ep_atomic_fetch)(self.handle, width as u8, op as u8, value, result.ptr(), raddr, rkey.rkey, p)
+            (self.iface.ops.ep_atomic_fetch)(
+                self.handle,
+                width as u8,
+                op as u8,
+                value,
+                result.ptr(),
+                raddr,
+                rkey.rkey,
+                p,
+            )
         };
         Self::finish(c, st)
     }
@@ -250,7 +338,16 @@ impl Ep {
         let p = c.arm([KeepAlive::Result(result.clone())]);
         // SAFETY: valid handle; the result slot is kept alive by the armed completion.
         let st = unsafe {
-            (self.iface.ops.ep_atomic_cswap)(self.handle, width as u8, compare, swap, result.ptr(), raddr, rkey.rkey, p)
+            (self.iface.ops.ep_atomic_cswap)(
+                self.handle,
+                width as u8,
+                compare,
+                swap,
+                result.ptr(),
+                raddr,
+                rkey.rkey,
+                p,
+            )
         };
         Self::finish(c, st)
     }
@@ -266,7 +363,10 @@ impl Ep {
             return Ok(());
         }
         // SAFETY: the transport refused it, so it is ours again.
-        Err((Status::from_raw(st), PendingRequest(unsafe { Box::from_raw(raw as *mut PendingBox) })))
+        Err((
+            Status::from_raw(st),
+            PendingRequest(unsafe { Box::from_raw(raw as *mut PendingBox) }),
+        ))
     }
 
     /// Hands back every queued request.
@@ -358,7 +458,10 @@ unsafe extern "C" fn purge_tramp(req: *mut RawPendingReq, arg: *mut c_void) {
 impl PendingRequest {
     /// Wraps a callback.
     pub fn new(f: impl FnMut() -> Status + 'static) -> PendingRequest {
-        PendingRequest(Box::new(PendingBox { raw: RawPendingReq { func: pending_tramp }, f: Box::new(f) }))
+        PendingRequest(Box::new(PendingBox {
+            raw: RawPendingReq { func: pending_tramp },
+            f: Box::new(f),
+        }))
     }
 
     /// Runs the callback directly (e.g. after `pending_add` answered `Busy`).

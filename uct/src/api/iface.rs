@@ -34,7 +34,12 @@ pub struct IfaceParams {
 impl IfaceParams {
     /// Parameters for transport `tl` on device `dev`.
     pub fn new(tl: &str, dev: &str) -> IfaceParams {
-        IfaceParams { tl_name: tl.into(), dev_name: dev.into(), rx_headroom: 0, err_handler: None }
+        IfaceParams {
+            tl_name: tl.into(),
+            dev_name: dev.into(),
+            rx_headroom: 0,
+            err_handler: None,
+        }
     }
 
     /// Sets the peer-failure handler.
@@ -60,7 +65,9 @@ impl<'a> AmMessage<'a> {
 
     /// The `am_short` header (first 8 bytes, little-endian); 0 if the message is shorter.
     pub fn header(&self) -> u64 {
-        self.data.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        self.data
+            .get(..8)
+            .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
     }
 
     /// Keeps the data beyond the handler: the transport's descriptor itself when it can lend
@@ -69,7 +76,12 @@ impl<'a> AmMessage<'a> {
         if !self.desc.is_null() && !self.kept.get() {
             if let Some(iface) = self.iface.upgrade() {
                 self.kept.set(true);
-                return RxDesc(Kept::Lent { desc: self.desc, data: self.data.as_ptr(), len: self.data.len(), _iface: iface });
+                return RxDesc(Kept::Lent {
+                    desc: self.desc,
+                    data: self.data.as_ptr(),
+                    len: self.data.len(),
+                    _iface: iface,
+                });
             }
         }
         RxDesc(Kept::Copied(self.data.to_vec()))
@@ -82,7 +94,12 @@ impl<'a> AmMessage<'a> {
 pub struct RxDesc(Kept);
 
 enum Kept {
-    Lent { desc: *mut RawRxDesc, data: *const u8, len: usize, _iface: Rc<IfaceInner> },
+    Lent {
+        desc: *mut RawRxDesc,
+        data: *const u8,
+        len: usize,
+        _iface: Rc<IfaceInner>,
+    },
     Copied(Vec<u8>),
 }
 
@@ -107,7 +124,12 @@ impl std::ops::Deref for RxDesc {
 
 impl std::fmt::Debug for RxDesc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RxDesc({} bytes, zero_copy: {})", self.len(), self.is_zero_copy())
+        write!(
+            f,
+            "RxDesc({} bytes, zero_copy: {})",
+            self.len(),
+            self.is_zero_copy()
+        )
     }
 }
 
@@ -140,8 +162,17 @@ unsafe extern "C" fn am_tramp<F: FnMut(&AmMessage<'_>) + 'static>(
     // alive while installed; replaced handlers are kept until the iface closes); `data` is valid
     // for `len`.
     let h = unsafe { &mut *(arg as *mut HandlerBox<F>) };
-    let data = if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(data, len) } };
-    let msg = AmMessage { data, desc, kept: Cell::new(false), iface: &h.iface };
+    let data = if len == 0 {
+        &[][..]
+    } else {
+        unsafe { std::slice::from_raw_parts(data, len) }
+    };
+    let msg = AmMessage {
+        data,
+        desc,
+        kept: Cell::new(false),
+        iface: &h.iface,
+    };
     if catch_unwind(AssertUnwindSafe(|| (h.f)(&msg))).is_err() {
         tracing::error!("panic in an AM handler (caught); message dropped");
     }
@@ -157,7 +188,9 @@ type ErrHandlerBox = Box<dyn FnMut(EpKey, Status)>;
 unsafe extern "C" fn err_tramp(arg: *mut c_void, ep: *mut c_void, status: RawStatus) -> RawStatus {
     // SAFETY: `arg` is the boxed handler owned by the iface.
     let h = unsafe { &mut *(arg as *mut ErrHandlerBox) };
-    match catch_unwind(AssertUnwindSafe(|| h(EpKey(ep as usize), Status::from_raw(status)))) {
+    match catch_unwind(AssertUnwindSafe(|| {
+        h(EpKey(ep as usize), Status::from_raw(status))
+    })) {
         Ok(()) => 0,
         Err(_) => {
             tracing::error!("panic in an error handler (caught)");
@@ -212,7 +245,9 @@ impl Iface {
             worker: worker.raw(),
             rx_headroom: params.rx_headroom,
             err_handler: err.as_ref().map(|_| err_tramp as crate::abi::RawErrHandler),
-            err_handler_arg: err.as_ref().map_or(std::ptr::null_mut(), |b| &**b as *const ErrHandlerBox as *mut c_void),
+            err_handler_arg: err.as_ref().map_or(std::ptr::null_mut(), |b| {
+                &**b as *const ErrHandlerBox as *mut c_void
+            }),
         };
         let mut h: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid md handle of the transport's component, params and out-pointer.
@@ -239,7 +274,9 @@ impl Iface {
             md: md.clone(),
             worker: worker.clone(),
         };
-        let iface = Iface { inner: Rc::new(inner) };
+        let iface = Iface {
+            inner: Rc::new(inner),
+        };
         status(st)?;
         Ok(iface)
     }
@@ -273,7 +310,9 @@ impl Iface {
     pub fn device_address(&self) -> Result<Vec<u8>> {
         let mut b = vec![0; self.inner.attr.device_addr_len];
         // SAFETY: buffer of the advertised size.
-        status(unsafe { (self.inner.ops.iface_get_device_address)(self.inner.handle, b.as_mut_ptr(), b.len()) })?;
+        status(unsafe {
+            (self.inner.ops.iface_get_device_address)(self.inner.handle, b.as_mut_ptr(), b.len())
+        })?;
         Ok(b)
     }
 
@@ -288,19 +327,37 @@ impl Iface {
     /// Whether a peer with these addresses can be reached from this interface.
     pub fn is_reachable(&self, dev: &[u8], iface: &[u8]) -> bool {
         // SAFETY: valid buffers.
-        unsafe { (self.inner.ops.iface_is_reachable)(self.inner.handle, dev.as_ptr(), dev.len(), iface.as_ptr(), iface.len()) }
+        unsafe {
+            (self.inner.ops.iface_is_reachable)(
+                self.inner.handle,
+                dev.as_ptr(),
+                dev.len(),
+                iface.as_ptr(),
+                iface.len(),
+            )
+        }
     }
 
     /// Installs the handler of AM `id` (0..31). Handlers run from `Worker::progress`.
-    pub fn set_am_handler<F: FnMut(&AmMessage<'_>) + 'static>(&self, id: u8, flags: AmCbFlags, f: F) -> Result<()> {
+    pub fn set_am_handler<F: FnMut(&AmMessage<'_>) + 'static>(
+        &self,
+        id: u8,
+        flags: AmCbFlags,
+        f: F,
+    ) -> Result<()> {
         if id >= AM_ID_MAX {
             tracing::error!(id, "set_am_handler: AM id must be below {AM_ID_MAX}");
             return Err(Status::InvalidParam);
         }
-        let boxed = Box::new(HandlerBox { iface: Rc::downgrade(&self.inner), f });
+        let boxed = Box::new(HandlerBox {
+            iface: Rc::downgrade(&self.inner),
+            f,
+        });
         let arg = &*boxed as *const HandlerBox<F> as *mut c_void;
         // SAFETY: `arg` stays valid: the box is stored below and retired, not freed, if replaced.
-        status(unsafe { (self.inner.ops.iface_set_am_handler)(self.inner.handle, id, Some(am_tramp::<F>), arg, flags.0) })?;
+        status(unsafe {
+            (self.inner.ops.iface_set_am_handler)(self.inner.handle, id, Some(am_tramp::<F>), arg, flags.0)
+        })?;
         let old = self.inner.handlers.borrow_mut()[id as usize].replace(boxed as AmHandler);
         if let Some(old) = old {
             self.inner.retired.borrow_mut().push(old);
@@ -314,7 +371,9 @@ impl Iface {
             return Err(Status::InvalidParam);
         }
         // SAFETY: removing the handler; the old box is retired, not freed.
-        status(unsafe { (self.inner.ops.iface_set_am_handler)(self.inner.handle, id, None, std::ptr::null_mut(), 0) })?;
+        status(unsafe {
+            (self.inner.ops.iface_set_am_handler)(self.inner.handle, id, None, std::ptr::null_mut(), 0)
+        })?;
         let old = self.inner.handlers.borrow_mut()[id as usize].take();
         if let Some(old) = old {
             self.inner.retired.borrow_mut().push(old);
@@ -345,7 +404,8 @@ impl Iface {
     pub fn flush(&self, flags: FlushFlags, comp: Option<&Completion>) -> Result<Status> {
         let Some(c) = comp else {
             // SAFETY: valid handle; a null completion is allowed by the boundary.
-            let st = unsafe { (self.inner.ops.iface_flush)(self.inner.handle, flags.0, std::ptr::null_mut()) };
+            let st =
+                unsafe { (self.inner.ops.iface_flush)(self.inner.handle, flags.0, std::ptr::null_mut()) };
             return Status::from_raw(st).into_result();
         };
         let raw = c.arm([]);

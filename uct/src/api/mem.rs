@@ -62,7 +62,15 @@ impl Mem {
                 return Err(e);
             }
         };
-        Ok(Mem { inner: Rc::new(MemInner { ptr, layout, len, memh, md: md.clone() }) })
+        Ok(Mem {
+            inner: Rc::new(MemInner {
+                ptr,
+                layout,
+                len,
+                memh,
+                md: md.clone(),
+            }),
+        })
     }
 
     /// Length in bytes.
@@ -99,7 +107,12 @@ impl Mem {
         match offset.checked_add(len) {
             Some(end) if end <= self.inner.len => Ok(()),
             _ => {
-                tracing::error!(offset, len, size = self.inner.len, "access beyond registered memory");
+                tracing::error!(
+                    offset,
+                    len,
+                    size = self.inner.len,
+                    "access beyond registered memory"
+                );
                 Err(Status::OutOfRange)
             }
         }
@@ -145,12 +158,20 @@ impl Mem {
     /// An I/O-vector entry over `[offset, offset+len)`, for zcopy operations.
     pub fn iov(&self, offset: usize, len: usize) -> Result<MemIov> {
         self.check(offset, len)?;
-        Ok(MemIov { mem: self.clone(), offset, len })
+        Ok(MemIov {
+            mem: self.clone(),
+            offset,
+            len,
+        })
     }
 
     /// The whole buffer as one I/O-vector entry.
     pub fn whole(&self) -> MemIov {
-        MemIov { mem: self.clone(), offset: 0, len: self.inner.len }
+        MemIov {
+            mem: self.clone(),
+            offset: 0,
+            len: self.inner.len,
+        }
     }
 
     pub(crate) fn raw_iov(&self, offset: usize, len: usize) -> crate::abi::RawIov {

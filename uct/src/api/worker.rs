@@ -43,7 +43,9 @@ impl WorkerInner {
     }
 
     pub(crate) fn progress_remove(&self, id: u64) {
-        let Some(idx) = (id as usize).checked_sub(1) else { return };
+        let Some(idx) = (id as usize).checked_sub(1) else {
+            return;
+        };
         let cid = self.progress_ids.borrow_mut().try_remove(idx);
         if let Some(cid) = cid {
             self.cbq.remove(cid);
@@ -61,14 +63,18 @@ impl WorkerInner {
     }
 
     pub(crate) fn timer_add(&self, interval_ns: u64, cb: CbGuard) -> Result<i64> {
-        let id = self.async_ctx.add_timer(Duration::from_nanos(interval_ns), move || {
-            cb.call();
-        })?;
+        let id = self
+            .async_ctx
+            .add_timer(Duration::from_nanos(interval_ns), move || {
+                cb.call();
+            })?;
         Ok(self.async_ids.borrow_mut().insert(id) as i64 + 1)
     }
 
     pub(crate) fn fd_add(&self, fd: i32, events: u32, cb: EvGuard) -> Result<i64> {
-        let id = self.async_ctx.add_fd_handler(fd, to_events(events), move |ev: Events| cb.call(from_events(ev)))?;
+        let id = self
+            .async_ctx
+            .add_fd_handler(fd, to_events(events), move |ev: Events| cb.call(from_events(ev)))?;
         Ok(self.async_ids.borrow_mut().insert(id) as i64 + 1)
     }
 
@@ -78,7 +84,9 @@ impl WorkerInner {
     }
 
     pub(crate) fn handler_remove(&self, id: i64) {
-        let Some(idx) = usize::try_from(id).ok().and_then(|i| i.checked_sub(1)) else { return };
+        let Some(idx) = usize::try_from(id).ok().and_then(|i| i.checked_sub(1)) else {
+            return;
+        };
         let hid = self.async_ids.borrow_mut().try_remove(idx);
         if let Some(hid) = hid {
             // Not sync: this may be called from inside the handler itself.
@@ -152,6 +160,9 @@ impl Worker {
     }
 
     pub(crate) fn raw(&self) -> RawWorker {
-        RawWorker { handle: Rc::as_ptr(&self.inner) as *mut c_void, api: &WORKER_API }
+        RawWorker {
+            handle: Rc::as_ptr(&self.inner) as *mut c_void,
+            api: &WORKER_API,
+        }
     }
 }
