@@ -53,6 +53,11 @@ fn init_env() {
             v.push(old);
         }
         std::env::set_var("RUCX_MODULE_DIR", v);
+        // ud_verbs declares a silent peer dead after RUCX_UD_TIMEOUT (30 s by default): keep it
+        // well inside DEADLINE so the peer-failure tests can see it
+        if std::env::var_os("RUCX_UD_TIMEOUT").is_none() {
+            std::env::set_var("RUCX_UD_TIMEOUT", "2s");
+        }
     });
 }
 

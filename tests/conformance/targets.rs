@@ -138,6 +138,15 @@ pub static TARGETS: &[Target] = &[
         workers: Workers::Separate,
         required: false,
     },
+    Target {
+        name: "ud_verbs_iface",
+        modules: Modules::Plugin("ib"),
+        tl: "ud_verbs",
+        dev: Dev::First,
+        connect: Connect::ToIface,
+        workers: Workers::Separate,
+        required: false,
+    },
     // The suite's own test double (see mock_tl.rs): exercises the asynchronous paths (NoResource,
     // pending dispatch, InProgress completions, connect-to-ep, peer failure) that self never takes.
     Target {
@@ -168,7 +177,7 @@ macro_rules! conformance_test {
             mod $test {
                 per_target!(super::$test;
                     self_builtin self_builtin_2w self_plugin tcp_builtin tcp_lo_iface tcp_lo_ep rc_verbs ud_verbs
-                    loopq_iface loopq_ep);
+                    ud_verbs_iface loopq_iface loopq_ep);
             }
         )*
     };

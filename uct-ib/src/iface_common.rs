@@ -69,9 +69,10 @@ pub fn buf_sge(buf: &PoolBuf, off: usize, len: usize) -> Sge {
 
 /// Receive buffers posted to a receive queue (an SRQ, or a UD QP), found again by `wr_id`.
 pub struct RxRing {
-    pool: MemPool,
-    /// Posted buffers by wr_id (the slot index).
+    /// Posted buffers by wr_id (the slot index). Declared before `pool` so they are returned
+    /// to it before it is dropped (no leak report at close).
     slots: RefCell<Vec<Option<PoolBuf>>>,
+    pool: MemPool,
     free: RefCell<Vec<u32>>,
     posted: Cell<u32>,
     capacity: u32,

@@ -1,5 +1,5 @@
 //! InfiniBand / RoCE transports over libibverbs: the `ib` component (one memory domain per
-//! verbs device) and its transports (`rc_verbs`). Loaded as the plugin `libuct_ib.so`
+//! verbs device) and its transports (`rc_verbs`, `ud_verbs`). Loaded as the plugin `libuct_ib.so`
 //! (`rucx_module_ib`); see docs/ib.md.
 #![deny(unsafe_code)]
 
@@ -21,7 +21,8 @@ static TRANSPORTS: &[uct::abi::RawTransport] = &[
     uct::abi::export::transport::<rc::RcTransport>(&RC_IFACE_OPS),
     uct::abi::export::transport::<ud::UdTransport>(&UD_IFACE_OPS),
 ];
-static COMPONENTS: [uct::abi::RawComponent; 1] =
-    [uct::abi::export::component::<md::IbComponent>(&MD_OPS, TRANSPORTS)];
+static COMPONENTS: [uct::abi::RawComponent; 1] = [uct::abi::export::component::<md::IbComponent>(
+    &MD_OPS, TRANSPORTS,
+)];
 
 uct::declare_module!(ib, COMPONENTS, [&IB_CONFIG, &ud::UD_CONFIG]);

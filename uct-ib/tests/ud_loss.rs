@@ -4,6 +4,7 @@
 //! Skipped ("skipped: no RDMA device") without a device; run in the Soft-RoCE VM:
 //!   testbed/cargo-test-in-vm.sh -p uct-ib -- --test-threads=1
 //! One test, so that the variables it sets never race with another test's interfaces.
+//! `UD_LOSS_SEED=<n>` changes the seed of the injected faults.
 
 mod ud_common;
 
@@ -14,8 +15,13 @@ use ud_common::*;
 #[test]
 fn exactly_once_in_order_under_loss_duplication_and_reordering() {
     let Some((ctx, dev)) = context() else { return };
+    // UD_LOSS_SEED varies the injected faults (same seed, same decisions)
+    let base: u64 = std::env::var("UD_LOSS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1234);
     for (i, loss) in ["1", "5", "10"].into_iter().enumerate() {
-        let seed = (1234 + i).to_string();
+        let seed = (base + i as u64).to_string();
         let env = Env::set(&[
             ("RUCX_UD_TEST_LOSS", loss),
             ("RUCX_UD_TEST_DUP", "5"),
@@ -39,10 +45,16 @@ fn exactly_once_in_order_under_loss_duplication_and_reordering() {
             send_numbered_range(&s, &ab, 1, from, to, max);
             send_numbered_range(&s, &ba, 2, from / 3, to / 3, max);
         }
-        wait(&s, "every message", || at_b.borrow().len() as u64 == n && at_a.borrow().len() as u64 == n / 3);
+        wait(&s, "every message", || {
+            at_b.borrow().len() as u64 == n && at_a.borrow().len() as u64 == n / 3
+        });
         flush(&s, &ab);
         flush(&s, &ba);
-        println!("loss {loss}%: {n} + {} messages exactly once, in order, in {:?}", n / 3, t.elapsed());
+        println!(
+            "loss {loss}%: {n} + {} messages exactly once, in order, in {:?}",
+            n / 3,
+            t.elapsed()
+        );
         check_numbered(&at_b, n, max);
         check_numbered(&at_a, n / 3, max);
         assert!(a.errors.borrow().is_empty() && b.errors.borrow().is_empty());

@@ -36,8 +36,16 @@ fn until_error(a: &Side, ep: &Ep) -> Duration {
 
 fn check_failed(a: &Side, ep: &Ep) {
     let errs = a.errors.borrow().clone();
-    assert_eq!(errs, vec![(ep.key(), Status::EndpointTimeout)], "one report, for this endpoint");
-    assert_eq!(ep.am_short(1, 0, b"late"), Err(Status::EndpointTimeout), "later sends fail");
+    assert_eq!(
+        errs,
+        vec![(ep.key(), Status::EndpointTimeout)],
+        "one report, for this endpoint"
+    );
+    assert_eq!(
+        ep.am_short(1, 0, b"late"),
+        Err(Status::EndpointTimeout),
+        "later sends fail"
+    );
     assert_eq!(ep.am_bcopy(1, |_| 1), Err(Status::EndpointTimeout));
     assert_eq!(ep.flush(FlushFlags::LOCAL, None), Err(Status::EndpointTimeout));
     match ep.pending_add(PendingRequest::new(|| Status::Ok)) {
@@ -58,14 +66,23 @@ fn destroyed_peer_times_out() {
     assert_eq!(rec.borrow().len(), 1);
     drop(ba);
     drop(b);
-    // a flush outstanding when the peer dies completes with the error
+    // a zcopy and a flush outstanding when the peer dies complete with the error
     retry(&[&a], "send", || ab.am_short(1, 1, b"lost")).unwrap();
+    let mem = Mem::alloc(&a.md, 256, MemAccess::ALL).unwrap();
+    let zc = Completion::counter();
+    let iov = [mem.iov(0, 200).unwrap()];
+    assert_eq!(
+        retry(&[&a], "zcopy", || ab.am_zcopy(1, b"hdr", &iov, Some(&zc))),
+        Ok(Status::InProgress)
+    );
     let c = Completion::counter();
     assert_eq!(ab.flush(FlushFlags::LOCAL, Some(&c)), Ok(Status::InProgress));
     let took = until_error(&a, &ab);
     println!("declared dead after {took:?}");
     assert!(took >= Duration::from_millis(900), "too early: {took:?}");
     assert_eq!((c.fired(), c.last_status()), (1, Status::EndpointTimeout));
+    wait(&[&a], "zcopy completion", || zc.fired() == 1);
+    assert_eq!(zc.last_status(), Status::EndpointTimeout);
     check_failed(&a, &ab);
     // other endpoints of the interface are not affected
     let c2 = side(&ctx, &dev);
@@ -95,7 +112,10 @@ fn connection_request_to_nobody_times_out() {
     let a = side(&ctx, &dev);
     let (dev_addr, iface_addr) = {
         let gone = side(&ctx, &dev);
-        (gone.iface.device_address().unwrap(), gone.iface.address().unwrap())
+        (
+            gone.iface.device_address().unwrap(),
+            gone.iface.address().unwrap(),
+        )
     };
     let ep = a.iface.ep_create_connected(&dev_addr, &iface_addr).unwrap();
     until_error(&a, &ep);

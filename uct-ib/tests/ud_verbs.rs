@@ -31,28 +31,58 @@ fn attributes_and_addresses() {
     ] {
         assert!(at.flags.contains(f), "missing {f:?}");
     }
-    for f in [IfaceFlags::PUT_SHORT, IfaceFlags::GET_BCOPY, IfaceFlags::ATOMIC_DEVICE] {
+    for f in [
+        IfaceFlags::PUT_SHORT,
+        IfaceFlags::GET_BCOPY,
+        IfaceFlags::ATOMIC_DEVICE,
+    ] {
         assert!(!at.flags.contains(f), "{f:?} advertised");
     }
     assert!(at.event_flags.contains(EventFlags::FD | EventFlags::RECV));
     // one packet per message: path MTU (1024 on rxe) minus the 12-byte header
-    assert!(at.am.max_short >= 256 - 12 && at.am.max_short == at.am.max_bcopy, "{:?}", at.am);
-    assert_eq!((at.device_addr_len, at.iface_addr_len, at.ep_addr_len), (20, 3, 6));
+    assert!(
+        at.am.max_short >= 256 - 12 && at.am.max_short == at.am.max_bcopy,
+        "{:?}",
+        at.am
+    );
+    assert_eq!(
+        (at.device_addr_len, at.iface_addr_len, at.ep_addr_len),
+        (20, 3, 6)
+    );
     assert_eq!(a.iface.address().unwrap().len(), 3);
     let b = side(&ctx, &dev);
-    assert_ne!(a.iface.address().unwrap(), b.iface.address().unwrap(), "one QP per interface");
-    assert!(a.iface.is_reachable(&b.iface.device_address().unwrap(), &b.iface.address().unwrap()));
-    assert!(!a.iface.is_reachable(&[0u8; 20], &b.iface.address().unwrap()), "garbage device address");
+    assert_ne!(
+        a.iface.address().unwrap(),
+        b.iface.address().unwrap(),
+        "one QP per interface"
+    );
+    assert!(a
+        .iface
+        .is_reachable(&b.iface.device_address().unwrap(), &b.iface.address().unwrap()));
+    assert!(
+        !a.iface.is_reachable(&[0u8; 20], &b.iface.address().unwrap()),
+        "garbage device address"
+    );
     let ep = a.iface.ep_create().unwrap();
     assert_eq!(ep.address().unwrap().len(), 6);
-    assert_eq!(ep.address().unwrap()[..3], a.iface.address().unwrap()[..], "ep address = iface address + ep id");
+    assert_eq!(
+        ep.address().unwrap()[..3],
+        a.iface.address().unwrap()[..],
+        "ep address = iface address + ep id"
+    );
     // RMA and atomics are not offered
     let mem = Mem::alloc(&b.md, 64, MemAccess::ALL).unwrap();
     let rkey = a.md.component().rkey_unpack(&mem.pack_rkey().unwrap()).unwrap();
     assert_eq!(ep.put_short(b"x", mem.addr(), &rkey), Err(Status::Unsupported));
     let mut buf = [0u8; 8];
-    assert_eq!(ep.get_short(&mut buf, mem.addr(), &rkey), Err(Status::Unsupported));
-    assert_eq!(ep.atomic_post(AtomicWidth::U64, AtomicOp::Add, 1, mem.addr(), &rkey), Err(Status::Unsupported));
+    assert_eq!(
+        ep.get_short(&mut buf, mem.addr(), &rkey),
+        Err(Status::Unsupported)
+    );
+    assert_eq!(
+        ep.atomic_post(AtomicWidth::U64, AtomicOp::Add, 1, mem.addr(), &rkey),
+        Err(Status::Unsupported)
+    );
     // not connected yet: sends wait
     assert_eq!(ep.am_short(1, 0, b"x"), Err(Status::NoResource));
     assert_eq!(ep.am_short(40, 0, b"x"), Err(Status::InvalidParam));
@@ -68,15 +98,19 @@ fn connect_to_ep_am_short_bcopy_both_ways() {
     let s = [&a, &b];
     retry(&s, "am_short", || ab.am_short(3, 0x1122_3344_5566_7788, b"hello")).unwrap();
     let big: Vec<u8> = (0..max).map(|i| (i * 13) as u8).collect();
-    let n = retry(&s, "am_bcopy", || ab.am_bcopy(3, |buf| {
-        buf[..big.len()].copy_from_slice(&big);
-        big.len()
-    }))
+    let n = retry(&s, "am_bcopy", || {
+        ab.am_bcopy(3, |buf| {
+            buf[..big.len()].copy_from_slice(&big);
+            big.len()
+        })
+    })
     .unwrap();
     assert_eq!(n, max);
     retry(&s, "am_short_iov", || ab.am_short_iov(3, &[b"ab", b"cd"])).unwrap();
     retry(&s, "reply", || ba.am_short(4, 7, b"back")).unwrap();
-    wait(&s, "messages", || at_b.borrow().len() == 3 && at_a.borrow().len() == 1);
+    wait(&s, "messages", || {
+        at_b.borrow().len() == 3 && at_a.borrow().len() == 1
+    });
     let got = at_b.borrow();
     assert_eq!(got[0][..8], 0x1122_3344_5566_7788u64.to_le_bytes());
     assert_eq!(&got[0][8..], b"hello");
@@ -103,7 +137,9 @@ fn connect_to_iface_creates_the_peer_endpoint() {
     // b answers through its own endpoint to a's interface
     let ba = connect_iface(&b, &a);
     retry(&s, "am_short back", || ba.am_short(2, 2, b"to a")).unwrap();
-    wait(&s, "both messages", || at_b.borrow().len() == 1 && at_a.borrow().len() == 1);
+    wait(&s, "both messages", || {
+        at_b.borrow().len() == 1 && at_a.borrow().len() == 1
+    });
     assert_eq!(&at_b.borrow()[0][8..], b"to b");
     assert_eq!(&at_a.borrow()[0][8..], b"to a");
     // several endpoints to the same interface are independent connections
@@ -114,7 +150,11 @@ fn connect_to_iface_creates_the_peer_endpoint() {
     flush(&s, &ab);
     flush(&s, &ab2);
     flush(&s, &ba);
-    let mut hdrs: Vec<u64> = at_b.borrow().iter().map(|m| u64::from_le_bytes(m[..8].try_into().unwrap())).collect();
+    let mut hdrs: Vec<u64> = at_b
+        .borrow()
+        .iter()
+        .map(|m| u64::from_le_bytes(m[..8].try_into().unwrap()))
+        .collect();
     hdrs.sort();
     assert_eq!(hdrs, vec![1, 3, 4]);
     // a destroyed endpoint tells the peer, which then drops its side; new connections work
@@ -138,7 +178,10 @@ fn am_zcopy_gathers_registered_memory_and_completes_on_ack() {
     let pattern: Vec<u8> = (0..4096).map(|i| (i * 7 + 3) as u8).collect();
     mem.write(0, &pattern).unwrap();
     let mut want = Vec::new();
-    for (k, (hdr, len)) in [(0usize, 1usize), (8, 100), (16, 500), (3, at.am.max_zcopy - 3)].into_iter().enumerate() {
+    for (k, (hdr, len)) in [(0usize, 1usize), (8, 100), (16, 500), (3, at.am.max_zcopy - 3)]
+        .into_iter()
+        .enumerate()
+    {
         let header = vec![k as u8 + 1; hdr];
         let half = len / 2;
         let iov = [mem.iov(0, half).unwrap(), mem.iov(1000, len - half).unwrap()];
@@ -163,7 +206,9 @@ fn am_zcopy_gathers_registered_memory_and_completes_on_ack() {
         let iov = [mem.iov(0, 64).unwrap()];
         retry(&s, "am_zcopy", || ab.am_zcopy(12, b"", &iov, Some(&c))).unwrap();
     }
-    wait(&s, "200 completions", || c.outstanding() == 0 && rec.borrow().len() == want.len() + 200);
+    wait(&s, "200 completions", || {
+        c.outstanding() == 0 && rec.borrow().len() == want.len() + 200
+    });
     assert_eq!(c.last_status(), Status::Ok);
 }
 
@@ -179,7 +224,9 @@ fn many_messages_arrive_once_in_order() {
     let t = Instant::now();
     send_numbered(&s, &ab, 5, n, max);
     send_numbered(&s, &ba, 5, 1000, max);
-    wait(&s, "all messages", || at_b.borrow().len() as u64 == n && at_a.borrow().len() == 1000);
+    wait(&s, "all messages", || {
+        at_b.borrow().len() as u64 == n && at_a.borrow().len() == 1000
+    });
     flush(&s, &ab);
     flush(&s, &ba);
     println!("{n} messages in {:?}", t.elapsed());
@@ -194,11 +241,19 @@ fn flush_ep_and_iface_wait_for_acknowledgements() {
     let (ab, _ba) = connect_ep(&a, &b);
     let rec = record(&b, 0);
     let s = [&a, &b];
-    assert_eq!(ab.flush(FlushFlags::LOCAL, None), Ok(Status::Ok), "nothing sent: flushed");
+    assert_eq!(
+        ab.flush(FlushFlags::LOCAL, None),
+        Ok(Status::Ok),
+        "nothing sent: flushed"
+    );
     assert_eq!(a.iface.flush(FlushFlags::LOCAL, None), Ok(Status::Ok));
     retry(&s, "send", || ab.am_short(0, 1, b"x")).unwrap();
     let c = Completion::counter();
-    assert_eq!(ab.flush(FlushFlags::LOCAL, Some(&c)), Ok(Status::InProgress), "not acknowledged yet");
+    assert_eq!(
+        ab.flush(FlushFlags::LOCAL, Some(&c)),
+        Ok(Status::InProgress),
+        "not acknowledged yet"
+    );
     // the receiver has not progressed: the flush cannot complete
     for _ in 0..100 {
         a.worker.progress();
@@ -208,7 +263,10 @@ fn flush_ep_and_iface_wait_for_acknowledgements() {
     assert_eq!((c.last_status(), rec.borrow().len()), (Status::Ok, 1));
     retry(&s, "send", || ab.am_short(0, 2, b"y")).unwrap();
     let ci = Completion::counter();
-    assert_eq!(a.iface.flush(FlushFlags::LOCAL, Some(&ci)), Ok(Status::InProgress));
+    assert_eq!(
+        a.iface.flush(FlushFlags::LOCAL, Some(&ci)),
+        Ok(Status::InProgress)
+    );
     wait(&s, "iface flush", || ci.fired() == 1);
     assert_eq!(ci.last_status(), Status::Ok);
     assert_eq!(ab.flush(FlushFlags::LOCAL, None), Ok(Status::Ok));
@@ -245,13 +303,28 @@ fn pending_requests_run_in_order_when_the_window_opens() {
             }
             Err(e) => e,
         });
-        assert!(ab.pending_add(req).is_ok(), "pending_add while out of resources must queue");
+        assert!(
+            ab.pending_add(req).is_ok(),
+            "pending_add while out of resources must queue"
+        );
     }
-    assert_eq!(ab.am_short(9, u64::MAX, b"overtake"), Err(Status::NoResource), "nothing overtakes the queue");
-    assert_eq!(ab.flush(FlushFlags::LOCAL, None), Err(Status::NoResource), "flush waits for the queue");
+    assert_eq!(
+        ab.am_short(9, u64::MAX, b"overtake"),
+        Err(Status::NoResource),
+        "nothing overtakes the queue"
+    );
+    assert_eq!(
+        ab.flush(FlushFlags::LOCAL, None),
+        Err(Status::NoResource),
+        "flush waits for the queue"
+    );
     wait(&s, "pending dispatch", || done.get() == 50);
     wait(&s, "all delivered", || rec.borrow().len() as u64 == seq + 50);
-    let hdrs: Vec<u64> = rec.borrow().iter().map(|m| u64::from_le_bytes(m[..8].try_into().unwrap())).collect();
+    let hdrs: Vec<u64> = rec
+        .borrow()
+        .iter()
+        .map(|m| u64::from_le_bytes(m[..8].try_into().unwrap()))
+        .collect();
     assert_eq!(hdrs, (0..seq + 50).collect::<Vec<_>>());
     flush(&s, &ab);
 }
@@ -283,6 +356,17 @@ fn event_fd_signals_arrivals() {
         assert!(readable(5000), "round {round}: no event for an arrival");
         wait(&s, "delivery", || rec.borrow().len() as u64 == round + 1);
     }
+    // the sender may sleep only once its packets are acknowledged (resends need progress)
+    retry(&s[..1], "send", || ab.am_short(2, 99, b"unacked")).unwrap();
+    assert_eq!(
+        a.iface.event_arm(ArmEvents::RECV),
+        Err(Status::Busy),
+        "unacknowledged packets"
+    );
+    wait(&s, "acknowledgement", || {
+        a.iface.event_arm(ArmEvents::RECV).is_ok()
+    });
+    assert_eq!(rec.borrow().len(), 4);
 }
 
 #[test]
@@ -293,7 +377,9 @@ fn kept_descriptors_and_handlers_that_send() {
     let s = [&a, &b];
     let kept: Rc<RefCell<Vec<RxDesc>>> = Rc::default();
     let k = kept.clone();
-    b.iface.set_am_handler(6, AmCbFlags::SYNC, move |m| k.borrow_mut().push(m.keep())).unwrap();
+    b.iface
+        .set_am_handler(6, AmCbFlags::SYNC, move |m| k.borrow_mut().push(m.keep()))
+        .unwrap();
     // a handler that answers from inside the callback (refused with NoResource while the
     // window is full; every accepted answer must arrive, in order)
     let ba = Rc::new(ba);
@@ -302,7 +388,12 @@ fn kept_descriptors_and_handlers_that_send() {
     let acc = accepted.clone();
     b.iface
         .set_am_handler(7, AmCbFlags::SYNC, move |m| {
-            if echo.upgrade().unwrap().am_short(8, m.header() + 1000, b"echo").is_ok() {
+            if echo
+                .upgrade()
+                .unwrap()
+                .am_short(8, m.header() + 1000, b"echo")
+                .is_ok()
+            {
                 acc.set(acc.get() + 1);
             }
         })
@@ -320,9 +411,15 @@ fn kept_descriptors_and_handlers_that_send() {
     kept.borrow_mut().clear(); // released to the transport
     wait(&s, "pings handled", || accepted.get() > 0);
     flush(&s, &ba);
-    wait(&s, "accepted echoes", || echoes.borrow().len() as u64 == accepted.get());
+    wait(&s, "accepted echoes", || {
+        echoes.borrow().len() as u64 == accepted.get()
+    });
     println!("{} of 200 echoes accepted inside the handler", accepted.get());
-    let hdrs: Vec<u64> = echoes.borrow().iter().map(|m| u64::from_le_bytes(m[..8].try_into().unwrap())).collect();
+    let hdrs: Vec<u64> = echoes
+        .borrow()
+        .iter()
+        .map(|m| u64::from_le_bytes(m[..8].try_into().unwrap()))
+        .collect();
     assert!(hdrs.windows(2).all(|w| w[0] < w[1]), "echoes in order: {hdrs:?}");
     flush(&s, &ab);
 }

@@ -32,7 +32,12 @@ pub static UD_CONFIG: ConfigTable = ConfigTable {
             ConfigKind::Float,
             "Resend timeout multiplier after a resend without progress (>= 1).",
         ),
-        ConfigField::new("MAX_RESEND_TIMEOUT", "1s", ConfigKind::Time, "Upper bound of the resend timeout."),
+        ConfigField::new(
+            "MAX_RESEND_TIMEOUT",
+            "1s",
+            ConfigKind::Time,
+            "Upper bound of the resend timeout.",
+        ),
         ConfigField::new(
             "MAX_WINDOW",
             "1024",
@@ -63,7 +68,12 @@ pub static UD_CONFIG: ConfigTable = ConfigTable {
             ConfigKind::Float,
             "Test hook: percentage of received packets held back and processed after later ones.",
         ),
-        ConfigField::new("TEST_SEED", "1", ConfigKind::Uint, "Test hook: seed of the fault injection."),
+        ConfigField::new(
+            "TEST_SEED",
+            "1",
+            ConfigKind::Uint,
+            "Test hook: seed of the fault injection.",
+        ),
     ],
 };
 
@@ -113,7 +123,10 @@ impl UdConfig {
         }
         let win = UD_CONFIG.get_uint("MAX_WINDOW")?;
         if !(MIN_WINDOW as u64..=MAX_WINDOW_LIMIT as u64).contains(&win) {
-            return Err(bad("MAX_WINDOW", &format!("{win}; use {MIN_WINDOW}..={MAX_WINDOW_LIMIT}")));
+            return Err(bad(
+                "MAX_WINDOW",
+                &format!("{win}; use {MIN_WINDOW}..={MAX_WINDOW_LIMIT}"),
+            ));
         }
         let tx_bufs = UD_CONFIG.get_uint("TX_BUFS")?;
         if !(16..=1 << 20).contains(&tx_bufs) {
@@ -126,7 +139,10 @@ impl UdConfig {
             seed: UD_CONFIG.get_uint("TEST_SEED")?,
         };
         if faults.loss + faults.dup + faults.reorder > 0.9 {
-            return Err(bad("TEST_LOSS", "loss + duplication + reordering above 90% leaves no working network"));
+            return Err(bad(
+                "TEST_LOSS",
+                "loss + duplication + reordering above 90% leaves no working network",
+            ));
         }
         Ok(UdConfig {
             rel: RelConfig {

@@ -19,10 +19,16 @@ impl UdShared {
     /// The address handle for a peer's device address (cached per interface).
     pub(crate) fn get_ah(&self, dev: &[u8]) -> Result<Arc<AddressHandle>> {
         let d = DeviceAddr::unpack(dev).inspect_err(|_| {
-            tracing::error!(len = dev.len(), "ud_verbs: not an ib device address; pass the peer's iface device address")
+            tracing::error!(
+                len = dev.len(),
+                "ud_verbs: not an ib device address; pass the peer's iface device address"
+            )
         })?;
         if !self.port.can_reach(&d) {
-            tracing::error!(?d, "ud_verbs: peer unreachable from this port (other link layer or address family)");
+            tracing::error!(
+                ?d,
+                "ud_verbs: peer unreachable from this port (other link layer or address family)"
+            );
             return Err(Status::Unreachable);
         }
         let mut key = [0u8; DEV_ADDR_LEN];
@@ -54,7 +60,10 @@ impl UdShared {
             user_gone: false,
         });
         let Some(id) = self.eps.borrow_mut().insert(ep.clone()) else {
-            tracing::error!("ud_verbs: too many endpoints on this interface (max {})", super::ep_table::MAX_EPS);
+            tracing::error!(
+                "ud_verbs: too many endpoints on this interface (max {})",
+                super::ep_table::MAX_EPS
+            );
             return Err(Status::ExceedsLimit);
         };
         ep.st.borrow_mut().id = id;
@@ -65,11 +74,21 @@ impl UdShared {
     /// Sends return `NoResource` until the reply arrives.
     pub(crate) fn connect_to_iface(&self, dev: &[u8], iface: &[u8]) -> Result<Rc<EpCell>> {
         let Some(qpn) = get_u24(iface) else {
-            tracing::error!(len = iface.len(), "ud_verbs: interface address too short (3 bytes: the QP number)");
+            tracing::error!(
+                len = iface.len(),
+                "ud_verbs: interface address too short (3 bytes: the QP number)"
+            );
             return Err(Status::InvalidAddr);
         };
         let ah = self.get_ah(dev)?;
-        let ep = self.new_ep(Some(Peer { ah, qpn, ep_id: EP_ID_NONE }), true)?;
+        let ep = self.new_ep(
+            Some(Peer {
+                ah,
+                qpn,
+                ep_id: EP_ID_NONE,
+            }),
+            true,
+        )?;
         {
             let mut st = ep.st.borrow_mut();
             st.rel.set_connecting(true);
@@ -82,8 +101,12 @@ impl UdShared {
 
     /// `connect_to_ep`: the peer endpoint's address is its QP number and endpoint id.
     pub(crate) fn connect_to_ep(&self, ep: &Rc<EpCell>, dev: &[u8], ep_addr: &[u8]) -> Result<()> {
-        let (Some(qpn), Some(peer_ep)) = (get_u24(ep_addr), ep_addr.get(3..EP_ADDR_LEN).and_then(get_u24)) else {
-            tracing::error!(len = ep_addr.len(), "ud_verbs: endpoint address too short ({EP_ADDR_LEN} bytes)");
+        let (Some(qpn), Some(peer_ep)) = (get_u24(ep_addr), ep_addr.get(3..EP_ADDR_LEN).and_then(get_u24))
+        else {
+            tracing::error!(
+                len = ep_addr.len(),
+                "ud_verbs: endpoint address too short ({EP_ADDR_LEN} bytes)"
+            );
             return Err(Status::InvalidAddr);
         };
         let ah = self.get_ah(dev)?;
@@ -96,10 +119,17 @@ impl UdShared {
             if p.qpn == qpn && p.ep_id == peer_ep {
                 return Ok(());
             }
-            tracing::error!(ep = st.id, "ud_verbs: endpoint already connected to another peer; create a new one");
+            tracing::error!(
+                ep = st.id,
+                "ud_verbs: endpoint already connected to another peer; create a new one"
+            );
             return Err(Status::InvalidParam);
         }
-        st.peer = Some(Peer { ah, qpn, ep_id: peer_ep });
+        st.peer = Some(Peer {
+            ah,
+            qpn,
+            ep_id: peer_ep,
+        });
         if st.rel.rx_unacked() {
             // data arrived before we knew where to acknowledge it
             st.rel.request_ack();
@@ -116,7 +146,10 @@ impl UdShared {
     pub(crate) fn ep_destroyed(&self, ep: &Rc<EpCell>) {
         let dropped = std::mem::take(&mut *ep.pending.borrow_mut());
         if !dropped.is_empty() {
-            tracing::warn!(n = dropped.len(), "ud_verbs: endpoint destroyed with pending requests (purge them first)");
+            tracing::warn!(
+                n = dropped.len(),
+                "ud_verbs: endpoint destroyed with pending requests (purge them first)"
+            );
         }
         {
             let mut g = ep.st.borrow_mut();

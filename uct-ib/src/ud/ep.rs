@@ -15,9 +15,9 @@ use uct::types::{FlushFlags, AM_ID_MAX};
 
 use super::iface::UdShared;
 use super::reliability::{Psn, Reliability};
+use super::skb::MAX_ZCOPY_IOV;
 use super::wire::{put_u24, EP_ADDR_LEN, EP_ID_NONE};
 use crate::device::DEV_ADDR_LEN;
-use super::send::MAX_ZCOPY_IOV;
 use crate::md::lkey_of_memh;
 use crate::verbs::{AddressHandle, Sge, UdDest};
 
@@ -46,7 +46,11 @@ pub struct Peer {
 impl Peer {
     #[inline]
     pub fn dest(&self) -> UdDest<'_> {
-        UdDest { ah: &self.ah, remote_qpn: self.qpn, remote_qkey: QKEY }
+        UdDest {
+            ah: &self.ah,
+            remote_qpn: self.qpn,
+            remote_qkey: QKEY,
+        }
     }
 }
 
@@ -104,7 +108,10 @@ pub struct EpCell {
 
 impl EpCell {
     pub fn new(st: EpState) -> Rc<EpCell> {
-        Rc::new(EpCell { st: RefCell::new(st), pending: RefCell::new(VecDeque::new()) })
+        Rc::new(EpCell {
+            st: RefCell::new(st),
+            pending: RefCell::new(VecDeque::new()),
+        })
     }
 
     #[inline]
@@ -201,7 +208,11 @@ impl Ep for UdEp {
             return Err(Status::Unsupported);
         }
         if iov.len() > self.sh.max_zcopy_iov {
-            tracing::error!(n = iov.len(), max = self.sh.max_zcopy_iov, "ud_verbs: am_zcopy with too many iov entries");
+            tracing::error!(
+                n = iov.len(),
+                max = self.sh.max_zcopy_iov,
+                "ud_verbs: am_zcopy with too many iov entries"
+            );
             return Err(Status::InvalidParam);
         }
         let len = header.len() + total_len(iov);

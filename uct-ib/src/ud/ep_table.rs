@@ -18,7 +18,11 @@ pub struct EpTable<T> {
 
 impl<T> Default for EpTable<T> {
     fn default() -> Self {
-        EpTable { slots: Vec::new(), free: Vec::new(), len: 0 }
+        EpTable {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+        }
     }
 }
 

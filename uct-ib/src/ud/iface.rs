@@ -20,7 +20,7 @@ use super::config::UdConfig;
 use super::ep::{EpCell, PassiveKey, UdEp, QKEY};
 use super::ep_table::{EpTable, MAX_EPS};
 use super::recv::Faults;
-use super::send::{TxPool, MAX_ZCOPY_IOV};
+use super::skb::{TxPool, MAX_ZCOPY_IOV};
 use super::wire::{put_u24, EP_ADDR_LEN, HDR_LEN, IFACE_ADDR_LEN};
 use crate::config::IbConfig;
 use crate::device::{DeviceAddr, IbDevice, PortInfo, DEV_ADDR_LEN};
@@ -48,7 +48,9 @@ impl Transport for UdTransport {
     }
 
     fn iface_open(md: &IbMd, params: IfaceParams) -> Result<UdIface> {
-        Ok(UdIface { sh: Rc::new(UdShared::open(md, params)?) })
+        Ok(UdIface {
+            sh: Rc::new(UdShared::open(md, params)?),
+        })
     }
 }
 
@@ -122,19 +124,37 @@ impl UdShared {
                 sq_sig_all: false,
             },
         )?;
-        qp.modify_to_init(&InitParams { port_num: port.num, pkey_index: 0, access: AccessFlags::NONE, qkey: QKEY })?;
+        qp.modify_to_init(&InitParams {
+            port_num: port.num,
+            pkey_index: 0,
+            access: AccessFlags::NONE,
+            qkey: QKEY,
+        })?;
         qp.modify_ud_to_rts(0)?;
         let granted = qp.caps();
         let rx_pool = buffer_pool(&dev.pd, "ud_verbs rx", GRH_LEN + seg, 256, usize::MAX)?;
-        let rx = RxRing::new(rx_pool, granted.max_recv_wr.min(rx_len), ibcfg.rx_max_batch, BUF_DATA_OFFSET, GRH_LEN + seg)?;
+        let rx = RxRing::new(
+            rx_pool,
+            granted.max_recv_wr.min(rx_len),
+            ibcfg.rx_max_batch,
+            BUF_DATA_OFFSET,
+            GRH_LEN + seg,
+        )?;
         rx.refill(|reqs| qp.post_recv_batch(reqs))?;
         let tx_pool = buffer_pool(&dev.pd, "ud_verbs tx", seg, 128, cfg.tx_bufs)?;
-        let tx = TxPool::new(tx_pool, cfg.tx_bufs, granted.max_send_wr.min(tx_len), granted.max_inline_data as usize);
-        let max_zcopy_iov = (granted.max_send_sge as usize).saturating_sub(1).min(MAX_ZCOPY_IOV);
+        let tx = TxPool::new(
+            tx_pool,
+            cfg.tx_bufs,
+            granted.max_send_wr.min(tx_len),
+            granted.max_inline_data as usize,
+        );
+        let max_zcopy_iov = (granted.max_send_sge as usize)
+            .saturating_sub(1)
+            .min(MAX_ZCOPY_IOV);
         let mut dev_addr = [0u8; DEV_ADDR_LEN];
         port.device_address().pack(&mut dev_addr)?;
-        let faults = if cfg.faults.is_active() { Some(Faults::new(&cfg, GRH_LEN + seg)?) } else { None };
-        if let Some(f) = &cfg.faults.is_active().then_some(cfg.faults) {
+        let faults = if cfg.faults.is_active() {
+            let f = cfg.faults;
             tracing::warn!(
                 "ud_verbs test hook active on {}: dropping {:.1}%, duplicating {:.1}%, reordering {:.1}% of \
                  received packets (RUCX_UD_TEST_*)",
@@ -143,7 +163,10 @@ impl UdShared {
                 f.dup * 100.0,
                 f.reorder * 100.0
             );
-        }
+            Some(Faults::new(&cfg, GRH_LEN + seg)?)
+        } else {
+            None
+        };
         let tick = u64::try_from(cfg.timer_tick.as_nanos()).unwrap_or(u64::MAX);
         tracing::debug!(
             dev = %params.dev_name, qpn = qp.qp_num(), seg, rx = rx.posted(), tx_len,
@@ -224,7 +247,9 @@ impl UdShared {
         let mut wcs = [const { WorkCompletion::EMPTY }; MAX_POLL];
         let n = self.cqs.rx.poll(&mut wcs[..self.rx_max_poll]).unwrap_or_default();
         for wc in &wcs[..n] {
-            let Some(buf) = self.rx.take(wc.wr_id()) else { continue };
+            let Some(buf) = self.rx.take(wc.wr_id()) else {
+                continue;
+            };
             if !wc.is_success() {
                 tracing::debug!("ud_verbs: receive completion with error: {}", wc.status_str());
                 continue;
@@ -256,7 +281,11 @@ impl Iface for UdIface {
         let sh = &self.sh;
         let (latency, bandwidth) = sh.port.perf(0.0);
         let max = sh.max_am();
-        let zcopy = if sh.max_zcopy_iov > 0 { IfaceFlags::AM_ZCOPY | IfaceFlags::ERRHANDLE_ZCOPY_BUF } else { IfaceFlags::EMPTY };
+        let zcopy = if sh.max_zcopy_iov > 0 {
+            IfaceFlags::AM_ZCOPY | IfaceFlags::ERRHANDLE_ZCOPY_BUF
+        } else {
+            IfaceFlags::EMPTY
+        };
         IfaceAttr {
             flags: IfaceFlags::AM_SHORT
                 | IfaceFlags::AM_BCOPY
@@ -277,7 +306,7 @@ impl Iface for UdIface {
                 // the header counts towards max_zcopy (it shares the packet), as in UCX
                 max_zcopy: if sh.max_zcopy_iov > 0 { max } else { 0 },
                 max_hdr: if sh.max_zcopy_iov > 0 { max } else { 0 },
-                max_iov: sh.max_zcopy_iov.max(1).min(uct::MAX_IOV),
+                max_iov: sh.max_zcopy_iov.clamp(1, uct::MAX_IOV),
                 ..Default::default()
             },
             device_addr_len: DEV_ADDR_LEN,
@@ -321,9 +350,12 @@ impl Iface for UdIface {
         Ok(self.sh.cqs.event_fd())
     }
 
+    /// `Err(Busy)` also while packets are unacknowledged: resends and peer timeouts run in
+    /// progress, so the caller must not sleep until the peer has acknowledged (usually one
+    /// round trip). ACKs owed to peers are sent before arming.
     fn event_arm(&self, events: ArmEvents) -> Result<()> {
         let sh = &self.sh;
-        if sh.has_work() {
+        if sh.has_work() || !sh.settle_for_sleep() {
             return Err(Status::Busy);
         }
         // acknowledgements (which complete sends and flushes) arrive as receives
@@ -336,12 +368,18 @@ impl Iface for UdIface {
 
     fn ep_create(&self) -> Result<UdEp> {
         let ep = self.sh.new_ep(None, false)?;
-        Ok(UdEp { sh: self.sh.clone(), ep })
+        Ok(UdEp {
+            sh: self.sh.clone(),
+            ep,
+        })
     }
 
     fn ep_create_connected(&self, dev: &[u8], iface: &[u8]) -> Result<UdEp> {
         let ep = self.sh.connect_to_iface(dev, iface)?;
-        Ok(UdEp { sh: self.sh.clone(), ep })
+        Ok(UdEp {
+            sh: self.sh.clone(),
+            ep,
+        })
     }
 }
 

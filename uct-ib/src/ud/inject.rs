@@ -81,7 +81,11 @@ pub struct Injector {
 
 impl Injector {
     pub fn new(cfg: FaultConfig) -> Injector {
-        Injector { cfg, rng: Rng::new(cfg.seed), stats: FaultStats::default() }
+        Injector {
+            cfg,
+            rng: Rng::new(cfg.seed),
+            stats: FaultStats::default(),
+        }
     }
 
     pub fn config(&self) -> &FaultConfig {
@@ -125,7 +129,12 @@ mod tests {
 
     #[test]
     fn fates_follow_the_probabilities() {
-        let mut inj = Injector::new(FaultConfig { loss: 0.1, dup: 0.05, reorder: 0.05, seed: 7 });
+        let mut inj = Injector::new(FaultConfig {
+            loss: 0.1,
+            dup: 0.05,
+            reorder: 0.05,
+            seed: 7,
+        });
         for _ in 0..20_000 {
             inj.decide();
         }

@@ -4,7 +4,7 @@
 //! - [`wire`]: the versioned little-endian packet header and control bodies.
 //! - [`reliability`]: PSNs, cumulative ACKs, AIMD window, resend timer, peer timeout (pure).
 //! - [`inject`]: the loss/duplication/reordering test hook (pure).
-//! - `iface`, `ep`: the transport objects; `send` (fast path and send buffers), `recv`
+//! - `iface`, `ep`: the transport objects; `send` (fast path), `skb` (send buffers), `recv`
 //!   (packet processing), `conn` (connection setup and teardown), `timer`, `pending`.
 
 pub mod config;
@@ -16,7 +16,10 @@ pub mod inject;
 mod pending;
 mod recv;
 pub mod reliability;
+#[cfg(test)]
+mod reliability_sim;
 mod send;
+mod skb;
 mod timer;
 pub mod wire;
 

@@ -117,7 +117,9 @@ impl UdShared {
             return;
         }
         let f = std::mem::take(&mut *self.iface_flushes.borrow_mut());
-        self.completions.borrow_mut().extend(f.into_iter().map(|c| (c, Status::Ok)));
+        self.completions
+            .borrow_mut()
+            .extend(f.into_iter().map(|c| (c, Status::Ok)));
     }
 
     /// Something is waiting for progress (`event_arm` must not let the caller sleep).
@@ -126,7 +128,34 @@ impl UdShared {
             || !self.completions.borrow().is_empty()
             || !self.reports.borrow().is_empty()
             || self.held_packets()
-            || self.pending_list.borrow().iter().any(|ep| ep.has_pending() && self.ready(&ep.st.borrow()))
+            || self
+                .pending_list
+                .borrow()
+                .iter()
+                .any(|ep| ep.has_pending() && self.ready(&ep.st.borrow()))
+    }
+
+    /// Before the caller sleeps: sends the ACKs owed to peers (instead of waiting for the
+    /// delayed-ACK timer) and tells whether sleeping is safe (nothing unacknowledged, no
+    /// connection request waiting, every control packet out).
+    pub(crate) fn settle_for_sleep(&self) -> bool {
+        let mut quiet = true;
+        let eps: Vec<Rc<EpCell>> = self.eps.borrow().values().cloned().collect();
+        for ep in &eps {
+            let mut st = ep.st.borrow_mut();
+            if st.failed.is_some() {
+                continue;
+            }
+            if st.rel.outstanding() > 0 || st.rel.is_connecting() {
+                quiet = false;
+            }
+            if st.rel.rx_unacked() && st.connected() {
+                st.rel.request_ack();
+                self.schedule_ctl(ep, &mut st);
+            }
+        }
+        self.send_ctl();
+        quiet && self.ctl_list.borrow().is_empty()
     }
 
     /// Fires the deferred completions and error reports.

@@ -14,7 +14,7 @@ use super::ep::{ctl, EpCell, EpState, Peer};
 use super::iface::UdShared;
 use super::inject::{Fate, FaultStats, Injector};
 use super::reliability::{AckOutcome, RxVerdict};
-use super::wire::{Creq, Crep, Header, Kind, WireError, HDR_LEN};
+use super::wire::{Crep, Creq, Header, Kind, WireError, HDR_LEN};
 use crate::device::DEV_ADDR_LEN;
 use crate::iface_common::{deliver_am, BUF_DATA_OFFSET};
 use crate::verbs::GRH_LEN;
@@ -107,7 +107,9 @@ impl UdShared {
     }
 
     pub(crate) fn held_packets(&self) -> bool {
-        self.faults.as_ref().is_some_and(|f| !f.held.borrow().is_empty() || !f.batch.borrow().is_empty())
+        self.faults
+            .as_ref()
+            .is_some_and(|f| !f.held.borrow().is_empty() || !f.batch.borrow().is_empty())
     }
 
     fn handle_packet(&self, buf: PoolBuf, len: usize, src_qp: u32) {
@@ -140,7 +142,11 @@ impl UdShared {
             return false;
         }
         if st.peer.as_ref().is_some_and(|p| p.qpn != src_qp) {
-            tracing::trace!(ep = st.id, src_qp, "ud_verbs: packet from another QP than the peer's, dropped");
+            tracing::trace!(
+                ep = st.id,
+                src_qp,
+                "ud_verbs: packet from another QP than the peer's, dropped"
+            );
             return false;
         }
         self.process_ack(ep, st, hdr.ack_psn);
@@ -218,26 +224,44 @@ impl UdShared {
         let mut dev = [0u8; DEV_ADDR_LEN];
         dev.copy_from_slice(creq.dev_addr);
         let key = (dev, creq.src_qpn, creq.src_ep);
-        let known = self.passive.borrow().get(&key).and_then(|&id| self.eps.borrow().get(id).cloned());
+        let known = self
+            .passive
+            .borrow()
+            .get(&key)
+            .and_then(|&id| self.eps.borrow().get(id).cloned());
         let ep = match known {
             Some(ep) => ep, // our reply was lost: send it again
             None => {
                 let ah = match self.get_ah(&dev) {
                     Ok(ah) => ah,
                     Err(e) => {
-                        tracing::warn!(src_qp, "ud_verbs: connection request from an unreachable peer: {e}");
+                        tracing::warn!(
+                            src_qp,
+                            "ud_verbs: connection request from an unreachable peer: {e}"
+                        );
                         return;
                     }
                 };
-                let peer = Peer { ah, qpn: creq.src_qpn, ep_id: creq.src_ep };
-                let Ok(ep) = self.new_ep(Some(peer), false) else { return };
+                let peer = Peer {
+                    ah,
+                    qpn: creq.src_qpn,
+                    ep_id: creq.src_ep,
+                };
+                let Ok(ep) = self.new_ep(Some(peer), false) else {
+                    return;
+                };
                 let id = {
                     let mut st = ep.st.borrow_mut();
                     st.passive = Some(key);
                     st.id
                 };
                 self.passive.borrow_mut().insert(key, id);
-                tracing::debug!(ep = id, peer_qpn = creq.src_qpn, peer_ep = creq.src_ep, "ud_verbs: accepted a connection");
+                tracing::debug!(
+                    ep = id,
+                    peer_qpn = creq.src_qpn,
+                    peer_ep = creq.src_ep,
+                    "ud_verbs: accepted a connection"
+                );
                 ep
             }
         };

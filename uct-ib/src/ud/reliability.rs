@@ -246,9 +246,16 @@ impl<S: Copy> Reliability<S> {
         self.next_psn = psn.wrapping_add(1);
         self.window.push_back(skb);
         let off = psn.wrapping_sub(self.acked_psn);
-        let flags =
-            if off == self.cwnd / 4 || off.wrapping_add(1) == self.cwnd { FLAG_ACK_REQ } else { 0 };
-        Stamp { psn, ack_psn: self.take_ack(), flags }
+        let flags = if off == self.cwnd / 4 || off.wrapping_add(1) == self.cwnd {
+            FLAG_ACK_REQ
+        } else {
+            0
+        };
+        Stamp {
+            psn,
+            ack_psn: self.take_ack(),
+            flags,
+        }
     }
 
     /// Processes a cumulative ACK; `freed` gets every packet it acknowledges, oldest first.
@@ -269,7 +276,10 @@ impl<S: Copy> Reliability<S> {
         let mut n = 0;
         while psn_lt(self.acked_psn, ack) {
             self.acked_psn = self.acked_psn.wrapping_add(1);
-            let skb = self.window.pop_front().expect("window holds every unacknowledged PSN");
+            let skb = self
+                .window
+                .pop_front()
+                .expect("window holds every unacknowledged PSN");
             freed(self.acked_psn, skb);
             n += 1;
         }
@@ -314,7 +324,14 @@ impl<S: Copy> Reliability<S> {
             self.resends_since_req = 0;
         }
         let flags = if ask { FLAG_ACK_REQ } else { 0 };
-        Some(Resend { skb, stamp: Stamp { psn: c, ack_psn: self.take_ack(), flags } })
+        Some(Resend {
+            skb,
+            stamp: Stamp {
+                psn: c,
+                ack_psn: self.take_ack(),
+                flags,
+            },
+        })
     }
 
     /// Removes every unacknowledged packet (the endpoint failed or is being destroyed).
@@ -337,7 +354,10 @@ impl<S: Copy> Reliability<S> {
 
     /// Runs the timers at time `now` (call periodically, e.g. every timer tick).
     pub fn on_timer(&mut self, now: Nanos) -> TimerOutcome {
-        let mut out = TimerOutcome { send_ack: self.rx_unacked(), ..Default::default() };
+        let mut out = TimerOutcome {
+            send_ack: self.rx_unacked(),
+            ..Default::default()
+        };
         if self.window.is_empty() && !self.connecting {
             self.deadline = None;
             self.last_progress = None;
@@ -421,14 +441,18 @@ impl<S: Copy> Reliability<S> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::inject::Rng;
-    use super::super::wire::{Header, Kind};
     use super::*;
 
     const MS: Nanos = 1_000_000;
 
     fn cfg() -> RelConfig {
-        RelConfig { max_window: 64, initial_rto: 10 * MS, max_rto: 200 * MS, backoff: 2.0, peer_timeout: 2000 * MS }
+        RelConfig {
+            max_window: 64,
+            initial_rto: 10 * MS,
+            max_rto: 200 * MS,
+            backoff: 2.0,
+            peer_timeout: 2000 * MS,
+        }
     }
 
     #[test]
@@ -445,7 +469,10 @@ mod tests {
         assert_eq!(r.cwnd(), MIN_WINDOW);
         let s1 = r.send(1);
         assert_eq!((s1.psn, s1.ack_psn), (INITIAL_PSN, 0));
-        assert_eq!(s1.flags, FLAG_ACK_REQ, "cwnd 2: the first packet asks (psn + 1 == max)");
+        assert_eq!(
+            s1.flags, FLAG_ACK_REQ,
+            "cwnd 2: the first packet asks (psn + 1 == max)"
+        );
         r.send(2);
         assert!(!r.can_send(), "window of 2 is full");
         let mut freed = vec![];
@@ -475,15 +502,27 @@ mod tests {
 
     #[test]
     fn ack_request_points_and_piggybacked_acks() {
-        let mut r = Reliability::<u32>::new(RelConfig { max_window: 16, ..cfg() });
+        let mut r = Reliability::<u32>::new(RelConfig {
+            max_window: 16,
+            ..cfg()
+        });
         for i in 0..14 {
             let p = r.send(i).psn;
             r.on_ack(p, |_, _| {});
         }
         assert_eq!(r.cwnd(), 16);
         let flags: Vec<u8> = (0..16).map(|i| r.send(i).flags).collect();
-        let asked: Vec<usize> = flags.iter().enumerate().filter(|(_, f)| **f != 0).map(|(i, _)| i + 1).collect();
-        assert_eq!(asked, vec![4, 15], "a quarter in and one before the window is full");
+        let asked: Vec<usize> = flags
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| **f != 0)
+            .map(|(i, _)| i + 1)
+            .collect();
+        assert_eq!(
+            asked,
+            vec![4, 15],
+            "a quarter in and one before the window is full"
+        );
         // the receive side stamps its progress into outgoing packets
         assert_eq!(r.on_receive(1, false), RxVerdict::Deliver);
         assert_eq!(r.on_receive(2, false), RxVerdict::Deliver);
@@ -517,20 +556,32 @@ mod tests {
             r.send(i);
         }
         assert_eq!(r.on_ack(1, |_, _| {}), AckOutcome::Nothing);
-        assert_eq!(r.on_ack(0, |_, _| {}), AckOutcome::Nothing, "older than acked: not a duplicate");
+        assert_eq!(
+            r.on_ack(0, |_, _| {}),
+            AckOutcome::Nothing,
+            "older than acked: not a duplicate"
+        );
         assert_eq!(r.on_ack(1, |_, _| {}), AckOutcome::Nothing);
         assert_eq!(r.on_ack(1, |_, _| {}), AckOutcome::FastResend);
         assert!(!r.can_send(), "no new packets while resending");
-        let resent: Vec<Psn> = std::iter::from_fn(|| r.next_resend()).map(|x| x.stamp.psn).collect();
+        let resent: Vec<Psn> = std::iter::from_fn(|| r.next_resend())
+            .map(|x| x.stamp.psn)
+            .collect();
         assert_eq!(resent, vec![2, 3], "cwnd halved to 2: two in flight, then wait");
         r.on_ack(2, |_, _| {});
-        assert_eq!(r.next_resend().map(|x| (x.stamp.psn, x.skb, x.stamp.flags)), Some((4, 2, FLAG_ACK_REQ)));
+        assert_eq!(
+            r.next_resend().map(|x| (x.stamp.psn, x.skb, x.stamp.flags)),
+            Some((4, 2, FLAG_ACK_REQ))
+        );
         assert!(r.next_resend().is_none() && !r.resending());
     }
 
     #[test]
     fn backoff_doubles_to_the_cap_and_resets_on_progress() {
-        let mut r = Reliability::<u32>::new(RelConfig { peer_timeout: u64::MAX / 2, ..cfg() });
+        let mut r = Reliability::<u32>::new(RelConfig {
+            peer_timeout: u64::MAX / 2,
+            ..cfg()
+        });
         r.send(0);
         let mut t = 0;
         r.on_timer(t);
@@ -576,206 +627,5 @@ mod tests {
         c.on_timer(0);
         assert!(c.on_timer(15 * MS).resend);
         assert!(c.on_timer(2500 * MS).timeout);
-    }
-
-    // ---------------------------------------------------------------- simulation
-
-    /// One side of a simulated connection: its reliability state, its sent packets' payloads
-    /// (message numbers, by buffer handle) and what it delivered.
-    struct Peer {
-        rel: Reliability<u32>,
-        skbs: Vec<u32>,
-        free: Vec<u32>,
-        delivered: Vec<u32>,
-        next_msg: u32,
-        to_send: u32,
-        timed_out: bool,
-    }
-
-    struct Packet {
-        at: Nanos,
-        to: usize,
-        hdr: [u8; 12],
-        msg: u32,
-    }
-
-    struct Net {
-        rng: Rng,
-        loss: f64,
-        dup: f64,
-        reorder: f64,
-        dead_after: Option<Nanos>,
-        inflight: Vec<Packet>,
-        sent: u64,
-    }
-
-    impl Net {
-        fn send(&mut self, now: Nanos, to: usize, hdr: Header, msg: u32) {
-            self.sent += 1;
-            if self.dead_after.is_some_and(|d| now >= d) || self.rng.next_f64() < self.loss {
-                return;
-            }
-            let copies = if self.rng.next_f64() < self.dup { 2 } else { 1 };
-            for _ in 0..copies {
-                let mut lat = 20_000;
-                if self.rng.next_f64() < self.reorder {
-                    lat += self.rng.below(200_000); // overtaken by later packets
-                }
-                self.inflight.push(Packet { at: now + lat, to, hdr: hdr.to_bytes(), msg });
-            }
-        }
-    }
-
-    impl Peer {
-        fn new(cfg: RelConfig, to_send: u32) -> Peer {
-            Peer {
-                rel: Reliability::new(cfg),
-                skbs: vec![0; 4096],
-                free: (0..4096).rev().collect(),
-                delivered: vec![],
-                next_msg: 0,
-                to_send,
-                timed_out: false,
-            }
-        }
-
-        fn pump(&mut self, me: usize, now: Nanos, net: &mut Net) {
-            while let Some(r) = self.rel.next_resend() {
-                let h = Header { kind: Kind::Am, am_id: 0, flags: r.stamp.flags, dest_ep: 0, psn: r.stamp.psn, ack_psn: r.stamp.ack_psn };
-                net.send(now, 1 - me, h, self.skbs[r.skb as usize]);
-            }
-            while self.next_msg < self.to_send && self.rel.can_send() {
-                let skb = self.free.pop().expect("skbs");
-                self.skbs[skb as usize] = self.next_msg;
-                let s = self.rel.send(skb);
-                let h = Header { kind: Kind::Am, am_id: 0, flags: s.flags, dest_ep: 0, psn: s.psn, ack_psn: s.ack_psn };
-                net.send(now, 1 - me, h, self.next_msg);
-                self.next_msg += 1;
-            }
-            if self.rel.needs_ack_now() {
-                self.send_ack(me, now, net);
-            }
-        }
-
-        fn send_ack(&mut self, me: usize, now: Nanos, net: &mut Net) {
-            let ack_psn = self.rel.take_ack();
-            let h = Header { kind: Kind::Ack, am_id: 0, flags: 0, dest_ep: 0, psn: 0, ack_psn };
-            net.send(now, 1 - me, h, u32::MAX);
-        }
-
-        fn receive(&mut self, p: &Packet) {
-            let h = Header::decode(&p.hdr).expect("valid header");
-            let free = &mut self.free;
-            self.rel.on_ack(h.ack_psn, |_, skb| free.push(skb));
-            if h.kind == Kind::Am && self.rel.on_receive(h.psn, h.ack_req()) == RxVerdict::Deliver {
-                self.delivered.push(p.msg);
-            }
-        }
-    }
-
-    struct Outcome {
-        peers: [Peer; 2],
-        elapsed: Nanos,
-        packets: u64,
-    }
-
-    /// Runs two peers over a simulated network until both delivered everything (or a peer
-    /// timed out), with the timer ticking every millisecond.
-    fn simulate(net: &mut Net, cfg: RelConfig, msgs: [u32; 2], limit: Nanos) -> Outcome {
-        let mut peers = [Peer::new(cfg, msgs[0]), Peer::new(cfg, msgs[1])];
-        let mut now: Nanos = 0;
-        let step = 10_000;
-        let mut next_tick = MS;
-        loop {
-            for (i, p) in peers.iter_mut().enumerate() {
-                p.pump(i, now, net);
-            }
-            now += step;
-            let (due, rest): (Vec<Packet>, Vec<Packet>) = net.inflight.drain(..).partition(|p| p.at <= now);
-            net.inflight = rest;
-            for p in &due {
-                peers[p.to].receive(p);
-            }
-            if now >= next_tick {
-                next_tick += MS;
-                for (i, p) in peers.iter_mut().enumerate() {
-                    let o = p.rel.on_timer(now);
-                    if o.timeout {
-                        p.timed_out = true;
-                    }
-                    if o.send_ack {
-                        p.send_ack(i, now, net);
-                    }
-                }
-            }
-            let done = peers[0].delivered.len() as u32 == msgs[1]
-                && peers[1].delivered.len() as u32 == msgs[0]
-                && peers.iter().all(|p| p.rel.outstanding() == 0);
-            if done || peers.iter().any(|p| p.timed_out) || now > limit {
-                return Outcome { peers, elapsed: now, packets: net.sent };
-            }
-        }
-    }
-
-    fn lossy(seed: u64, loss: f64, dup: f64, reorder: f64) -> Net {
-        Net { rng: Rng::new(seed), loss, dup, reorder, dead_after: None, inflight: vec![], sent: 0 }
-    }
-
-    fn check_exactly_once_in_order(o: &Outcome, msgs: [u32; 2], what: &str) {
-        for (i, p) in o.peers.iter().enumerate() {
-            assert!(!p.timed_out, "{what}: peer {i} timed out");
-            let want: Vec<u32> = (0..msgs[1 - i]).collect();
-            assert!(p.delivered == want, "{what}: peer {i} delivered {} of {} (or out of order)", p.delivered.len(), want.len());
-            assert_eq!(p.free.len(), 4096, "{what}: peer {i} leaked send buffers");
-            assert!((MIN_WINDOW..=cfg().max_window).contains(&p.rel.cwnd()));
-        }
-    }
-
-    #[test]
-    fn sim_lossless_one_way() {
-        let o = simulate(&mut lossy(1, 0.0, 0.0, 0.0), cfg(), [5000, 0], 60_000 * MS);
-        check_exactly_once_in_order(&o, [5000, 0], "lossless");
-        assert_eq!(o.peers[0].rel.cwnd(), 64, "the window opens fully without loss");
-    }
-
-    #[test]
-    fn sim_lossy_duplicating_reordering_both_ways() {
-        for (i, loss) in [0.01, 0.05, 0.10].into_iter().enumerate() {
-            let msgs = [3000, 2000];
-            let mut net = lossy(100 + i as u64, loss, 0.05, 0.05);
-            let o = simulate(&mut net, cfg(), msgs, 600_000 * MS);
-            check_exactly_once_in_order(&o, msgs, &format!("loss {loss}"));
-            println!("loss {loss}: {} packets for {} messages, {} ms simulated", o.packets, 5000, o.elapsed / MS);
-        }
-    }
-
-    #[test]
-    fn sim_psn_wraparound() {
-        let msgs = [70_000, 0];
-        let o = simulate(&mut lossy(9, 0.01, 0.01, 0.01), cfg(), msgs, 3_600_000 * MS);
-        check_exactly_once_in_order(&o, msgs, "wraparound");
-    }
-
-    #[test]
-    fn sim_seeds_are_deterministic() {
-        let run = || {
-            let o = simulate(&mut lossy(5, 0.05, 0.05, 0.05), cfg(), [500, 500], 600_000 * MS);
-            (o.elapsed, o.packets)
-        };
-        assert_eq!(run(), run());
-    }
-
-    #[test]
-    fn sim_dead_peer_times_out() {
-        let mut net = lossy(3, 0.0, 0.0, 0.0);
-        net.dead_after = Some(50 * MS);
-        let o = simulate(&mut net, cfg(), [1_000_000, 0], 60_000 * MS);
-        assert!(o.peers[0].timed_out, "sender never declared the peer dead");
-        let t = o.elapsed;
-        assert!((2000 * MS..2200 * MS).contains(&t), "timed out at {} ms", t / MS);
-        let mut left = 0;
-        let mut p = o.peers;
-        p[0].rel.drain(|_, _| left += 1);
-        assert!(left > 0 && p[0].rel.outstanding() == 0);
     }
 }

@@ -97,7 +97,10 @@ impl Header {
     /// Parses the header at the start of `pkt`.
     #[inline]
     pub fn decode(pkt: &[u8]) -> Result<Header, WireError> {
-        let b: &[u8; HDR_LEN] = pkt.get(..HDR_LEN).and_then(|s| s.try_into().ok()).ok_or(WireError::Short)?;
+        let b: &[u8; HDR_LEN] = pkt
+            .get(..HDR_LEN)
+            .and_then(|s| s.try_into().ok())
+            .ok_or(WireError::Short)?;
         if b[0] != VERSION {
             return Err(WireError::Version(b[0]));
         }
@@ -190,8 +193,13 @@ impl Crep {
     }
 
     pub fn decode(body: &[u8]) -> Result<Crep, WireError> {
-        let b: [u8; 4] = body.get(..4).and_then(|s| s.try_into().ok()).ok_or(WireError::Body)?;
-        Ok(Crep { src_ep: u32::from_le_bytes(b) & ID_MASK })
+        let b: [u8; 4] = body
+            .get(..4)
+            .and_then(|s| s.try_into().ok())
+            .ok_or(WireError::Body)?;
+        Ok(Crep {
+            src_ep: u32::from_le_bytes(b) & ID_MASK,
+        })
     }
 }
 
@@ -215,19 +223,37 @@ mod tests {
 
     #[test]
     fn header_layout_is_little_endian_and_round_trips() {
-        let h = Header { kind: Kind::Am, am_id: 7, flags: FLAG_ACK_REQ, dest_ep: 0x12_3456, psn: 0xBEEF, ack_psn: 0x0102 };
+        let h = Header {
+            kind: Kind::Am,
+            am_id: 7,
+            flags: FLAG_ACK_REQ,
+            dest_ep: 0x12_3456,
+            psn: 0xBEEF,
+            ack_psn: 0x0102,
+        };
         let b = h.to_bytes();
         assert_eq!(b, [1, 1, 7, 1, 0x56, 0x34, 0x12, 0, 0xEF, 0xBE, 0x02, 0x01]);
         assert_eq!(Header::decode(&b), Ok(h));
         assert!(h.ack_req());
         // ids are 24 bits: the top byte never goes out
-        let wide = Header { dest_ep: 0xFF12_3456, ..h };
+        let wide = Header {
+            dest_ep: 0xFF12_3456,
+            ..h
+        };
         assert_eq!(Header::decode(&wide.to_bytes()).unwrap().dest_ep, 0x12_3456);
     }
 
     #[test]
     fn bad_headers_are_refused() {
-        let mut b = Header { kind: Kind::Ack, am_id: 0, flags: 0, dest_ep: 1, psn: 0, ack_psn: 5 }.to_bytes();
+        let mut b = Header {
+            kind: Kind::Ack,
+            am_id: 0,
+            flags: 0,
+            dest_ep: 1,
+            psn: 0,
+            ack_psn: 5,
+        }
+        .to_bytes();
         assert_eq!(Header::decode(&b[..11]), Err(WireError::Short));
         b[0] = 2;
         assert_eq!(Header::decode(&b), Err(WireError::Version(2)));
@@ -241,16 +267,34 @@ mod tests {
 
     #[test]
     fn restamp_changes_only_ack_and_flags() {
-        let h = Header { kind: Kind::Am, am_id: 3, flags: 0, dest_ep: 9, psn: 77, ack_psn: 1 };
+        let h = Header {
+            kind: Kind::Am,
+            am_id: 3,
+            flags: 0,
+            dest_ep: 9,
+            psn: 77,
+            ack_psn: 1,
+        };
         let mut b = h.to_bytes();
         restamp(&mut b, 500, FLAG_ACK_REQ);
-        assert_eq!(Header::decode(&b), Ok(Header { flags: FLAG_ACK_REQ, ack_psn: 500, ..h }));
+        assert_eq!(
+            Header::decode(&b),
+            Ok(Header {
+                flags: FLAG_ACK_REQ,
+                ack_psn: 500,
+                ..h
+            })
+        );
     }
 
     #[test]
     fn creq_and_crep_bodies() {
         let dev = [9u8; 18];
-        let c = Creq { src_ep: 0x01_0203, src_qpn: 0xAB_CDEF, dev_addr: &dev };
+        let c = Creq {
+            src_ep: 0x01_0203,
+            src_qpn: 0xAB_CDEF,
+            dev_addr: &dev,
+        };
         let mut buf = [0u8; 64];
         let n = c.encode(&mut buf);
         assert_eq!(n, 27);

@@ -41,7 +41,10 @@ impl Drop for Env {
 
 /// The context and the ud_verbs device to use, or `None` (and "skipped") without one.
 pub fn context() -> Option<(Context, String)> {
-    let ctx = Context::builder().builtin(uct_ib::module()).plugins(false).build();
+    let ctx = Context::builder()
+        .builtin(uct_ib::module())
+        .plugins(false)
+        .build();
     let want = std::env::var("RUCX_IB_DEVICE").ok();
     let res = ctx.resources().expect("resources");
     let dev = res
@@ -76,17 +79,27 @@ pub fn side(ctx: &Context, dev: &str) -> Side {
     let params = IfaceParams::new(TL, dev).err_handler(move |k, s| log.borrow_mut().push((k, s)));
     let iface = Iface::open(&md, &worker, params).expect("iface open");
     iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
-    Side { md, worker, iface, errors }
+    Side {
+        md,
+        worker,
+        iface,
+        errors,
+    }
 }
 
 /// Endpoint to endpoint, both ways.
 pub fn connect_ep(a: &Side, b: &Side) -> (Ep, Ep) {
     let ab = a.iface.ep_create().expect("ep_create a");
     let ba = b.iface.ep_create().expect("ep_create b");
-    let (da, db) = (a.iface.device_address().unwrap(), b.iface.device_address().unwrap());
+    let (da, db) = (
+        a.iface.device_address().unwrap(),
+        b.iface.device_address().unwrap(),
+    );
     assert!(a.iface.is_reachable(&db, &b.iface.address().unwrap()));
-    ab.connect_to_ep(&db, &ba.address().unwrap()).expect("connect a->b");
-    ba.connect_to_ep(&da, &ab.address().unwrap()).expect("connect b->a");
+    ab.connect_to_ep(&db, &ba.address().unwrap())
+        .expect("connect a->b");
+    ba.connect_to_ep(&da, &ab.address().unwrap())
+        .expect("connect b->a");
     (ab, ba)
 }
 
@@ -130,7 +143,11 @@ pub type Rec = Rc<RefCell<Vec<Vec<u8>>>>;
 pub fn record(s: &Side, id: u8) -> Rec {
     let rec: Rec = Rc::default();
     let r = rec.clone();
-    s.iface.set_am_handler(id, AmCbFlags::SYNC, move |m| r.borrow_mut().push(m.data().to_vec())).unwrap();
+    s.iface
+        .set_am_handler(id, AmCbFlags::SYNC, move |m| {
+            r.borrow_mut().push(m.data().to_vec())
+        })
+        .unwrap();
     rec
 }
 
@@ -179,6 +196,9 @@ pub fn check_numbered(rec: &Rec, n: u64, max_bcopy: usize) {
         assert_eq!(seq, i, "message {i} out of order or duplicated");
         let long = (i % 7) as usize * (max_bcopy / 8);
         assert_eq!(m.len(), long.max(8), "message {i} length");
-        assert!(m[8..].iter().all(|&b| b == (i % 251) as u8), "message {i} payload");
+        assert!(
+            m[8..].iter().all(|&b| b == (i % 251) as u8),
+            "message {i} payload"
+        );
     }
 }

@@ -1,0 +1,483 @@
+//! Send buffers ("skbs"): registered buffers that stay in a reliability window until
+//! acknowledged, send-queue accounting, and the posting of one packet (new, resent, control).
+//! Packets that fit the QP's inline limit are posted inline; larger ones (and am_zcopy) point
+//! the HCA at the skb, which then is not rewritten or reused until its send completion.
+
+use std::cell::RefCell;
+
+use ucs::mpool::{MemPool, PoolBuf};
+use ucs::{Result, Status};
+use uct::callbacks::Comp;
+
+use super::reliability::Psn;
+use super::wire::{restamp, HDR_LEN};
+use crate::iface_common::{buf_sge, BUF_DATA_OFFSET};
+use crate::verbs::{QueuePair, SendFlags, SendOp, SendRequest, Sge, UdDest};
+
+/// Where a packet starts in a send buffer.
+pub const PKT_OFF: usize = BUF_DATA_OFFSET;
+/// `wr_id` of inline sends (no buffer to track).
+const WR_INLINE: u64 = u64::MAX;
+/// Most user iov entries of an am_zcopy (the first SGE is the packet header).
+pub const MAX_ZCOPY_IOV: usize = 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Free,
+    /// Taken for filling, or held by a window.
+    Busy,
+    /// Acknowledged, waiting for the HCA to finish reading it.
+    Released,
+    /// A control packet too large to inline, freed at its send completion.
+    Ctl,
+}
+
+/// The user memory an am_zcopy packet gathers after its header, and its completion. The
+/// memory stays the user's until the packet is acknowledged and the HCA is done with it.
+#[derive(Clone, Copy)]
+struct Zcopy {
+    n: u8,
+    sges: [Sge; MAX_ZCOPY_IOV],
+    comp: Comp,
+    /// How it ends (set when the window lets go of the packet).
+    status: Status,
+}
+
+const NO_ZCOPY: Zcopy = Zcopy {
+    n: 0,
+    sges: [Sge::new(0, 0, 0); MAX_ZCOPY_IOV],
+    comp: Comp::NONE,
+    status: Status::Ok,
+};
+
+struct Skb {
+    buf: Option<PoolBuf>,
+    /// Bytes of the packet in the buffer (the header part for zcopy).
+    len: u16,
+    /// Posted by reference and not yet completed.
+    posted: u16,
+    state: State,
+    zc: Zcopy,
+}
+
+impl Skb {
+    /// The zcopy completion and its status, once the skb is free (it is cleared).
+    fn take_comp(&mut self) -> Option<(Comp, Status)> {
+        if self.zc.n == 0 {
+            return None;
+        }
+        let c = (self.zc.comp, self.zc.status);
+        self.zc = NO_ZCOPY;
+        Some(c)
+    }
+}
+
+/// Send buffers and send-queue credits of an interface.
+pub struct TxPool {
+    pool: MemPool,
+    skbs: Vec<Skb>,
+    free: Vec<u32>,
+    max: usize,
+    sq_free: u32,
+    max_inline: usize,
+    /// Skbs held by windows (everything unacknowledged, for iface flush).
+    in_windows: usize,
+    post_errors: u64,
+}
+
+impl TxPool {
+    /// At most `max` buffers from `pool` (taken on demand), `sq_len` send WRs in flight,
+    /// packets of up to `max_inline` bytes inline.
+    pub fn new(pool: MemPool, max: usize, sq_len: u32, max_inline: usize) -> TxPool {
+        TxPool {
+            pool,
+            skbs: Vec::with_capacity(max.min(1024)),
+            free: Vec::with_capacity(max.min(1024)),
+            max,
+            sq_free: sq_len,
+            max_inline,
+            in_windows: 0,
+            post_errors: 0,
+        }
+    }
+
+    /// A send WR can be posted now.
+    #[inline]
+    pub fn can_post(&self) -> bool {
+        self.sq_free > 0
+    }
+
+    /// A new AM could be sent now (send WR and buffer available).
+    #[inline]
+    pub fn has_room(&self) -> bool {
+        self.sq_free > 0 && (!self.free.is_empty() || self.skbs.len() < self.max)
+    }
+
+    /// Unacknowledged packets of all endpoints.
+    pub fn in_windows(&self) -> usize {
+        self.in_windows
+    }
+
+    /// Takes a free buffer out of its slot, so that user code can fill it with no borrow
+    /// held. `Err(NoResource)` when none is free or the send queue is full.
+    #[inline]
+    pub fn take(&mut self) -> Result<(u32, PoolBuf)> {
+        if self.sq_free == 0 {
+            return Err(Status::NoResource);
+        }
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => self.grow()?,
+        };
+        let skb = &mut self.skbs[slot as usize];
+        skb.state = State::Busy;
+        let buf = skb.buf.take().expect("a free skb has its buffer");
+        Ok((slot, buf))
+    }
+
+    #[cold]
+    fn grow(&mut self) -> Result<u32> {
+        if self.skbs.len() >= self.max {
+            return Err(Status::NoResource);
+        }
+        let buf = self.pool.get().map_err(|_| Status::NoResource)?;
+        self.skbs.push(Skb {
+            buf: Some(buf),
+            len: 0,
+            posted: 0,
+            state: State::Free,
+            zc: NO_ZCOPY,
+        });
+        Ok(self.skbs.len() as u32 - 1)
+    }
+
+    /// Gives back a taken buffer that will not be sent.
+    pub fn abandon(&mut self, slot: u32, buf: PoolBuf) {
+        let skb = &mut self.skbs[slot as usize];
+        skb.buf = Some(buf);
+        skb.state = State::Free;
+        self.free.push(slot);
+    }
+
+    /// Puts a filled buffer (`len` packet bytes at [`PKT_OFF`]) back; a window holds it now.
+    #[inline]
+    pub fn commit(&mut self, slot: u32, buf: PoolBuf, len: usize) {
+        let skb = &mut self.skbs[slot as usize];
+        skb.buf = Some(buf);
+        skb.len = len as u16;
+        self.in_windows += 1;
+    }
+
+    /// Like [`TxPool::commit`] for an am_zcopy packet: `len` header bytes in the buffer, then
+    /// the user memory of `sges`; `comp` completes when the skb is released and idle.
+    pub fn commit_zcopy(&mut self, slot: u32, buf: PoolBuf, len: usize, sges: &[Sge], comp: Comp) {
+        self.commit(slot, buf, len);
+        let zc = &mut self.skbs[slot as usize].zc;
+        zc.n = sges.len() as u8;
+        zc.sges[..sges.len()].copy_from_slice(sges);
+        zc.comp = comp;
+    }
+
+    /// A window let go of `slot`: acknowledged (`Ok`) or dropped (the endpoint's failure).
+    /// Returns an am_zcopy completion to fire now (the HCA no longer reads the user's
+    /// memory); a packet still posted returns it from [`TxPool::completed`] instead.
+    #[inline]
+    pub fn release(&mut self, slot: u32, status: Status) -> Option<(Comp, Status)> {
+        self.in_windows -= 1;
+        let skb = &mut self.skbs[slot as usize];
+        skb.zc.status = status;
+        if skb.posted == 0 {
+            skb.state = State::Free;
+            self.free.push(slot);
+            skb.take_comp()
+        } else {
+            skb.state = State::Released;
+            None
+        }
+    }
+
+    /// Posts the packet in `slot` to `dest`.
+    #[inline]
+    pub fn post(&mut self, qp: &QueuePair, slot: u32, dest: UdDest<'_>) -> Result<()> {
+        if self.sq_free == 0 {
+            return Err(Status::NoResource);
+        }
+        let skb = &mut self.skbs[slot as usize];
+        let Some(buf) = skb.buf.as_ref() else {
+            return Err(Status::NoResource);
+        };
+        let len = skb.len as usize;
+        let r = if skb.zc.n > 0 {
+            let mut sges = [Sge::new(0, 0, 0); MAX_ZCOPY_IOV + 1];
+            let n = skb.zc.n as usize;
+            sges[0] = buf_sge(buf, PKT_OFF, len);
+            sges[1..=n].copy_from_slice(&skb.zc.sges[..n]);
+            let r = qp.post_send(&SendRequest {
+                wr_id: slot as u64,
+                sges: &sges[..=n],
+                op: SendOp::Send,
+                flags: SendFlags::SIGNALED,
+                ud: Some(dest),
+            });
+            if r.is_ok() {
+                skb.posted += 1;
+            }
+            r
+        } else if len <= self.max_inline {
+            qp.post_send_inline(
+                WR_INLINE,
+                &[&buf[PKT_OFF..PKT_OFF + len]],
+                SendOp::Send,
+                SendFlags::SIGNALED,
+                Some(dest),
+            )
+        } else {
+            let sge = buf_sge(buf, PKT_OFF, len);
+            let r = qp.post_send(&SendRequest {
+                wr_id: slot as u64,
+                sges: std::slice::from_ref(&sge),
+                op: SendOp::Send,
+                flags: SendFlags::SIGNALED,
+                ud: Some(dest),
+            });
+            if r.is_ok() {
+                skb.posted += 1;
+            }
+            r
+        };
+        self.posted(r)
+    }
+
+    fn posted(&mut self, r: Result<()>) -> Result<()> {
+        match r {
+            Ok(()) => {
+                self.sq_free -= 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.post_errors += 1;
+                if self.post_errors.is_power_of_two() {
+                    tracing::warn!(errors = self.post_errors, "ud_verbs: posting a send failed: {e}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends the packet in `slot` again with a new acknowledgement and flags. `Ok(false)`
+    /// when the HCA still reads the buffer from an earlier post (that copy is on its way).
+    pub fn resend(
+        &mut self,
+        qp: &QueuePair,
+        slot: u32,
+        ack_psn: Psn,
+        flags: u8,
+        dest: UdDest<'_>,
+    ) -> Result<bool> {
+        let skb = &mut self.skbs[slot as usize];
+        if skb.posted > 0 {
+            return Ok(false);
+        }
+        let Some(buf) = skb.buf.as_mut() else {
+            return Ok(false);
+        };
+        restamp(&mut buf[PKT_OFF..PKT_OFF + HDR_LEN], ack_psn, flags);
+        self.post(qp, slot, dest).map(|_| true)
+    }
+
+    /// Posts a control packet: inline when it fits, otherwise from a buffer freed at its
+    /// send completion.
+    pub fn post_ctl(&mut self, qp: &QueuePair, pkt: &[u8], dest: UdDest<'_>) -> Result<()> {
+        if self.sq_free == 0 {
+            return Err(Status::NoResource);
+        }
+        if pkt.len() <= self.max_inline {
+            let r = qp.post_send_inline(WR_INLINE, &[pkt], SendOp::Send, SendFlags::SIGNALED, Some(dest));
+            return self.posted(r);
+        }
+        let (slot, mut buf) = self.take()?;
+        buf[PKT_OFF..PKT_OFF + pkt.len()].copy_from_slice(pkt);
+        let skb = &mut self.skbs[slot as usize];
+        skb.buf = Some(buf);
+        skb.len = pkt.len() as u16;
+        skb.state = State::Ctl;
+        let r = self.post(qp, slot, dest);
+        let skb = &mut self.skbs[slot as usize];
+        if r.is_err() && skb.posted == 0 {
+            skb.state = State::Free;
+            self.free.push(slot);
+        }
+        r
+    }
+
+    /// A send completion (every send is signaled); returns an am_zcopy completion that was
+    /// waiting for the HCA to finish.
+    #[inline]
+    pub fn completed(&mut self, wr_id: u64) -> Option<(Comp, Status)> {
+        self.sq_free += 1;
+        if wr_id == WR_INLINE {
+            return None;
+        }
+        let skb = self.skbs.get_mut(wr_id as usize)?;
+        skb.posted = skb.posted.saturating_sub(1);
+        if skb.posted == 0 && matches!(skb.state, State::Released | State::Ctl) {
+            skb.state = State::Free;
+            self.free.push(wr_id as u32);
+            return skb.take_comp();
+        }
+        None
+    }
+}
+
+/// A buffer taken from a [`TxPool`] for filling; goes back to the pool unless committed
+/// (also when the user's pack callback panics).
+pub struct Taken<'a> {
+    tx: &'a RefCell<TxPool>,
+    slot: u32,
+    buf: Option<PoolBuf>,
+}
+
+impl<'a> Taken<'a> {
+    #[inline]
+    pub fn new(tx: &'a RefCell<TxPool>) -> Result<Taken<'a>> {
+        let (slot, buf) = tx.borrow_mut().take()?;
+        Ok(Taken {
+            tx,
+            slot,
+            buf: Some(buf),
+        })
+    }
+
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// The whole buffer.
+    #[inline]
+    pub fn buf(&mut self) -> &mut [u8] {
+        self.buf.as_mut().expect("not committed")
+    }
+
+    /// Hands the filled buffer (`len` packet bytes) to the pool's window accounting.
+    #[inline]
+    pub fn commit(mut self, tx: &mut TxPool, len: usize) {
+        let buf = self.buf.take().expect("not committed");
+        tx.commit(self.slot, buf, len);
+    }
+
+    /// [`Taken::commit`] for an am_zcopy packet.
+    pub fn commit_zcopy(mut self, tx: &mut TxPool, len: usize, sges: &[Sge], comp: Comp) {
+        let buf = self.buf.take().expect("not committed");
+        tx.commit_zcopy(self.slot, buf, len, sges, comp);
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            if let Ok(mut tx) = self.tx.try_borrow_mut() {
+                tx.abandon(self.slot, buf);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+impl TxPool {
+    /// As if `slot` had been posted by reference (tests have no QP).
+    fn mark_posted(&mut self, slot: u32) {
+        self.skbs[slot as usize].posted += 1;
+        self.sq_free -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ucs::mpool::MemPoolParams;
+
+    fn pool(max: usize, sq: u32) -> TxPool {
+        TxPool::new(
+            MemPool::new(MemPoolParams::new("tx-test", PKT_OFF + 256)).unwrap(),
+            max,
+            sq,
+            64,
+        )
+    }
+
+    #[test]
+    fn buffers_are_bounded_reused_and_accounted() {
+        let mut tx = pool(3, 16);
+        let a = tx.take().unwrap();
+        let b = tx.take().unwrap();
+        let c = tx.take().unwrap();
+        assert_eq!(tx.take().err(), Some(Status::NoResource), "at most 3 buffers");
+        assert!(!tx.has_room());
+        tx.abandon(c.0, c.1);
+        assert!(tx.has_room());
+        tx.commit(a.0, a.1, 40);
+        tx.commit(b.0, b.1, 400);
+        assert_eq!(tx.in_windows(), 2);
+        assert_eq!(tx.release(a.0, Status::Ok), None);
+        assert_eq!(tx.in_windows(), 1);
+        let again = tx.take().unwrap();
+        assert!(
+            again.0 == a.0 || again.0 == c.0,
+            "freed buffers are reused, not reallocated"
+        );
+        assert_eq!(tx.skbs.len(), 3);
+    }
+
+    #[test]
+    fn a_buffer_the_hca_still_reads_is_freed_at_its_completion() {
+        let mut tx = pool(1, 4);
+        let (slot, buf) = tx.take().unwrap();
+        let comp = Comp::NONE;
+        let sge = [Sge::new(0x1000, 8, 7)];
+        tx.commit_zcopy(slot, buf, 20, &sge, comp);
+        tx.mark_posted(slot);
+        // acknowledged while the send is still in the queue: neither freed nor completed
+        assert_eq!(tx.release(slot, Status::Ok), None);
+        assert_eq!(tx.take().err(), Some(Status::NoResource));
+        assert_eq!(
+            tx.completed(slot as u64),
+            Some((comp, Status::Ok)),
+            "zcopy completes with the send"
+        );
+        assert!(tx.take().is_ok(), "and the buffer is free again");
+        // dropped by a failing endpoint: the completion carries the failure
+        let mut tx = pool(1, 4);
+        let (slot, buf) = tx.take().unwrap();
+        tx.commit_zcopy(slot, buf, 20, &sge, comp);
+        assert_eq!(
+            tx.release(slot, Status::EndpointTimeout),
+            Some((comp, Status::EndpointTimeout))
+        );
+    }
+
+    #[test]
+    fn send_queue_credits_gate_taking_buffers() {
+        let mut tx = pool(8, 1);
+        let (slot, buf) = tx.take().unwrap();
+        tx.commit(slot, buf, 500);
+        tx.mark_posted(slot);
+        assert!(!tx.can_post() && !tx.has_room());
+        assert_eq!(tx.take().err(), Some(Status::NoResource), "send queue full");
+        assert_eq!(tx.completed(u64::MAX), None, "inline completion");
+        assert!(tx.can_post());
+    }
+
+    #[test]
+    fn taken_buffers_go_back_unless_committed() {
+        let cell = RefCell::new(pool(1, 4));
+        {
+            let mut t = Taken::new(&cell).unwrap();
+            t.buf()[PKT_OFF] = 1;
+            assert!(Taken::new(&cell).is_err());
+        } // dropped uncommitted (e.g. a panicking pack callback)
+        let t = Taken::new(&cell).unwrap();
+        t.commit(&mut cell.borrow_mut(), 30);
+        assert_eq!(cell.borrow().in_windows(), 1);
+        assert!(Taken::new(&cell).is_err());
+    }
+}
