@@ -29,6 +29,9 @@ pub struct ProgressId(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AsyncId(pub i64);
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn call_boxed<F: FnMut() -> u32>(arg: *mut c_void) -> u32 {
     // SAFETY: `arg` is the Box<F> leaked in `boxed`, alive until `drop_boxed`. Panics are caught
     // because this is called across the boundary.
@@ -40,6 +43,9 @@ unsafe extern "C" fn call_boxed<F: FnMut() -> u32>(arg: *mut c_void) -> u32 {
     )
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn call_boxed_ev<F: FnMut(u32)>(arg: *mut c_void, ev: u32) {
     // SAFETY: as in `call_boxed`.
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*(arg as *mut F))(ev) }));
@@ -48,6 +54,9 @@ unsafe extern "C" fn call_boxed_ev<F: FnMut(u32)>(arg: *mut c_void, ev: u32) {
     }
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn drop_boxed<F>(arg: *mut c_void) {
     // SAFETY: `arg` came from Box::into_raw in `boxed`/`boxed_ev` and is dropped once, by the
     // host, when it removes the registration.

@@ -86,6 +86,10 @@ impl Drop for RxLoan {
 }
 
 /// `RawRxDesc::release`: the host is done with a kept buffer.
+///
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn release_rx(desc: *mut RawRxDesc) {
     let Some(data) = NonNull::new(desc.cast::<u8>()) else {
         return;
@@ -113,6 +117,10 @@ mod tests {
     }
 
     /// An AM handler that keeps the descriptor (stores it through `arg`).
+    ///
+    /// # Safety
+    /// Called only across the plugin boundary, with the handles and pointers that
+    /// `uct::abi`'s contract guarantees valid (see the module documentation).
     unsafe extern "C" fn keep(arg: *mut c_void, _d: *const u8, _l: usize, desc: *mut RawRxDesc) -> i8 {
         // SAFETY: `arg` points to the test's slot.
         unsafe { *(arg as *mut *mut RawRxDesc) = desc };

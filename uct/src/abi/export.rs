@@ -81,6 +81,9 @@ fn atomic_op(op: u8) -> Result<AtomicOp, Status> {
 
 // ---------------------------------------------------------------- component and memory domain
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn query_md_resources<C: Component>(
     out: *mut RawMdResource,
     max: usize,
@@ -101,6 +104,9 @@ unsafe extern "C" fn query_md_resources<C: Component>(
     })
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn md_open<C: Component>(name: *const c_char, md: *mut *mut c_void) -> RawStatus {
     guard(|| {
         // SAFETY: the host passes a NUL-terminated string.
@@ -124,11 +130,17 @@ unsafe fn md_ref<'a, M>(md: *mut c_void) -> &'a M {
     unsafe { &*(md as *const M) }
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn md_close<M: Md>(md: *mut c_void) {
     // SAFETY: the host closes each md once, after every iface on it.
     let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(md as *mut M) })));
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn md_query<M: Md>(md: *mut c_void, attr: *mut MdAttr) -> RawStatus {
     // SAFETY: valid handle and out-pointer from the host.
     guard(|| unsafe {
@@ -137,6 +149,9 @@ unsafe extern "C" fn md_query<M: Md>(md: *mut c_void, attr: *mut MdAttr) -> RawS
     })
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn md_mem_reg<M: Md>(
     md: *mut c_void,
     addr: *mut u8,
@@ -157,11 +172,17 @@ unsafe extern "C" fn md_mem_reg<M: Md>(
     )
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn md_mem_dereg<M: Md>(md: *mut c_void, memh: *mut c_void) -> RawStatus {
     // SAFETY: valid handle from the host.
     guard(|| st(unsafe { md_ref::<M>(md) }.mem_dereg(memh as usize)))
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn md_mkey_pack<M: Md>(
     md: *mut c_void,
     memh: *mut c_void,
@@ -172,6 +193,9 @@ unsafe extern "C" fn md_mkey_pack<M: Md>(
     guard(|| st(unsafe { md_ref::<M>(md) }.mkey_pack(memh as usize, bytes_mut(buf, len))))
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn rkey_unpack<C: Component>(
     buf: *const u8,
     len: usize,
@@ -192,6 +216,9 @@ unsafe extern "C" fn rkey_unpack<C: Component>(
     })
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn rkey_release<C: Component>(rkey: u64, handle: *mut c_void) {
     let _ = catch_unwind(|| C::rkey_release(rkey, handle as usize));
 }
@@ -252,6 +279,9 @@ unsafe fn ep_ref<'a, E: Ep>(ep: *mut c_void) -> &'a E {
     unsafe { &*(ep as *const E) }
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn query_devices<T: Transport>(
     md: *mut c_void,
     out: *mut TlResource,
@@ -274,6 +304,9 @@ unsafe extern "C" fn query_devices<T: Transport>(
     })
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn iface_open<T: Transport>(
     md: *mut c_void,
     params: *const RawIfaceParams,
@@ -313,6 +346,9 @@ unsafe extern "C" fn iface_open<T: Transport>(
     })
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn iface_close<I: Iface>(iface: *mut c_void) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the host closes each iface once, after destroying its eps.
@@ -324,6 +360,9 @@ unsafe extern "C" fn iface_close<I: Iface>(iface: *mut c_void) {
     }));
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn iface_query<I: Iface>(
     iface: *mut c_void,
     attr: *mut crate::types::IfaceAttr,
@@ -335,6 +374,9 @@ unsafe extern "C" fn iface_query<I: Iface>(
     })
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn iface_get_device_address<I: Iface>(
     iface: *mut c_void,
     buf: *mut u8,
@@ -344,11 +386,17 @@ unsafe extern "C" fn iface_get_device_address<I: Iface>(
     guard(|| st(unsafe { iface_ref::<I>(iface).inner.device_address(bytes_mut(buf, len)) }))
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn iface_get_address<I: Iface>(iface: *mut c_void, buf: *mut u8, len: usize) -> RawStatus {
     // SAFETY: valid handle and buffer.
     guard(|| st(unsafe { iface_ref::<I>(iface).inner.iface_address(bytes_mut(buf, len)) }))
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn iface_is_reachable<I: Iface>(
     iface: *mut c_void,
     dev: *const u8,
@@ -367,6 +415,9 @@ unsafe extern "C" fn iface_is_reachable<I: Iface>(
     .unwrap_or(false)
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn iface_set_am_handler<I: Iface>(
     iface: *mut c_void,
     id: u8,
@@ -382,6 +433,9 @@ unsafe extern "C" fn iface_set_am_handler<I: Iface>(
     })
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn iface_progress_enable<I: Iface>(iface: *mut c_void, flags: u32) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: valid handle.
@@ -401,6 +455,9 @@ unsafe extern "C" fn iface_progress_enable<I: Iface>(iface: *mut c_void, flags: 
     }));
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn iface_progress_disable<I: Iface>(iface: *mut c_void, flags: u32) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: valid handle.
@@ -414,6 +471,9 @@ unsafe extern "C" fn iface_progress_disable<I: Iface>(iface: *mut c_void, flags:
     }));
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn iface_progress<I: Iface>(iface: *mut c_void) -> u32 {
     // SAFETY: valid handle.
     catch_unwind(AssertUnwindSafe(|| {
@@ -422,6 +482,9 @@ unsafe extern "C" fn iface_progress<I: Iface>(iface: *mut c_void) -> u32 {
     .unwrap_or(0)
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn iface_flush<I: Iface>(
     iface: *mut c_void,
     flags: u32,
@@ -435,11 +498,17 @@ unsafe extern "C" fn iface_flush<I: Iface>(
     })
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn iface_fence<I: Iface>(iface: *mut c_void, flags: u32) -> RawStatus {
     // SAFETY: valid handle.
     guard(|| st(unsafe { iface_ref::<I>(iface) }.inner.fence(flags)))
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn iface_event_fd<I: Iface>(iface: *mut c_void, fd: *mut i32) -> RawStatus {
     // SAFETY: valid handle.
     guard(|| match unsafe { iface_ref::<I>(iface) }.inner.event_fd() {
@@ -452,6 +521,9 @@ unsafe extern "C" fn iface_event_fd<I: Iface>(iface: *mut c_void, fd: *mut i32) 
     })
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn iface_event_arm<I: Iface>(iface: *mut c_void, events: u32) -> RawStatus {
     // SAFETY: valid handle.
     guard(|| {
@@ -476,11 +548,17 @@ fn box_ep<E: Ep>(r: ucs::Result<E>, out: *mut *mut c_void) -> RawStatus {
     }
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_create<I: Iface>(iface: *mut c_void, ep: *mut *mut c_void) -> RawStatus {
     // SAFETY: valid handle.
     guard(|| box_ep(unsafe { iface_ref::<I>(iface) }.inner.ep_create(), ep))
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_create_connected<I: Iface>(
     iface: *mut c_void,
     dev: *const u8,
@@ -502,16 +580,25 @@ unsafe extern "C" fn ep_create_connected<I: Iface>(
     })
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_destroy<E: Ep>(ep: *mut c_void) {
     // SAFETY: the host destroys each ep once.
     let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(ep as *mut E) })));
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_get_address<E: Ep>(ep: *mut c_void, buf: *mut u8, len: usize) -> RawStatus {
     // SAFETY: valid handle and buffer.
     guard(|| st(unsafe { ep_ref::<E>(ep).get_address(bytes_mut(buf, len)) }))
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_connect_to_ep<E: Ep>(
     ep: *mut c_void,
     dev: *const u8,
@@ -525,6 +612,9 @@ unsafe extern "C" fn ep_connect_to_ep<E: Ep>(
 
 // ---------------------------------------------------------------- data path
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_am_short<E: Ep>(
     ep: *mut c_void,
     id: u8,
@@ -536,6 +626,9 @@ unsafe extern "C" fn ep_am_short<E: Ep>(
     guard(|| st(unsafe { ep_ref::<E>(ep).am_short(id, header, bytes(data, len)) }))
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_am_short_iov<E: Ep>(
     ep: *mut c_void,
     id: u8,
@@ -546,6 +639,9 @@ unsafe extern "C" fn ep_am_short_iov<E: Ep>(
     guard(|| st(unsafe { ep_ref::<E>(ep).am_short_iov(id, Iov::slice_from_raw(iov, n)) }))
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_am_bcopy<E: Ep>(
     ep: *mut c_void,
     id: u8,
@@ -563,6 +659,9 @@ unsafe extern "C" fn ep_am_bcopy<E: Ep>(
     .unwrap_or(PANIC as isize)
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_am_zcopy<E: Ep>(
     ep: *mut c_void,
     id: u8,
@@ -587,6 +686,9 @@ unsafe extern "C" fn ep_am_zcopy<E: Ep>(
     })
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_put_short<E: Ep>(
     ep: *mut c_void,
     data: *const u8,
@@ -598,6 +700,9 @@ unsafe extern "C" fn ep_put_short<E: Ep>(
     guard(|| st(unsafe { ep_ref::<E>(ep).put_short(bytes(data, len), raddr, rkey) }))
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_put_bcopy<E: Ep>(
     ep: *mut c_void,
     pack: RawPackCb,
@@ -615,6 +720,9 @@ unsafe extern "C" fn ep_put_bcopy<E: Ep>(
     .unwrap_or(PANIC as isize)
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_put_zcopy<E: Ep>(
     ep: *mut c_void,
     iov: *const RawIov,
@@ -627,6 +735,9 @@ unsafe extern "C" fn ep_put_zcopy<E: Ep>(
     guard(|| st2(unsafe { ep_ref::<E>(ep).put_zcopy(Iov::slice_from_raw(iov, n), raddr, rkey, Comp(comp)) }))
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_get_short<E: Ep>(
     ep: *mut c_void,
     buf: *mut u8,
@@ -638,6 +749,9 @@ unsafe extern "C" fn ep_get_short<E: Ep>(
     guard(|| st(unsafe { ep_ref::<E>(ep).get_short(bytes_mut(buf, len), raddr, rkey) }))
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_get_bcopy<E: Ep>(
     ep: *mut c_void,
     unpack: RawUnpackCb,
@@ -659,6 +773,9 @@ unsafe extern "C" fn ep_get_bcopy<E: Ep>(
     })
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_get_zcopy<E: Ep>(
     ep: *mut c_void,
     iov: *const RawIov,
@@ -671,6 +788,9 @@ unsafe extern "C" fn ep_get_zcopy<E: Ep>(
     guard(|| st2(unsafe { ep_ref::<E>(ep).get_zcopy(Iov::slice_from_raw(iov, n), raddr, rkey, Comp(comp)) }))
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_atomic_post<E: Ep>(
     ep: *mut c_void,
     size: u8,
@@ -689,6 +809,9 @@ unsafe extern "C" fn ep_atomic_post<E: Ep>(
     })
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_atomic_fetch<E: Ep>(
     ep: *mut c_void,
     size: u8,
@@ -709,6 +832,9 @@ unsafe extern "C" fn ep_atomic_fetch<E: Ep>(
     })
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_atomic_cswap<E: Ep>(
     ep: *mut c_void,
     size: u8,
@@ -736,6 +862,9 @@ unsafe extern "C" fn ep_atomic_cswap<E: Ep>(
     })
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_pending_add<E: Ep>(
     ep: *mut c_void,
     req: *mut RawPendingReq,
@@ -745,6 +874,9 @@ unsafe extern "C" fn ep_pending_add<E: Ep>(
     guard(|| st(unsafe { ep_ref::<E>(ep) }.pending_add(PendingReq(req), flags)))
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_pending_purge<E: Ep>(ep: *mut c_void, cb: RawPurgeCb, arg: *mut c_void) {
     // SAFETY: valid handle.
     let _ = catch_unwind(AssertUnwindSafe(|| {
@@ -752,11 +884,17 @@ unsafe extern "C" fn ep_pending_purge<E: Ep>(ep: *mut c_void, cb: RawPurgeCb, ar
     }));
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_flush<E: Ep>(ep: *mut c_void, flags: u32, comp: *mut RawCompletion) -> RawStatus {
     // SAFETY: valid handle.
     guard(|| st2(unsafe { ep_ref::<E>(ep) }.flush(FlushFlags(flags), Comp(comp))))
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn ep_fence<E: Ep>(ep: *mut c_void, flags: u32) -> RawStatus {
     // SAFETY: valid handle.
     guard(|| st(unsafe { ep_ref::<E>(ep) }.fence(flags)))

@@ -66,6 +66,9 @@ unsafe fn worker<'a>(w: *mut c_void) -> &'a WorkerInner {
     unsafe { &*(w as *const WorkerInner) }
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn progress_add(w: *mut c_void, cb: RawCallback) -> u64 {
     // SAFETY: transports pass the handle they were given.
     catch_unwind(AssertUnwindSafe(|| {
@@ -74,11 +77,17 @@ unsafe extern "C" fn progress_add(w: *mut c_void, cb: RawCallback) -> u64 {
     .unwrap_or(0)
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn progress_remove(w: *mut c_void, id: u64) {
     // SAFETY: as above.
     let _ = catch_unwind(AssertUnwindSafe(|| unsafe { worker(w) }.progress_remove(id)));
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn oneshot_add(w: *mut c_void, key: u64, cb: RawCallback) {
     // SAFETY: as above.
     let _ = catch_unwind(AssertUnwindSafe(|| {
@@ -86,11 +95,17 @@ unsafe extern "C" fn oneshot_add(w: *mut c_void, key: u64, cb: RawCallback) {
     }));
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn oneshot_remove(w: *mut c_void, key: u64) {
     // SAFETY: as above.
     let _ = catch_unwind(AssertUnwindSafe(|| unsafe { worker(w) }.oneshot_remove(key)));
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn timer_add(w: *mut c_void, interval_ns: u64, cb: RawCallback) -> i64 {
     // SAFETY: as above.
     catch_unwind(AssertUnwindSafe(|| {
@@ -102,6 +117,9 @@ unsafe extern "C" fn timer_add(w: *mut c_void, interval_ns: u64, cb: RawCallback
     .unwrap_or(Status::IoError.as_raw() as i64)
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn fd_add(w: *mut c_void, fd: i32, events: u32, cb: RawEventCallback) -> i64 {
     // SAFETY: as above.
     catch_unwind(AssertUnwindSafe(|| {
@@ -113,6 +131,9 @@ unsafe extern "C" fn fd_add(w: *mut c_void, fd: i32, events: u32, cb: RawEventCa
     .unwrap_or(Status::IoError.as_raw() as i64)
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn fd_modify(w: *mut c_void, id: i64, events: u32) -> RawStatus {
     // SAFETY: as above.
     catch_unwind(AssertUnwindSafe(|| {
@@ -124,6 +145,9 @@ unsafe extern "C" fn fd_modify(w: *mut c_void, id: i64, events: u32) -> RawStatu
     .unwrap_or(Status::IoError.as_raw())
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn handler_remove(w: *mut c_void, id: i64) {
     // SAFETY: as above.
     let _ = catch_unwind(AssertUnwindSafe(|| unsafe { worker(w) }.handler_remove(id)));
@@ -143,6 +167,9 @@ pub(crate) static WORKER_API: RawWorkerApi = RawWorkerApi {
 
 // ---------------------------------------------------------------- logging from plugins
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 pub(crate) unsafe extern "C" fn host_log(
     level: u8,
     target: *const u8,
@@ -173,6 +200,10 @@ pub(crate) unsafe extern "C" fn host_log(
 // ---------------------------------------------------------------- user-closure trampolines
 
 /// `RawPackCb` over a `FnOnce(&mut [u8]) -> usize` living on the caller's stack.
+///
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 pub(crate) unsafe extern "C" fn pack_tramp<F: FnOnce(&mut [u8]) -> usize>(
     arg: *mut c_void,
     dest: *mut u8,
@@ -194,6 +225,10 @@ pub(crate) unsafe extern "C" fn pack_tramp<F: FnOnce(&mut [u8]) -> usize>(
 }
 
 /// `RawUnpackCb` over a boxed `FnOnce(&[u8])`.
+///
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 pub(crate) unsafe extern "C" fn unpack_tramp<F: FnOnce(&[u8])>(
     arg: *mut c_void,
     data: *const u8,

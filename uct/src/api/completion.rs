@@ -43,6 +43,9 @@ pub struct Completion {
     pub(crate) inner: Rc<CompInner>,
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn comp_func(raw: *mut RawCompletion) {
     // SAFETY: `raw` is the first field of a live `CompInner` (kept alive by `self_ref` while
     // operations are outstanding), so the cast recovers the struct.

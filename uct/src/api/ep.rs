@@ -432,6 +432,9 @@ pub(crate) struct PendingBox {
 /// anything else (no resources: keep me, stop dispatching).
 pub struct PendingRequest(Box<PendingBox>);
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn pending_tramp(req: *mut RawPendingReq) -> RawStatus {
     // SAFETY: `req` is the first field of a PendingBox leaked by `pending_add`.
     let b = unsafe { &mut *(req as *mut PendingBox) };
@@ -446,6 +449,9 @@ unsafe extern "C" fn pending_tramp(req: *mut RawPendingReq) -> RawStatus {
     st.as_raw()
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn purge_tramp(req: *mut RawPendingReq, arg: *mut c_void) {
     // SAFETY: `req` is ours again; `arg` is the `&mut dyn FnMut` on `pending_purge`'s stack.
     let b = unsafe { Box::from_raw(req as *mut PendingBox) };

@@ -152,6 +152,9 @@ struct HandlerBox<F> {
     f: F,
 }
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn am_tramp<F: FnMut(&AmMessage<'_>) + 'static>(
     arg: *mut c_void,
     data: *const u8,
@@ -165,6 +168,7 @@ unsafe extern "C" fn am_tramp<F: FnMut(&AmMessage<'_>) + 'static>(
     let data = if len == 0 {
         &[][..]
     } else {
+        // SAFETY: the transport passes `len` valid bytes at `data` for the duration of the call.
         unsafe { std::slice::from_raw_parts(data, len) }
     };
     let msg = AmMessage {
@@ -185,6 +189,9 @@ unsafe extern "C" fn am_tramp<F: FnMut(&AmMessage<'_>) + 'static>(
 
 type ErrHandlerBox = Box<dyn FnMut(EpKey, Status)>;
 
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
 unsafe extern "C" fn err_tramp(arg: *mut c_void, ep: *mut c_void, status: RawStatus) -> RawStatus {
     // SAFETY: `arg` is the boxed handler owned by the iface.
     let h = unsafe { &mut *(arg as *mut ErrHandlerBox) };
