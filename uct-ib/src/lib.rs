@@ -5,6 +5,8 @@
 
 pub mod config;
 pub mod device;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod iface_common;
 pub mod md;
 pub mod rc;

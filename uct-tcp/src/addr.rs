@@ -11,6 +11,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
 use ucs::{Result, Status};
 
+#[doc(hidden)]
+pub mod fuzz;
+
 const FAMILY_V4: u8 = 4;
 const FAMILY_V6: u8 = 6;
 const FLAG_LOOPBACK: u8 = 1;

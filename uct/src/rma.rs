@@ -16,6 +16,9 @@ use ucs::{Result, Status};
 use crate::transport::AtomicSize;
 use crate::types::{AtomicOp, MemAccess};
 
+#[doc(hidden)]
+pub mod fuzz;
+
 /// Size of a packed rkey produced by [`RegionTable::pack`]: key, base address, length (LE u64s).
 pub const PACKED_RKEY_LEN: usize = 24;
 
@@ -103,16 +106,17 @@ impl RegionTable {
         Ok(())
     }
 
-    /// The rkey value (the key) of a packed rkey.
+    /// The rkey value (the key) of a packed rkey ([`PACKED_RKEY_LEN`] bytes; a shorter one is
+    /// truncated or not ours).
     pub fn unpack(packed: &[u8]) -> Result<u64> {
-        let b = packed.get(..8).ok_or_else(|| {
+        let b = packed.get(..PACKED_RKEY_LEN).ok_or_else(|| {
             tracing::error!(
                 len = packed.len(),
                 "packed rkey too short (need {PACKED_RKEY_LEN} bytes)"
             );
             Status::InvalidParam
         })?;
-        Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(b[..8].try_into().expect("8 bytes")))
     }
 
     /// Checks that `[addr, addr+len)` lies inside the region of `key` and `need` is granted;
@@ -269,6 +273,11 @@ mod tests {
         let mut packed = [0u8; PACKED_RKEY_LEN];
         t.pack(h, &mut packed).unwrap();
         let key = RegionTable::unpack(&packed).unwrap();
+        assert_eq!(
+            RegionTable::unpack(&packed[..8]),
+            Err(Status::InvalidParam),
+            "truncated rkey"
+        );
         let a = base as u64;
         t.write(key, a + 8, &7u64.to_le_bytes()).unwrap();
         assert_eq!(buf[1], 7);

@@ -187,7 +187,9 @@ impl Params {
 
     /// Total message size (sum of the scatter-gather list).
     pub fn message_size(&self) -> usize {
-        self.sizes.iter().sum()
+        // Saturating: sizes may come from a peer; an absurd total is then refused by the
+        // capability checks instead of overflowing.
+        self.sizes.iter().fold(0usize, |a, &s| a.saturating_add(s))
     }
 
     /// UCX's `adjust_test_params`: a test is required; `-O 0` means the test's default window.
@@ -458,5 +460,72 @@ mod tests {
         assert_eq!(p, q);
         assert!(Params::decode(b"garbage").is_err());
         assert!(Params::decode(b"rucx-perftest-params 1\niters=x\n").is_err());
+    }
+
+    /// The server's path for what a client sent (`serve`: decode, adjust, header, check) over
+    /// random, truncated and mutated parameter texts: never a panic; what decodes is sane and
+    /// re-encodes to a text that decodes to the same parameters.
+    #[test]
+    fn decode_survives_random_and_mutated_peer_input() {
+        let mut p = params(&[
+            ('t', "am_bw"),
+            ('x', "tcp"),
+            ('d', "lo"),
+            ('s', "8,16,64"),
+            ('D', "zcopy"),
+        ]);
+        p.adjust().unwrap();
+        let valid = p.encode();
+        let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |n: usize| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % n.max(1) as u64) as usize
+        };
+        const ALPHABET: &[u8] = b"=\n,.-+0123456789eEinfaNxtsl_\xff\r ";
+        let (mut ok, mut bad) = (0, 0);
+        for i in 0..3000 {
+            let mut v = if i % 5 == 0 {
+                (0..next(80)).map(|_| ALPHABET[next(ALPHABET.len())]).collect()
+            } else {
+                valid.clone()
+            };
+            for _ in 0..next(4) {
+                if !v.is_empty() {
+                    let j = next(v.len());
+                    v[j] = ALPHABET[next(ALPHABET.len())];
+                }
+            }
+            if next(3) == 0 {
+                v.truncate(next(v.len() + 1));
+            }
+            let Ok(mut q) = Params::decode(&v) else {
+                bad += 1;
+                continue;
+            };
+            ok += 1;
+            assert!(q.layout <= layout::ZCOPY && !q.sizes.is_empty());
+            if q.test.is_some() {
+                let again = Params::decode(&q.encode()).expect("re-encoded parameters decode");
+                assert_eq!(again.encode(), q.encode());
+            }
+            if q.adjust().is_ok() {
+                // `message_size()` saturates, so even absurd sizes print a header.
+                {
+                    let fl = super::super::cli::PrintFlags {
+                        test: true,
+                        results: true,
+                        ..Default::default()
+                    };
+                    let _ = super::super::report::header(&q, fl);
+                }
+                let _ = q.check();
+            }
+        }
+        assert!(
+            ok > 100 && bad > 100,
+            "{ok} accepted, {bad} refused: the inputs miss a side"
+        );
     }
 }

@@ -297,4 +297,48 @@ mod tests {
         drop(w);
         assert_eq!(r.barrier(&mut || {}).unwrap_err(), Status::ConnectionReset);
     }
+
+    /// `recv` over whatever a peer may write: a random length prefix (sometimes huge), then
+    /// all, part or none of the bytes, then the peer closes. Never a panic or an allocation of
+    /// the announced size: the blob, `MessageTruncated` or `ConnectionReset`.
+    #[test]
+    fn recv_survives_random_truncated_and_oversized_blobs() {
+        let mut rng: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n.max(1)
+        };
+        for _ in 0..500 {
+            let (a, b) = UnixStream::pair().unwrap();
+            let mut r = Rte::sock(Link::Unix(a), true).unwrap();
+            let max = next(300) as usize;
+            let len = match next(4) {
+                0 => u64::MAX - next(1000),
+                1 => next(1 << 40),
+                _ => next(400),
+            };
+            let mut raw = len.to_le_bytes().to_vec();
+            let body = len.min(400);
+            raw.extend((0..body).map(|i| i as u8));
+            let sent = match next(3) {
+                0 => next(raw.len() as u64 + 1) as usize, // cut anywhere, maybe in the prefix
+                _ => raw.len(),
+            };
+            let mut w = Link::Unix(b);
+            Rte::write_all(&mut w, &raw[..sent]).unwrap();
+            drop(w);
+            let got = r.recv(max, &mut || {});
+            if sent < 8 {
+                assert_eq!(got, Err(Status::ConnectionReset));
+            } else if len > max as u64 {
+                assert_eq!(got, Err(Status::MessageTruncated));
+            } else if (sent - 8) as u64 == len {
+                assert_eq!(got.unwrap(), &raw[8..]);
+            } else {
+                assert_eq!(got, Err(Status::ConnectionReset));
+            }
+        }
+    }
 }

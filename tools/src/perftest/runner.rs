@@ -144,7 +144,7 @@ impl<'s> Bench<'s> {
         for &s in &p.sizes {
             let len = s.saturating_sub(skip);
             ranges.push((off + skip, off + skip + len));
-            off += if p.iov_stride > 0 { p.iov_stride } else { s };
+            off = off.saturating_add(if p.iov_stride > 0 { p.iov_stride } else { s });
             skip = 0;
         }
         if ranges.len() > MAX_IOV && matches!(p.layout, layout::ZCOPY | layout::SHORT_IOV) {
@@ -159,7 +159,7 @@ impl<'s> Bench<'s> {
             }
         }
         let extent = if p.layout == layout::ZCOPY && p.iov_stride > 0 {
-            (p.sizes.len() - 1) * p.iov_stride + p.sizes[p.sizes.len() - 1]
+            (p.sizes.len() - 1).saturating_mul(p.iov_stride).saturating_add(p.sizes[p.sizes.len() - 1])
         } else {
             length
         };

@@ -245,7 +245,7 @@ pub fn check_capabilities(p: &Params, attr: &IfaceAttr, md: &Md) -> Status {
 /// Size of each of the send and receive buffers (`uct_perf_test_alloc_mem`).
 pub fn buffer_size(p: &Params) -> usize {
     if p.layout == layout::ZCOPY && p.iov_stride > 0 {
-        p.sizes.len() * p.iov_stride
+        p.sizes.len().saturating_mul(p.iov_stride)
     } else {
         p.message_size()
     }
@@ -462,4 +462,45 @@ fn install_am_handler(iface: &Iface, p: &Params, sn: &Rc<Cell<u8>>, bad: &Rc<Cel
             bad.set(bad.get() + 1);
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The peer's address blob is read with `take`/`take_bytes`: random, truncated and
+    /// oversized length fields are refused, never read past the end.
+    #[test]
+    fn address_blob_fields_survive_random_input() {
+        let mut blob = 7u64.to_le_bytes().to_vec();
+        for f in [&b"rkey"[..], b"", b"device-addr", b"if"] {
+            put_bytes(&mut blob, f);
+        }
+        let mut r = &blob[..];
+        assert_eq!(take(&mut r, 8).unwrap(), 7u64.to_le_bytes());
+        let got: Vec<&[u8]> = (0..4).map(|_| take_bytes(&mut r).unwrap()).collect();
+        assert_eq!(got, [&b"rkey"[..], b"", b"device-addr", b"if"]);
+        assert!(r.is_empty() && take_bytes(&mut r).is_err());
+        let mut rng: u64 = 0xdead_beef_cafe_f00d;
+        for _ in 0..3000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let mut v = blob.clone();
+            let i = (rng % v.len() as u64) as usize;
+            v[i] = (rng >> 32) as u8;
+            v.truncate(((rng >> 40) % (v.len() as u64 + 1)) as usize);
+            let mut r = &v[..];
+            let fields =
+                take(&mut r, 8).and_then(|_| (0..4).map(|_| take_bytes(&mut r)).collect::<Result<Vec<_>>>());
+            if let Ok(f) = fields {
+                assert_eq!(
+                    8 + f.iter().map(|x| 4 + x.len()).sum::<usize>() + r.len(),
+                    v.len()
+                );
+            }
+        }
+        let mut huge = &[0xff, 0xff, 0xff, 0xff, 1, 2][..];
+        assert_eq!(take_bytes(&mut huge), Err(Status::InvalidParam));
+    }
 }

@@ -16,7 +16,7 @@ mod rx;
 mod send;
 mod tx;
 mod txq;
-mod wire;
+pub mod wire;
 
 pub use ep::RcEp;
 pub use iface::{RcIface, RcTransport};

@@ -7,6 +7,10 @@
 use super::{decode_frame, decode_handshake, encode_frame, Handshake, WireError, MIN_MAX_PAYLOAD};
 use crate::rx_parser::{Frame, RxParser};
 
+/// Fuzz body `tcp_addr` (device, interface and endpoint addresses, packed rkey); it lives
+/// beside the address code in `addr/fuzz.rs`.
+pub use crate::addr::fuzz::tcp_addr;
+
 /// Tiny deterministic PRNG (xorshift64*), enough for chunk sizes and test inputs.
 pub struct XorShift(u64);
 
