@@ -49,15 +49,20 @@ pub struct Tx {
     pub zc: ZcTail,
     /// Completed (Ok) once the whole message is written (am_zcopy).
     pub comp: Comp,
+    /// The entry array of the last `ZcTail::Iov`, kept for the next one: allocated on a
+    /// connection's first partly sent zcopy, not with every connection (it is ~400 bytes).
+    pub iov_spare: Option<IovArray>,
 }
 
+/// The lent entries of one message.
+pub type IovArray = Box<[Iov<'static>; MAX_TX_IOV]>;
+
 /// Bytes of the current message that are sent from where they live.
-#[allow(clippy::large_enum_variant)] // one per connection, no allocation on the zcopy path
 pub enum ZcTail {
     None,
     /// User memory (am_zcopy, put_zcopy): entries `idx..n`, the first from offset `off`.
     Iov {
-        iov: [Iov<'static>; MAX_TX_IOV],
+        iov: IovArray,
         n: usize,
         idx: usize,
         off: usize,
@@ -81,6 +86,14 @@ impl Tx {
             tail: 0,
             zc: ZcTail::None,
             comp: Comp::NONE,
+            iov_spare: None,
+        }
+    }
+
+    /// Ends the in-place part of the message, keeping an entry array for the next one.
+    pub fn end_zc(&mut self) {
+        if let ZcTail::Iov { iov, .. } = std::mem::replace(&mut self.zc, ZcTail::None) {
+            self.iov_spare = Some(iov);
         }
     }
 
@@ -98,7 +111,7 @@ impl Tx {
     pub fn reset(&mut self) -> Comp {
         self.head = 0;
         self.tail = 0;
-        self.zc = ZcTail::None;
+        self.end_zc();
         std::mem::replace(&mut self.comp, Comp::NONE)
     }
 }
@@ -156,6 +169,12 @@ pub struct Conn {
     pub out_armed: Cell<bool>,
     /// A bcopy pack callback is running: sends on this connection return NoResource.
     pub in_pack: Cell<bool>,
+    /// User sends since data last arrived, weighted by size (one per send plus one per
+    /// `DIRECT_UNIT` bytes; saturating): a few small ones mean a reply is awaited, which makes
+    /// progress read the socket directly (see `progress.rs`).
+    pub sent_since_rx: Cell<u8>,
+    /// Bytes handed to `send`/`sendmsg` so far (sizes the sends counted above).
+    pub tx_bytes: Cell<u64>,
     /// Our endpoint is gone: FIN goes out once the send buffer is empty.
     pub fin_pending: Cell<bool>,
     /// The FIN frame went out.

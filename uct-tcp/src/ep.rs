@@ -118,7 +118,19 @@ impl TcpEp {
         if !conn.can_send(&tx) {
             return Err(self.inner.not_ready());
         }
+        if tx.buf.is_empty() {
+            tx.buf = self.sh.tx_bufs.take();
+        }
+        let bytes = conn.tx_bytes.get();
         let r = f(conn, &mut tx);
+        if !tx.busy() {
+            self.sh.tx_bufs.give(std::mem::take(&mut tx.buf));
+        }
+        if r.is_ok() {
+            let units = 1 + ((conn.tx_bytes.get() - bytes) / crate::progress::DIRECT_UNIT).min(255);
+            conn.sent_since_rx
+                .set(conn.sent_since_rx.get().saturating_add(units as u8));
+        }
         if let Err(st) = r {
             if st.is_err() && is_socket_failure(st) && conn.is_open() {
                 drop(tx);

@@ -19,6 +19,7 @@ use uct::types::*;
 use uct::worker_ref::WorkerRef;
 
 use crate::addr::{self, DevAddr, EP_ADDR_LEN, IFACE_ADDR_LEN};
+use crate::bufs::BufPool;
 use crate::config::{self, TcpConfig};
 use crate::conn::{Conn, PairKey, Role, Rx, Sink, State, Tx};
 use crate::ep::{EpInner, Plan, TcpEp};
@@ -122,6 +123,10 @@ impl Transport for TcpTransport {
             peer_sn: RefCell::new(HashMap::new()),
             deferred: Cell::new(0),
             ev_buf: Cell::new(Some(vec![EpollEvent::empty(); cfg.max_poll].into_boxed_slice())),
+            tick: Cell::new(0),
+            solo: Cell::new(0),
+            tx_bufs: BufPool::new(cfg.tx_seg + TX_HDR_ROOM, 16),
+            rx_bufs: BufPool::new(RxParser::new(cfg.rx_seg as u32).capacity(), 4),
             me: me.clone(),
             cfg,
         });
@@ -176,6 +181,14 @@ pub struct Shared {
     pub deferred: Cell<usize>,
     /// Events of one progress call (`RUCX_TCP_MAX_POLL` entries); taken while in use.
     pub ev_buf: Cell<Option<Box<[EpollEvent]>>>,
+    /// Progress calls so far (every `progress::EPOLL_EVERY`th one polls epoll).
+    pub tick: Cell<u32>,
+    /// Token of the only connection, last time there was exactly one (see `progress.rs`).
+    pub solo: Cell<u64>,
+    /// Send buffers (`tx_seg` + header room) lent to connections while they use them.
+    pub tx_bufs: BufPool,
+    /// Receive buffers of connected connections' parsers, lent likewise.
+    pub rx_bufs: BufPool,
     pub me: Weak<Shared>,
 }
 
@@ -205,12 +218,6 @@ impl Shared {
         let mut conns = self.conns.borrow_mut();
         let entry = conns.vacant_entry();
         let idx = entry.key();
-        // Handshake-phase connections get small buffers; the full ones come with CONNECTED.
-        let tx_cap = if role == Role::Server {
-            0
-        } else {
-            self.cfg.tx_seg + TX_HDR_ROOM
-        };
         let conn = Rc::new(Conn {
             idx,
             uid,
@@ -220,7 +227,8 @@ impl Shared {
             peer: Cell::new(peer),
             peer_max: Cell::new(MIN_MAX_PAYLOAD),
             ep: RefCell::new(ep),
-            tx: RefCell::new(Tx::new(tx_cap)),
+            // No send buffer until one is needed (`bufs.rs`).
+            tx: RefCell::new(Tx::new(0)),
             rx: Cell::new(Some(Box::new(Rx {
                 parser: RxParser::new(MIN_MAX_PAYLOAD),
                 sink: Sink::None,
@@ -229,6 +237,8 @@ impl Shared {
             ctl: RefCell::new(VecDeque::new()),
             out_armed: Cell::new(state == State::Connecting),
             in_pack: Cell::new(false),
+            sent_since_rx: Cell::new(0),
+            tx_bytes: Cell::new(0),
             fin_pending: Cell::new(false),
             fin_sent: Cell::new(false),
             peer_fin: Cell::new(false),
@@ -248,14 +258,10 @@ impl Shared {
         Ok(conn)
     }
 
-    /// Turns a connection's buffers into full-size ones (once its handshake is done).
-    pub fn grow_buffers(&self, conn: &Conn, rx: &mut Rx) {
+    /// Gives a connection's parser the full frame size once its handshake is done (its buffer
+    /// then comes from `rx_bufs`; send buffers always do).
+    pub fn grow_buffers(&self, _conn: &Conn, rx: &mut Rx) {
         rx.parser.set_max_payload(self.rx_max_payload());
-        let need = self.cfg.tx_seg + TX_HDR_ROOM;
-        let mut tx = conn.tx.borrow_mut();
-        if tx.buf.len() < need && !tx.busy() {
-            tx.buf = vec![0u8; need].into_boxed_slice();
-        }
     }
 
     /// The live connection with epoll token `token`.

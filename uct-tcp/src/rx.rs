@@ -50,13 +50,24 @@ impl Shared {
         // connection instead of parsing the same buffer twice.
         let Some(mut rx) = conn.rx.take() else { return 0 };
         let work = self.rx_round(conn, &mut rx);
+        // Idle again: the buffer goes back to the interface (handshake-phase parsers keep
+        // their small one).
+        if conn.state.get() == State::Connected {
+            if let Some(b) = rx.parser.take_buffer() {
+                self.rx_bufs.give(b);
+            }
+        }
         // Put back even when closed: a failure report still completes a get in the sink.
         conn.rx.set(Some(rx));
         work
     }
 
     fn rx_round(&self, conn: &Rc<Conn>, rx: &mut Rx) -> u32 {
-        match self.recv_once(conn, rx) {
+        let got = self.recv_once(conn, rx);
+        if matches!(got, Got::Buffered | Got::Direct(_)) {
+            conn.sent_since_rx.set(0);
+        }
+        match got {
             Got::Again => return 0,
             Got::Eof => {
                 self.peer_closed(conn);
@@ -147,6 +158,9 @@ impl Shared {
                     Err(e) => Got::Failed(sock::errno_status(e)),
                 };
             }
+        }
+        if rx.parser.needs_buffer() && rx.parser.capacity() == self.rx_bufs.size() {
+            rx.parser.give_buffer(self.rx_bufs.take());
         }
         match sock::recv(&conn.sock, rx.parser.buf_mut()) {
             Ok(0) => Got::Eof,

@@ -45,6 +45,7 @@ fn peer_limit(conn: &Conn, len: usize) -> Status {
 /// Sends the message already in `tx.buf[..total]` from the start; keeps the rest there.
 #[inline]
 fn send_buffered(ep: &TcpEp, conn: &Conn, tx: &mut Tx, total: usize) -> Result<()> {
+    conn.tx_bytes.set(conn.tx_bytes.get() + total as u64);
     let sent = match sock::send(&conn.sock, &tx.buf[..total]) {
         Ok(n) if n == total => return Ok(()),
         Ok(n) => n,

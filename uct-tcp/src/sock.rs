@@ -191,6 +191,12 @@ pub fn listen(ip: IpAddr, scope_id: u32, range: Option<(u16, u16)>) -> Result<Tc
     for port in first..=last {
         match TcpListener::bind(addr(port)) {
             Ok(l) => {
+                // std listens with a backlog of 128: a burst of connects beyond it (1000
+                // endpoints created at once) loses SYNs, which the kernel retries only after
+                // a second. Ask for the system's maximum (net.core.somaxconn), as UCX does.
+                if let Err(e) = socket::listen(&l, socket::Backlog::MAXCONN) {
+                    tracing::warn!("tcp: listen(SOMAXCONN) failed: {e}; keeping a backlog of 128");
+                }
                 l.set_nonblocking(true).map_err(|e| {
                     tracing::error!("tcp: cannot make the listening socket non-blocking: {e}");
                     Status::IoError
@@ -240,6 +246,14 @@ mod tests {
         drop(probe);
         let l = listen("127.0.0.1".parse().unwrap(), 0, Some((p, p))).unwrap();
         assert_eq!(l.local_addr().unwrap().port(), p);
+        // The backlog is the system's maximum, not std's 128.
+        let mut ss = std::process::Command::new("ss");
+        if let Ok(out) = ss.args(["-ltnH", &format!("sport = :{p}")]).output() {
+            let text = String::from_utf8_lossy(&out.stdout);
+            if let Some(q) = text.split_whitespace().nth(2) {
+                assert_ne!(q, "128", "listen backlog: {text}");
+            }
+        }
         // The only port of the range is taken now.
         assert_eq!(
             listen("127.0.0.1".parse().unwrap(), 0, Some((p, p))).err(),

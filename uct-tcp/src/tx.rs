@@ -90,7 +90,10 @@ fn stash(
                 idx += 1;
             }
             if idx < iov.len() {
-                let mut arr = [iov_empty(); MAX_TX_IOV];
+                let mut arr = tx
+                    .iov_spare
+                    .take()
+                    .unwrap_or_else(|| Box::new([iov_empty(); MAX_TX_IOV]));
                 for (a, e) in arr.iter_mut().zip(iov) {
                     *a = e.detach();
                 }
@@ -146,7 +149,7 @@ fn advance(tx: &mut Tx, mut n: usize) {
                 }
             }
             if *idx >= *count {
-                tx.zc = ZcTail::None;
+                tx.end_zc();
             }
         }
         ZcTail::Region { addr, left, .. } => {
@@ -172,6 +175,7 @@ impl Shared {
         comp: Comp,
     ) -> Result<Sent> {
         let total: usize = parts.iter().map(|p| p.len()).sum();
+        conn.tx_bytes.set(conn.tx_bytes.get() + total as u64);
         let r = if parts.len() == 1 {
             sock::send(&conn.sock, parts[0])
         } else {
@@ -188,6 +192,9 @@ impl Shared {
             Err(Errno::EAGAIN) => 0,
             Err(e) => return Err(sock::errno_status(e)),
         };
+        if tx.buf.is_empty() {
+            tx.buf = self.tx_bufs.take();
+        }
         stash(tx, parts, n_copy, lent, sent, comp)?;
         self.update_interest(conn, true);
         Ok(Sent::Stashed)
@@ -232,7 +239,14 @@ impl Shared {
                 }
             };
             match r {
-                Ok(n) => advance(tx, n),
+                // Every call offers all that is left, so a short write means the socket is
+                // full: wait for EPOLLOUT rather than spend a call on EAGAIN.
+                Ok(n) => {
+                    advance(tx, n);
+                    if tx.busy() {
+                        return Ok(false);
+                    }
+                }
                 Err(Errno::EAGAIN) => return Ok(false),
                 Err(e) => return Err(sock::errno_status(e)),
             }
