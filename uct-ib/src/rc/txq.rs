@@ -33,7 +33,9 @@ impl<Op> TxQueue<Op> {
             ci: base,
             unsignaled: 0,
             moderation: moderation.max(1),
-            ops: VecDeque::with_capacity(slots as usize),
+            // Grows on demand (to at most `slots`) and keeps its capacity: an idle ep costs
+            // nothing here, a busy one stops allocating once warmed up.
+            ops: VecDeque::new(),
         }
     }
 
