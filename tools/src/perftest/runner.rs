@@ -159,7 +159,9 @@ impl<'s> Bench<'s> {
             }
         }
         let extent = if p.layout == layout::ZCOPY && p.iov_stride > 0 {
-            (p.sizes.len() - 1).saturating_mul(p.iov_stride).saturating_add(p.sizes[p.sizes.len() - 1])
+            (p.sizes.len() - 1)
+                .saturating_mul(p.iov_stride)
+                .saturating_add(p.sizes[p.sizes.len() - 1])
         } else {
             length
         };
