@@ -23,28 +23,6 @@ use crate::ops::{Done, GetDst, Op, OpKind};
 use crate::tx::{small_ctl, Lent, MAX_PARTS};
 use crate::wire::{self, encode_frame, AtomicRep, AtomicReq, GetRep, GetReq, Msg, PutAck, PutReq, WireError};
 
-fn wire_op(op: AtomicOp) -> wire::AtomicOp {
-    match op {
-        AtomicOp::Add => wire::AtomicOp::Add,
-        AtomicOp::And => wire::AtomicOp::And,
-        AtomicOp::Or => wire::AtomicOp::Or,
-        AtomicOp::Xor => wire::AtomicOp::Xor,
-        AtomicOp::Swap => wire::AtomicOp::Swap,
-        AtomicOp::Cswap => wire::AtomicOp::CSwap,
-    }
-}
-
-fn uct_op(op: wire::AtomicOp) -> AtomicOp {
-    match op {
-        wire::AtomicOp::Add => AtomicOp::Add,
-        wire::AtomicOp::And => AtomicOp::And,
-        wire::AtomicOp::Or => AtomicOp::Or,
-        wire::AtomicOp::Xor => AtomicOp::Xor,
-        wire::AtomicOp::Swap => AtomicOp::Swap,
-        wire::AtomicOp::CSwap => AtomicOp::Cswap,
-    }
-}
-
 #[cold]
 fn too_many_iov(n: usize, max: usize) -> Status {
     tracing::error!("tcp: {n} I/O-vector entries, more than RUCX_TCP_MAX_IOV={max}");
@@ -192,7 +170,7 @@ impl TcpEp {
                 operand: value & mask,
                 compare: if op == AtomicOp::Cswap { compare & mask } else { 0 },
                 seq,
-                op: wire_op(op),
+                op,
                 size: wsize,
                 fetch: !post,
                 ack_req: false,
@@ -331,7 +309,7 @@ impl Shared {
         };
         match self
             .regions
-            .atomic(r.rkey, r.remote_addr, size, uct_op(r.op), r.operand, r.compare)
+            .atomic(r.rkey, r.remote_addr, size, r.op, r.operand, r.compare)
         {
             Ok(old) => {
                 if r.fetch || r.ack_req {

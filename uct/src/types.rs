@@ -120,8 +120,8 @@ flag_set! {
     ProgressFlags: u32 { SEND = 0, RECV = 1, THREAD_SAFE = 7 }
 }
 
-/// Atomic operation codes (`uct_atomic_op_t`).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+/// Atomic operation codes (`uct_atomic_op_t`; also the tcp wire codes).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 #[repr(u8)]
 pub enum AtomicOp {
     Add = 0,

@@ -116,52 +116,9 @@ pub struct GetRep {
     pub status: Status,
 }
 
-/// Atomic operations, executed by the target's progress.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum AtomicOp {
-    Add = 0,
-    And = 1,
-    Or = 2,
-    Xor = 3,
-    /// Always fetching.
-    Swap = 4,
-    /// Compare-and-swap, always fetching.
-    CSwap = 5,
-}
-
-impl AtomicOp {
-    fn from_raw(r: u8) -> Option<AtomicOp> {
-        Some(match r {
-            0 => AtomicOp::Add,
-            1 => AtomicOp::And,
-            2 => AtomicOp::Or,
-            3 => AtomicOp::Xor,
-            4 => AtomicOp::Swap,
-            5 => AtomicOp::CSwap,
-            _ => return None,
-        })
-    }
-
-    /// The new value of the target word `old`, truncated to `size`.
-    pub fn apply(self, size: AtomicSize, old: u64, operand: u64, compare: u64) -> u64 {
-        let new = match self {
-            AtomicOp::Add => old.wrapping_add(operand),
-            AtomicOp::And => old & operand,
-            AtomicOp::Or => old | operand,
-            AtomicOp::Xor => old ^ operand,
-            AtomicOp::Swap => operand,
-            AtomicOp::CSwap => {
-                if old & size.mask() == compare & size.mask() {
-                    operand
-                } else {
-                    old
-                }
-            }
-        };
-        new & size.mask()
-    }
-}
+/// Atomic operations, executed by the target's progress: the transport API's own enum, whose
+/// discriminants (0 add .. 5 cswap) are the wire codes.
+pub use uct::types::AtomicOp;
 
 /// Width of the target word of an atomic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -176,13 +133,6 @@ impl AtomicSize {
         match self {
             AtomicSize::Bits32 => 4,
             AtomicSize::Bits64 => 8,
-        }
-    }
-
-    const fn mask(self) -> u64 {
-        match self {
-            AtomicSize::Bits32 => u32::MAX as u64,
-            AtomicSize::Bits64 => u64::MAX,
         }
     }
 }
@@ -509,13 +459,13 @@ fn decode_atomic(p: &[u8]) -> Result<AtomicReq, WireError> {
         fetch: flags & ATOMIC_FETCH != 0,
         ack_req: flags & ATOMIC_ACK_REQ != 0,
     };
-    if matches!(op, AtomicOp::Swap | AtomicOp::CSwap) && !r.fetch {
+    if matches!(op, AtomicOp::Swap | AtomicOp::Cswap) && !r.fetch {
         return Err(WireError::BadField {
             what: "atomic swap without fetch flag",
             value: flags.into(),
         });
     }
-    if op != AtomicOp::CSwap && r.compare != 0 {
+    if op != AtomicOp::Cswap && r.compare != 0 {
         return Err(WireError::BadField {
             what: "atomic compare value of a non-cswap op",
             value: r.compare,
@@ -569,7 +519,7 @@ mod tests {
                 operand: 3,
                 compare: 2,
                 seq: 3,
-                op: AtomicOp::CSwap,
+                op: AtomicOp::Cswap,
                 size: AtomicSize::Bits32,
                 fetch: true,
                 ack_req: false,
@@ -653,11 +603,6 @@ mod tests {
                 "offset {off}"
             );
         }
-        let s = AtomicSize::Bits32;
-        assert_eq!(AtomicOp::Add.apply(s, u32::MAX as u64, 2, 0), 1);
-        assert_eq!(AtomicOp::CSwap.apply(s, 5, 9, 5), 9);
-        assert_eq!(AtomicOp::CSwap.apply(AtomicSize::Bits64, 5, 9, 6), 5);
-        assert_eq!(AtomicOp::Xor.apply(AtomicSize::Bits64, 6, 3, 0), 5);
     }
 
     #[test]
