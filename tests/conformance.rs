@@ -32,8 +32,6 @@ mod lifetime;
 mod misuse_am;
 #[path = "conformance/misuse_rma.rs"]
 mod misuse_rma;
-#[path = "conformance/mock_tl/mod.rs"]
-mod mock_tl;
 #[path = "conformance/pending.rs"]
 mod pending;
 #[path = "conformance/rma.rs"]

@@ -147,26 +147,6 @@ pub static TARGETS: &[Target] = &[
         workers: Workers::Separate,
         required: false,
     },
-    // The suite's own test double (see mock_tl.rs): exercises the asynchronous paths (NoResource,
-    // pending dispatch, InProgress completions, connect-to-ep, peer failure) that self never takes.
-    Target {
-        name: "loopq_iface",
-        modules: Modules::Builtin(crate::mock_tl::module),
-        tl: "loopq",
-        dev: Dev::Named("q0"),
-        connect: Connect::ToIface,
-        workers: Workers::Shared,
-        required: true,
-    },
-    Target {
-        name: "loopq_ep",
-        modules: Modules::Builtin(crate::mock_tl::module),
-        tl: "loopq",
-        dev: Dev::Named("q0"),
-        connect: Connect::ToEp,
-        workers: Workers::Separate,
-        required: true,
-    },
 ];
 
 /// Instantiates `fn $test(&Setup)` (defined in the invoking module) once per target, as
@@ -177,7 +157,7 @@ macro_rules! conformance_test {
             mod $test {
                 per_target!(super::$test;
                     self_builtin self_builtin_2w self_plugin tcp_builtin tcp_lo_iface tcp_lo_ep rc_verbs ud_verbs
-                    ud_verbs_iface loopq_iface loopq_ep);
+                    ud_verbs_iface);
             }
         )*
     };
