@@ -12,8 +12,10 @@
 //! changes at the start of its next `dispatch`, like UCX's spill/proxy path.
 //!
 //! # Fast path
-//! With nothing added or removed, `dispatch` does no allocation, no lock and no system call: one
-//! acquire load of the pending flag, then a loop over a `Vec` of boxed callbacks.
+//! With nothing added or removed, `dispatch` does no allocation, no lock and no system call. With
+//! no callback and no one-shot it is one load and a branch, inlined into the caller (UCX's
+//! empty-array loop). Otherwise it takes a reference-counted snapshot of the callback list and
+//! calls each callback in place (no move in or out of its slot).
 //!
 //! # Removal semantics (our choice; UCX allows a removed callback to run once more)
 //! * [`CallbackQueue::remove`] (owner thread): once it returns, the callback never runs again, even
@@ -23,28 +25,41 @@
 //!   that starts after `remove_safe` returns; a dispatch already in progress may still run it once.
 //!
 //! # Interior mutability
-//! State lives in a `RefCell` that is borrowed only inside short private helpers that never call
-//! user code (callbacks are moved out of their slot while they run, and dropped only after the
-//! borrow ends), so reentrant calls from callbacks can never hit a borrow panic. No `unsafe`.
+//! The list is copy-on-write (`Rc<Vec<Rc<Entry>>>`): `add`/`remove` change a new copy when a
+//! dispatch holds the old one, so a running dispatch never sees the list change under it. Each
+//! callback sits in its own `RefCell`, borrowed only while it runs: a callback that re-enters
+//! `dispatch` is skipped there rather than called recursively, and `remove` takes the callback
+//! out of its cell unless it is the one running (that one is dropped when the last snapshot
+//! holding it ends). User code is never called or dropped while a queue-level borrow is held.
+//! No `unsafe`.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Identifies a callback added with `add` / `add_safe`. Ids are never reused.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct CallbackId(u64);
 
+const ACTIVE: u8 = 1;
+const PENDING: u8 = 2;
+
 type Callback = Box<dyn FnMut() -> u32>;
 type Oneshot = Box<dyn FnOnce()>;
 
-/// A progress callback. `id == 0` marks a slot removed during a dispatch, compacted afterwards.
-struct Slot {
+/// A progress callback; `cb` is `None` once removed.
+struct Entry {
     id: u64,
-    cb: Option<Callback>,
+    cb: RefCell<Option<Callback>>,
 }
+
+type List = Rc<Vec<Rc<Entry>>>;
+
+/// An unlinked entry and its callback (if it was not running), dropped after the borrows end.
+type Removed = (Rc<Entry>, Option<Callback>);
 
 struct OneshotEntry {
     key: u64,
@@ -54,10 +69,9 @@ struct OneshotEntry {
 }
 
 #[derive(Default)]
-struct Local {
-    slots: Vec<Slot>,
-    oneshots: VecDeque<OneshotEntry>,
-    next_oneshot_seq: u64,
+struct Oneshots {
+    queue: VecDeque<OneshotEntry>,
+    next_seq: u64,
 }
 
 /// A change requested from another thread, applied by the owner at its next dispatch.
@@ -69,8 +83,9 @@ enum RemoteOp {
 }
 
 struct Shared {
-    /// Set after pushing to `ops`; the only thing `dispatch` reads when nothing changed.
-    pending: AtomicBool,
+    /// `ACTIVE` (the owner has callbacks or one-shots) | `PENDING` (another thread pushed to
+    /// `ops` or woke the queue): one byte, the only thing an idle `dispatch` reads.
+    state: AtomicU8,
     /// The owning queue is gone: `*_safe` calls drop their callback.
     closed: AtomicBool,
     next_id: AtomicU64,
@@ -93,17 +108,17 @@ impl Shared {
             return;
         }
         self.ops().push(op);
-        self.pending.store(true, Ordering::Release);
+        self.state.fetch_or(PENDING, Ordering::Release);
     }
 }
 
 /// The owner-thread progress list. See the [module documentation](self).
 pub struct CallbackQueue {
-    local: RefCell<Local>,
-    /// Nesting depth of `dispatch`; slots are only compacted at depth 0 so indices stay valid.
-    depth: Cell<u32>,
-    /// Some slot was tombstoned during a dispatch.
-    compact: Cell<bool>,
+    /// The callbacks, in order of addition (copy-on-write, see the module documentation).
+    list: RefCell<List>,
+    oneshots: RefCell<Oneshots>,
+    /// Mirror of the `ACTIVE` bit (only the owner changes it), to skip redundant atomic writes.
+    active: Cell<bool>,
     has_oneshots: Cell<bool>,
     shared: Arc<Shared>,
 }
@@ -112,12 +127,12 @@ impl CallbackQueue {
     /// Creates an empty queue owned by the calling thread.
     pub fn new() -> Self {
         Self {
-            local: RefCell::new(Local::default()),
-            depth: Cell::new(0),
-            compact: Cell::new(false),
+            list: RefCell::new(Rc::new(Vec::new())),
+            oneshots: RefCell::new(Oneshots::default()),
+            active: Cell::new(false),
             has_oneshots: Cell::new(false),
             shared: Arc::new(Shared {
-                pending: AtomicBool::new(false),
+                state: AtomicU8::new(0),
                 closed: AtomicBool::new(false),
                 next_id: AtomicU64::new(1),
                 ops: Mutex::new(Vec::new()),
@@ -138,12 +153,36 @@ impl CallbackQueue {
     /// [`dispatch`]: Self::dispatch
     pub fn add(&self, cb: impl FnMut() -> u32 + 'static) -> CallbackId {
         let id = self.shared.alloc_id();
-        self.push_slot(id, Box::new(cb));
+        self.push_entry(id, Box::new(cb));
         CallbackId(id)
     }
 
-    fn push_slot(&self, id: u64, cb: Callback) {
-        self.local.borrow_mut().slots.push(Slot { id, cb: Some(cb) });
+    fn push_entry(&self, id: u64, cb: Callback) {
+        let entry = Rc::new(Entry {
+            id,
+            cb: RefCell::new(Some(cb)),
+        });
+        // Copies the list if a dispatch holds it (that dispatch keeps iterating the old one).
+        Rc::make_mut(&mut self.list.borrow_mut()).push(entry);
+        self.update_active();
+    }
+
+    fn update_active(&self) {
+        self.set_active(!self.list.borrow().is_empty() || self.has_oneshots.get());
+    }
+
+    fn set_active(&self, on: bool) {
+        if self.active.replace(on) != on {
+            if on {
+                self.shared.state.fetch_or(ACTIVE, Ordering::Relaxed);
+            } else {
+                self.shared.state.fetch_and(!ACTIVE, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn pending(&self) -> bool {
+        self.shared.state.load(Ordering::Acquire) & PENDING != 0
     }
 
     /// Removes a callback; it never runs again after this returns. Returns `false` if `id` is not
@@ -164,26 +203,26 @@ impl CallbackQueue {
         found
     }
 
-    fn remove_local(&self, id: u64) -> (bool, Option<Callback>) {
-        let mut local = self.local.borrow_mut();
-        let Some(i) = local.slots.iter().position(|s| s.id == id) else {
-            return (false, None);
+    /// Unlinks entry `id`; returns whether it was found, and the entry and its callback to drop
+    /// once no borrow is held. The callback stays in a running entry (its cell is borrowed) and
+    /// goes with the last snapshot that holds it.
+    fn remove_local(&self, id: u64) -> (bool, Option<Removed>) {
+        let entry = {
+            let mut list = self.list.borrow_mut();
+            let Some(i) = list.iter().position(|e| e.id == id) else {
+                return (false, None);
+            };
+            Rc::make_mut(&mut list).remove(i)
         };
-        if self.depth.get() > 0 {
-            // A dispatch is iterating by index: tombstone now, compact when it ends.
-            let slot = &mut local.slots[i];
-            slot.id = 0;
-            self.compact.set(true);
-            (true, slot.cb.take())
-        } else {
-            (true, local.slots.remove(i).cb)
-        }
+        self.update_active();
+        let cb = entry.cb.try_borrow_mut().ok().and_then(|mut c| c.take());
+        (true, Some((entry, cb)))
     }
 
     /// Removes pending remote operations matching `pred`, returning them so the caller drops them
     /// outside the lock.
     fn cancel_remote(&self, pred: impl Fn(&RemoteOp) -> bool) -> Vec<RemoteOp> {
-        if !self.shared.pending.load(Ordering::Acquire) {
+        if !self.pending() {
             return Vec::new();
         }
         let mut ops = self.shared.ops();
@@ -199,31 +238,33 @@ impl CallbackQueue {
     }
 
     fn push_oneshot(&self, key: u64, cb: Oneshot) {
-        let mut local = self.local.borrow_mut();
-        let seq = local.next_oneshot_seq;
-        local.next_oneshot_seq += 1;
-        local.oneshots.push_back(OneshotEntry { key, seq, cb });
+        let mut o = self.oneshots.borrow_mut();
+        let seq = o.next_seq;
+        o.next_seq += 1;
+        o.queue.push_back(OneshotEntry { key, seq, cb });
         self.has_oneshots.set(true);
+        self.set_active(true);
     }
 
     /// Removes every pending one-shot with `key` (also those added by `add_oneshot_safe` and not
     /// applied yet); returns how many were removed.
     pub fn remove_oneshot(&self, key: u64) -> usize {
         let removed: VecDeque<OneshotEntry> = {
-            let mut local = self.local.borrow_mut();
-            let all = std::mem::take(&mut local.oneshots);
+            let mut o = self.oneshots.borrow_mut();
+            let all = std::mem::take(&mut o.queue);
             let (removed, kept) = all.into_iter().partition(|e| e.key == key);
-            local.oneshots = kept;
-            self.has_oneshots.set(!local.oneshots.is_empty());
+            o.queue = kept;
+            self.has_oneshots.set(!o.queue.is_empty());
             removed
         };
+        self.update_active();
         let remote = self.cancel_remote(|op| matches!(op, RemoteOp::AddOneshot(k, _) if *k == key));
         removed.len() + remote.len()
     }
 
     /// Number of regular callbacks in the queue (not counting changes pending from other threads).
     pub fn len(&self) -> usize {
-        self.local.borrow().slots.iter().filter(|s| s.id != 0).count()
+        self.list.borrow().len()
     }
 
     /// Whether [`len`](Self::len) is 0.
@@ -233,61 +274,59 @@ impl CallbackQueue {
 
     /// Number of one-shots waiting for the next dispatch.
     pub fn oneshot_len(&self) -> usize {
-        self.local.borrow().oneshots.len()
+        self.oneshots.borrow().queue.len()
     }
 
     /// Runs pending one-shots, then every callback once. Returns the sum of the callbacks' results
     /// plus one per one-shot run.
-    #[inline]
+    #[inline(always)]
     pub fn dispatch(&self) -> u32 {
-        if self.shared.pending.load(Ordering::Acquire) {
+        if self.is_idle() {
+            0
+        } else {
+            self.dispatch_with(|| 0)
+        }
+    }
+
+    /// True when a dispatch would do nothing: no callback, no one-shot, no change or wake-up
+    /// from another thread (see [`CallbackQueueHandle::wake`]). One load of one byte.
+    #[inline(always)]
+    pub fn is_idle(&self) -> bool {
+        self.shared.state.load(Ordering::Acquire) == 0
+    }
+
+    /// A dispatch that runs `first` after taking the changes and wake-ups of other threads and
+    /// before the one-shots and callbacks (a worker dispatches its async events there: an event
+    /// queued after the wake-up was taken wakes the queue again, so none is left behind).
+    pub fn dispatch_with(&self, first: impl FnOnce() -> u32) -> u32 {
+        if self.pending() {
             self.apply_remote();
         }
-        let _depth = DepthGuard::enter(self);
-        let mut count = 0u32;
+        let mut count = first();
         if self.has_oneshots.get() {
-            count = self.run_oneshots();
+            count = count.wrapping_add(self.run_oneshots());
         }
-        // Callbacks added during this dispatch land beyond `n` and wait for the next one.
-        let n = self.local.borrow().slots.len();
-        for i in 0..n {
-            if let Some((id, mut cb)) = self.take_slot(i) {
-                count = count.wrapping_add(cb());
-                self.restore_slot(i, id, cb);
+        // A snapshot: callbacks added or removed from here on change another copy of the list.
+        let list = self.list.borrow().clone();
+        for e in list.iter() {
+            // Borrowed: this callback is running further up the stack (nested dispatch).
+            if let Ok(mut cb) = e.cb.try_borrow_mut() {
+                if let Some(f) = cb.as_mut() {
+                    count = count.wrapping_add(f());
+                }
             }
         }
         count
     }
 
-    fn take_slot(&self, i: usize) -> Option<(u64, Callback)> {
-        let mut local = self.local.borrow_mut();
-        // In bounds: slots only shrink at depth 0, and we are inside a dispatch.
-        let slot = &mut local.slots[i];
-        slot.cb.take().map(|cb| (slot.id, cb))
-    }
-
-    fn restore_slot(&self, i: usize, id: u64, cb: Callback) {
-        let leftover = {
-            let mut local = self.local.borrow_mut();
-            let slot = &mut local.slots[i];
-            if slot.id == id {
-                slot.cb = Some(cb);
-                None
-            } else {
-                Some(cb) // removed while it ran
-            }
-        };
-        drop(leftover);
-    }
-
     fn run_oneshots(&self) -> u32 {
-        let limit = self.local.borrow().next_oneshot_seq;
+        let limit = self.oneshots.borrow().next_seq;
         let mut count = 0u32;
         loop {
             let next = {
-                let mut local = self.local.borrow_mut();
-                match local.oneshots.front() {
-                    Some(e) if e.seq < limit => local.oneshots.pop_front(),
+                let mut o = self.oneshots.borrow_mut();
+                match o.queue.front() {
+                    Some(e) if e.seq < limit => o.queue.pop_front(),
                     _ => None,
                 }
             };
@@ -295,18 +334,19 @@ impl CallbackQueue {
             (entry.cb)();
             count = count.wrapping_add(1);
         }
-        self.has_oneshots.set(!self.local.borrow().oneshots.is_empty());
+        self.has_oneshots.set(!self.oneshots.borrow().queue.is_empty());
+        self.update_active();
         count
     }
 
     #[cold]
     fn apply_remote(&self) {
-        self.shared.pending.store(false, Ordering::Relaxed);
+        self.shared.state.fetch_and(!PENDING, Ordering::Relaxed);
         // The mutex orders this take after every push whose flag store we may have cleared.
         let ops = std::mem::take(&mut *self.shared.ops());
         for op in ops {
             match op {
-                RemoteOp::Add(id, cb) => self.push_slot(id, cb),
+                RemoteOp::Add(id, cb) => self.push_entry(id, cb),
                 RemoteOp::Remove(id) => {
                     let (_, removed) = self.remove_local(id);
                     drop(removed);
@@ -317,12 +357,6 @@ impl CallbackQueue {
                 }
             }
         }
-    }
-
-    fn compact_slots(&self) {
-        self.compact.set(false);
-        // Tombstones hold no callback, so this drops no user code under the borrow.
-        self.local.borrow_mut().slots.retain(|s| s.id != 0);
     }
 }
 
@@ -349,29 +383,6 @@ impl fmt::Debug for CallbackQueue {
     }
 }
 
-/// Tracks dispatch nesting; compacts tombstoned slots when the outermost dispatch ends (also on
-/// unwind from a panicking callback, whose box is then lost and its slot stays empty until removed).
-struct DepthGuard<'a>(&'a CallbackQueue);
-
-impl<'a> DepthGuard<'a> {
-    #[inline]
-    fn enter(q: &'a CallbackQueue) -> Self {
-        q.depth.set(q.depth.get() + 1);
-        Self(q)
-    }
-}
-
-impl Drop for DepthGuard<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        let depth = self.0.depth.get() - 1;
-        self.0.depth.set(depth);
-        if depth == 0 && self.0.compact.get() {
-            self.0.compact_slots();
-        }
-    }
-}
-
 /// Adds and removes callbacks of a [`CallbackQueue`] from any thread; changes are applied by the
 /// owner at its next `dispatch`.
 #[derive(Clone)]
@@ -386,6 +397,14 @@ impl CallbackQueueHandle {
         let id = self.shared.alloc_id();
         self.shared.push(RemoteOp::Add(id, Box::new(cb)));
         CallbackId(id)
+    }
+
+    /// Makes the owner's next dispatch take its full path (and run `dispatch_with`'s `first`)
+    /// although nothing else changed: how a producer of work outside the queue, such as the
+    /// async thread queueing events, gets an idle worker to look.
+    #[inline]
+    pub fn wake(&self) {
+        self.shared.state.fetch_or(PENDING, Ordering::Release);
     }
 
     /// Removes a callback; it does not run in any dispatch that starts after this returns.
@@ -765,6 +784,107 @@ mod tests {
         workers.into_iter().for_each(|t| t.join().unwrap());
         q.dispatch();
         assert_eq!(hits.load(Ordering::Relaxed), 400);
+        assert_eq!(q.dispatch(), 0);
+    }
+
+    /// Dropped when it can be: at once when removed idle, after its own call when it removes
+    /// itself.
+    #[test]
+    fn removed_callback_drop_time() {
+        struct Flag(Rc<Cell<bool>>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.set(true);
+            }
+        }
+        let q = Rc::new(CallbackQueue::new());
+        let dropped = Rc::new(Cell::new(false));
+        let flag = Flag(dropped.clone());
+        let id = q.add(move || {
+            let _ = &flag;
+            0
+        });
+        assert!(q.remove(id));
+        assert!(dropped.get(), "an idle removed callback is dropped by remove");
+
+        let dropped = Rc::new(Cell::new(false));
+        let (flag, weak, seen) = (Flag(dropped.clone()), Rc::downgrade(&q), Rc::new(Cell::new(None)));
+        let (seen2, d2) = (seen.clone(), dropped.clone());
+        let id = q.add(move || {
+            let _ = &flag;
+            weak.upgrade().unwrap().remove(seen2.get().unwrap());
+            assert!(!d2.get(), "dropped while running");
+            1
+        });
+        seen.set(Some(id));
+        assert_eq!(q.dispatch(), 1);
+        assert!(
+            dropped.get(),
+            "a self-removed callback is dropped when the dispatch ends"
+        );
+        assert_eq!(q.dispatch(), 0);
+    }
+
+    /// A panicking callback unwinds out of dispatch and stays registered, the queue usable.
+    #[test]
+    fn panic_keeps_callback() {
+        let q = CallbackQueue::new();
+        let n = Rc::new(Cell::new(0));
+        let n2 = n.clone();
+        q.add(move || {
+            n2.set(n2.get() + 1);
+            if n2.get() == 1 {
+                panic!("first call panics");
+            }
+            1
+        });
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| q.dispatch()));
+        assert!(r.is_err());
+        assert_eq!(q.dispatch(), 1);
+        assert_eq!(n.get(), 2);
+    }
+
+    /// The inline fast path is taken only when nothing is queued, and is left when work arrives.
+    #[test]
+    fn idle_flag() {
+        let q = CallbackQueue::new();
+        assert!(!q.active.get());
+        q.add_oneshot(1, || ());
+        assert!(q.active.get());
+        assert_eq!(q.dispatch(), 1);
+        assert!(!q.active.get());
+        let id = q.add(|| 2);
+        assert!(q.active.get());
+        q.add_oneshot(1, || ());
+        assert_eq!(q.dispatch(), 3);
+        assert!(q.active.get());
+        q.remove(id);
+        assert!(!q.active.get());
+        let h = q.handle();
+        h.add_safe(|| 5);
+        assert!(
+            !q.active.get(),
+            "remote additions are seen through the pending flag"
+        );
+        assert_eq!(q.dispatch(), 5);
+        assert!(q.active.get());
+    }
+
+    /// `wake` leaves the fast path once and runs `dispatch_with`'s hook; an idle queue skips it.
+    #[test]
+    fn wake_runs_hook() {
+        let q = CallbackQueue::new();
+        let hits = Cell::new(0);
+        let hook = || {
+            hits.set(hits.get() + 1);
+            7
+        };
+        assert!(q.is_idle());
+        q.handle().wake();
+        assert!(!q.is_idle());
+        assert_eq!(q.dispatch_with(hook), 7);
+        assert_eq!(hits.get(), 1);
+        assert!(q.is_idle(), "the wake-up is consumed by the dispatch");
         assert_eq!(q.dispatch(), 0);
     }
 

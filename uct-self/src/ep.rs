@@ -49,6 +49,19 @@ impl SelfEp {
     }
 }
 
+impl SelfEp {
+    #[cold]
+    #[inline(never)]
+    fn am_short_slow(&self, id: u8, header: u64, payload: &[u8]) -> Result<()> {
+        self.deliver(id, 8 + payload.len(), |buf| {
+            buf[..8].copy_from_slice(&header.to_le_bytes());
+            buf[8..8 + payload.len()].copy_from_slice(payload);
+            Ok(8 + payload.len())
+        })
+        .map(|_| ())
+    }
+}
+
 fn gather(dst: &mut [u8], parts: &[Iov]) -> usize {
     let mut off = 0;
     for p in parts {
@@ -60,14 +73,23 @@ fn gather(dst: &mut [u8], parts: &[Iov]) -> usize {
 }
 
 impl Ep for SelfEp {
+    /// The fast path, written out: no closure between the send and the handler call. Anything
+    /// unusual (closed target, too long, a send from inside a handler of the same interface)
+    /// goes through `deliver`.
     #[inline]
     fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> Result<()> {
-        self.deliver(id, 8 + payload.len(), |buf| {
-            buf[..8].copy_from_slice(&header.to_le_bytes());
-            buf[8..8 + payload.len()].copy_from_slice(payload);
-            Ok(8 + payload.len())
-        })
-        .map(|_| ())
+        let t = &*self.target;
+        if !t.closed.get() {
+            if let Ok(mut b) = t.buf.try_borrow_mut() {
+                // `None` when longer than the segment: the slow path reports it.
+                if let Some(buf) = b.get().get_mut(..8 + payload.len()) {
+                    buf[..8].copy_from_slice(&header.to_le_bytes());
+                    buf[8..].copy_from_slice(payload);
+                    return t.am.invoke(id, buf, None).map(|_| ());
+                }
+            }
+        }
+        self.am_short_slow(id, header, payload)
     }
 
     fn am_short_iov(&self, id: u8, iov: &[Iov]) -> Result<()> {

@@ -36,25 +36,27 @@ pub(crate) struct Shared {
     pub(crate) closed: Cell<bool>,
     /// The delivery buffer (cache-line aligned, for fast copies). A handler that sends to this
     /// interface again while it runs (nested delivery) gets a temporary buffer instead.
-    buf: RefCell<AlignedBuf>,
+    pub(crate) buf: RefCell<AlignedBuf>,
 }
 
 /// A heap buffer whose data starts on a 64-byte boundary.
-struct AlignedBuf {
+pub(crate) struct AlignedBuf {
     storage: Vec<u8>,
     offset: usize,
-    len: usize,
 }
 
 impl AlignedBuf {
     fn new(len: usize) -> AlignedBuf {
-        let storage = vec![0u8; len + 64];
-        let offset = storage.as_ptr().align_offset(64);
-        AlignedBuf { storage, offset, len }
+        let mut storage = vec![0u8; len + 64];
+        let offset = storage.as_ptr().align_offset(64).min(64);
+        // Ends exactly at the buffer's end: `get` is then one bounds check.
+        storage.truncate(offset + len);
+        AlignedBuf { storage, offset }
     }
 
-    fn get(&mut self) -> &mut [u8] {
-        &mut self.storage[self.offset..self.offset + self.len]
+    #[inline]
+    pub(crate) fn get(&mut self) -> &mut [u8] {
+        &mut self.storage[self.offset..]
     }
 }
 

@@ -108,12 +108,7 @@ impl AmTable {
     pub fn invoke(&self, id: u8, data: &[u8], desc: Option<LentDesc>) -> Result<AmDisposition, Status> {
         let desc = desc.map_or(std::ptr::null_mut(), |d| d.0.as_ptr());
         let Some(cell) = self.entries.get(id as usize) else {
-            tracing::error!(
-                id,
-                "active message id {id} out of range 0..{}: dropped",
-                AM_ID_MAX - 1
-            );
-            return Err(Status::InvalidParam);
+            return Err(id_out_of_range(id));
         };
         let e = cell.get();
         let Some(cb) = e.cb else {
@@ -125,10 +120,7 @@ impl AmTable {
         let st = unsafe { cb(e.arg, data.as_ptr(), data.len(), desc) };
         if st == Status::InProgress.as_raw() {
             if desc.is_null() {
-                tracing::error!(
-                    id,
-                    "AM handler returned InProgress for data it cannot keep; treated as consumed"
-                );
+                kept_without_desc(id);
                 return Ok(AmDisposition::Done);
             }
             return Ok(AmDisposition::Kept);
@@ -148,4 +140,25 @@ impl AmTable {
             );
         }
     }
+}
+
+/// Logging kept out of line: the send path that inlines `invoke` stays small.
+#[cold]
+#[inline(never)]
+fn id_out_of_range(id: u8) -> Status {
+    tracing::error!(
+        id,
+        "active message id {id} out of range 0..{}: dropped",
+        AM_ID_MAX - 1
+    );
+    Status::InvalidParam
+}
+
+#[cold]
+#[inline(never)]
+fn kept_without_desc(id: u8) {
+    tracing::error!(
+        id,
+        "AM handler returned InProgress for data it cannot keep; treated as consumed"
+    );
 }

@@ -84,8 +84,9 @@ pub struct Bench<'s> {
     host: AlignedBuf,
     /// Zero-copy entries over `send_mem` (after the AM header for AM zcopy).
     iov: Vec<MemIov>,
-    /// `host[8..length]` as a range of the underlying vector (one bounds check per am_short).
-    short_payload: std::ops::Range<usize>,
+    /// A copy of `host[8..length]` (refreshed by `prepare_buffers`; am_short never changes
+    /// it): the payload without bounds checks in the loop, as UCX passes a pointer.
+    short_payload: Box<[u8]>,
     /// `(start, end)` of each entry of `-D shortiov`, over `host`.
     iov_ranges: Vec<(usize, usize)>,
     /// Destination of `get_bcopy`.
@@ -165,7 +166,7 @@ impl<'s> Bench<'s> {
         } else {
             length
         };
-        let mut b = Bench {
+        let b = Bench {
             worker: setup.worker.clone(),
             setup,
             ep: &peer.ep,
@@ -173,7 +174,7 @@ impl<'s> Bench<'s> {
             rkey: peer.rkey.as_ref(),
             send_mem: setup.send_mem.as_ref(),
             recv_mem: setup.recv_mem.as_ref(),
-            short_payload: 0..0,
+            short_payload: Box::default(),
             host: AlignedBuf::new(size.max(1)),
             iov,
             iov_ranges: ranges,
@@ -199,7 +200,6 @@ impl<'s> Bench<'s> {
             fc_window: p.fc_window.min(255) as u8,
             send_b_count: 0,
         };
-        b.short_payload = b.host.off + 8.min(length)..b.host.off + length;
         Ok(b)
     }
 
@@ -296,11 +296,7 @@ impl<'s> Bench<'s> {
         let step = (sn as i64 - prev_sn as i64) as u64;
         match CMD {
             cmd::AM => match DATA {
-                layout::SHORT => {
-                    ok(self
-                        .ep
-                        .am_short(AM_ID, sn as u64, &self.host.v[self.short_payload.clone()]))
-                }
+                layout::SHORT => ok(self.ep.am_short(AM_ID, sn as u64, &self.short_payload)),
                 layout::SHORT_IOV => {
                     self.host[0] = sn;
                     let mut parts: [&[u8]; MAX_IOV] = [&[]; MAX_IOV];
@@ -436,6 +432,7 @@ impl<'s> Bench<'s> {
             self.host[..n].fill(0);
             self.fill(&vec![0; self.host.len()]);
         }
+        self.short_payload = self.host[8.min(n)..n].into();
     }
 
     fn fill(&mut self, recv: &[u8]) {

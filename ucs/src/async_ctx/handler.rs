@@ -7,6 +7,7 @@
 //! lost.
 
 use super::events::Events;
+use crate::callbackq::CallbackQueueHandle;
 use crate::mpmc::MpmcQueue;
 use crate::{Result, Status};
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -137,6 +138,10 @@ pub(super) struct EventSink {
     /// Whether the eventfd was written since the owner last cleared it.
     signaled: AtomicBool,
     efd: EventFd,
+    /// Callback queues woken after each push (the owning workers' progress lists).
+    wakers: Mutex<Vec<CallbackQueueHandle>>,
+    /// `wakers` is non-empty (read without the lock on every push).
+    has_wakers: AtomicBool,
 }
 
 impl EventSink {
@@ -150,12 +155,25 @@ impl EventSink {
             count: AtomicUsize::new(0),
             signaled: AtomicBool::new(false),
             efd,
+            wakers: Mutex::new(Vec::new()),
+            has_wakers: AtomicBool::new(false),
         })
+    }
+
+    pub fn add_waker(&self, w: CallbackQueueHandle) {
+        self.wakers.lock().unwrap_or_else(|e| e.into_inner()).push(w);
+        self.has_wakers.store(true, Ordering::Release);
     }
 
     fn push(&self, h: Arc<Handler>) {
         self.count.fetch_add(1, Ordering::AcqRel);
         self.queue.push(h);
+        // After the push: a waker's dispatch that takes the wake-up then finds the event.
+        if self.has_wakers.load(Ordering::Acquire) {
+            for w in self.wakers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                w.wake();
+            }
+        }
         if !self.signaled.swap(true, Ordering::AcqRel) {
             if let Err(e) = self.efd.write(1) {
                 tracing::warn!("async: eventfd write failed: {e}");

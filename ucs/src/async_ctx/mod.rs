@@ -65,6 +65,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use thread::ThreadRef;
 
+use crate::callbackq::CallbackQueueHandle;
 use crate::{Result, Status};
 
 /// Where events are detected (see the [module documentation](self)).
@@ -133,6 +134,24 @@ impl AsyncContext {
         self.inner.sink.arm()
     }
 
+    /// Wakes `waker` (see [`CallbackQueueHandle::wake`]) whenever an event is queued, so the
+    /// owner's progress needs no check of its own while nothing happens: a worker looks at its
+    /// events only when its progress list was woken (then it calls
+    /// [`dispatch_queued`](Self::dispatch_queued)).
+    pub fn add_waker(&self, waker: CallbackQueueHandle) {
+        self.inner.sink.add_waker(waker);
+    }
+
+    /// Runs the handlers of events already queued, without polling (see
+    /// [`dispatch`](Self::dispatch) for that); returns how many ran.
+    #[inline]
+    pub fn dispatch_queued(&self) -> usize {
+        if !self.inner.sink.has_events() {
+            return 0;
+        }
+        self.run_queued()
+    }
+
     /// Number of events queued for `dispatch` (a hint under concurrency).
     pub fn queued_events(&self) -> usize {
         self.inner.sink.len()
@@ -155,10 +174,10 @@ impl AsyncContext {
         if !inner.sink.has_events() {
             return 0;
         }
-        self.dispatch_queued()
+        self.run_queued()
     }
 
-    fn dispatch_queued(&self) -> usize {
+    fn run_queued(&self) -> usize {
         let inner = &*self.inner;
         inner.sink.clear_signal();
         let mut ran = 0;
