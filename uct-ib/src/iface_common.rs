@@ -17,7 +17,7 @@ use crate::device::{parse_dev_name, PortInfo};
 use crate::md::IbMd;
 use crate::verbs::{
     AccessFlags, CompletionChannel, CompletionQueue, MrChunkAllocator, ProtectionDomain, RecvRequest, RxLoan,
-    Sge, WorkCompletion, MAX_RECV_BATCH, RX_DESC_HDR,
+    Sge, WcBatch, WorkCompletion, MAX_RECV_BATCH, RX_DESC_HDR,
 };
 
 /// Offset of the payload in receive and send buffers: after the lending header, 64-byte
@@ -205,7 +205,7 @@ pub fn deliver_am(am: &AmTable, id: u8, buf: PoolBuf, off: usize, len: usize) ->
 }
 
 /// A completion queue plus completions already taken off it while arming (see [`Cq::arm`]),
-/// which the next [`Cq::poll`] returns first.
+/// which the next [`Cq::poll_into`] returns first.
 pub struct Cq {
     cq: Arc<CompletionQueue>,
     stash: RefCell<[WorkCompletion; STASH]>,
@@ -232,30 +232,36 @@ impl Cq {
         &self.cq
     }
 
-    /// Polls up to `wcs.len()` completions.
+    /// Polls up to `max` completions into `batch` (no zeroing of the batch first).
     #[inline]
-    pub fn poll(&self, wcs: &mut [WorkCompletion]) -> Result<usize> {
+    pub fn poll_into<'b, const N: usize>(
+        &self,
+        max: usize,
+        batch: &'b mut WcBatch<N>,
+    ) -> Result<&'b [WorkCompletion]> {
         if self.stash_len.get() == 0 {
-            return self.cq.poll(wcs);
+            return self.cq.poll_into(max, batch);
         }
-        self.drain_stash(wcs)
+        Ok(self.drain_stash_into(max, batch))
     }
 
     #[cold]
-    fn drain_stash(&self, wcs: &mut [WorkCompletion]) -> Result<usize> {
+    fn drain_stash_into<'b, const N: usize>(
+        &self,
+        max: usize,
+        batch: &'b mut WcBatch<N>,
+    ) -> &'b [WorkCompletion] {
         let mut stash = self.stash.borrow_mut();
         let (pos, len) = (self.stash_pos.get(), self.stash_len.get());
-        let n = (len - pos).min(wcs.len());
-        for (dst, src) in wcs.iter_mut().zip(stash[pos..pos + n].iter_mut()) {
-            std::mem::swap(dst, src);
-        }
+        let got = batch.take_from(&mut stash[pos..len], max);
+        let n = got.len();
         if pos + n == len {
             self.stash_len.set(0);
             self.stash_pos.set(0);
         } else {
             self.stash_pos.set(pos + n);
         }
-        Ok(n)
+        got
     }
 
     /// Requests an event for the next completion, then checks for completions that arrived

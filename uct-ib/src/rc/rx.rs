@@ -3,7 +3,7 @@
 use super::iface::IfaceShared;
 use super::wire::{parse_am_hdr, AM_HDR_LEN, FC_PURE_GRANT};
 use crate::iface_common::{deliver_am, BUF_DATA_OFFSET as OFF};
-use crate::verbs::WorkCompletion;
+use crate::verbs::WcBatch;
 
 /// Completions polled per call at most (stack array).
 const MAX_POLL: usize = 32;
@@ -19,13 +19,12 @@ impl IfaceShared {
     }
 
     fn progress_rx(&self) -> u32 {
-        let mut wcs = [const { WorkCompletion::EMPTY }; MAX_POLL];
-        let max = self.cfg.rx_max_poll.min(MAX_POLL);
-        let n = match self.cqs.rx.poll(&mut wcs[..max]) {
-            Ok(n) => n,
-            Err(_) => return 0,
+        let mut batch = WcBatch::<MAX_POLL>::new();
+        let Ok(wcs) = self.cqs.rx.poll_into(self.cfg.rx_max_poll, &mut batch) else {
+            return 0;
         };
-        for wc in &wcs[..n] {
+        let n = wcs.len();
+        for wc in wcs {
             let Some(buf) = self.rx.take(wc.wr_id()) else {
                 continue;
             };

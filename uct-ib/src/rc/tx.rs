@@ -12,7 +12,7 @@ use uct::types::FlushFlags;
 use super::ep::{Conn, EpState};
 use super::iface::IfaceShared;
 use crate::iface_common::BUF_DATA_OFFSET as OFF;
-use crate::verbs::{WcStatus, WorkCompletion};
+use crate::verbs::{WcBatch, WcStatus, WorkCompletion};
 
 /// Completions polled per call at most (stack array).
 const MAX_POLL: usize = 32;
@@ -154,13 +154,12 @@ impl EpState {
 impl IfaceShared {
     /// Polls the send CQ; returns the number of completions.
     pub fn progress_tx(&self) -> u32 {
-        let mut wcs = [const { WorkCompletion::EMPTY }; MAX_POLL];
-        let max = self.cfg.tx_max_poll.min(MAX_POLL);
-        let n = match self.cqs.tx.poll(&mut wcs[..max]) {
-            Ok(n) => n,
-            Err(_) => return 0,
+        let mut batch = WcBatch::<MAX_POLL>::new();
+        let Ok(wcs) = self.cqs.tx.poll_into(self.cfg.tx_max_poll, &mut batch) else {
+            return 0;
         };
-        for wc in &wcs[..n] {
+        let n = wcs.len();
+        for wc in wcs {
             let ep = self.eps.borrow().get(&wc.qp_num()).cloned();
             let Some(ep) = ep else { continue };
             let freed = ep.tx.borrow_mut().complete(wc.wr_id());

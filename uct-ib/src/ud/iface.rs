@@ -27,7 +27,7 @@ use crate::device::{DeviceAddr, IbDevice, PortInfo, DEV_ADDR_LEN};
 use crate::iface_common::{buffer_pool, open_port, EventCqs, RxRing, BUF_DATA_OFFSET};
 use crate::md::IbMd;
 use crate::verbs::{
-    AccessFlags, AddressHandle, InitParams, QpCaps, QpInitAttr, QpType, QueuePair, WorkCompletion, GRH_LEN,
+    AccessFlags, AddressHandle, InitParams, QpCaps, QpInitAttr, QpType, QueuePair, WcBatch, GRH_LEN,
 };
 
 /// Transport name.
@@ -221,11 +221,11 @@ impl UdShared {
     /// requests.
     fn progress(&self) -> u32 {
         let mut work = self.poll_rx();
-        let mut wcs = [const { WorkCompletion::EMPTY }; MAX_POLL];
-        if let Ok(n) = self.cqs.tx.poll(&mut wcs[..self.tx_max_poll]) {
-            if n > 0 {
+        let mut batch = WcBatch::<MAX_POLL>::new();
+        if let Ok(wcs) = self.cqs.tx.poll_into(self.tx_max_poll, &mut batch) {
+            if !wcs.is_empty() {
                 let mut tx = self.tx.borrow_mut();
-                for wc in &wcs[..n] {
+                for wc in wcs {
                     if !wc.is_success() {
                         tracing::debug!("ud_verbs: send completion with error: {}", wc.status_str());
                     }
@@ -244,9 +244,14 @@ impl UdShared {
 
     fn poll_rx(&self) -> u32 {
         let held = self.faults.as_ref().map_or(0, |f| f.take_held());
-        let mut wcs = [const { WorkCompletion::EMPTY }; MAX_POLL];
-        let n = self.cqs.rx.poll(&mut wcs[..self.rx_max_poll]).unwrap_or_default();
-        for wc in &wcs[..n] {
+        let mut batch = WcBatch::<MAX_POLL>::new();
+        let wcs = self
+            .cqs
+            .rx
+            .poll_into(self.rx_max_poll, &mut batch)
+            .unwrap_or_default();
+        let n = wcs.len();
+        for wc in wcs {
             let Some(buf) = self.rx.take(wc.wr_id()) else {
                 continue;
             };

@@ -2,7 +2,7 @@
 
 use super::device::Context;
 use super::error::{errno, fail, last_errno, CallKind};
-use super::wc::WorkCompletion;
+use super::wc::{WcBatch, WorkCompletion};
 use rdma_sys::*;
 use std::os::fd::RawFd;
 use std::ptr::NonNull;
@@ -194,6 +194,25 @@ impl CompletionQueue {
             return Err(self.poll_failed(rc));
         }
         Ok(rc as usize)
+    }
+
+    /// Polls up to `max` (at most `N`) completions into `batch` and returns those polled.
+    #[inline]
+    pub fn poll_into<'b, const N: usize>(
+        &self,
+        max: usize,
+        batch: &'b mut WcBatch<N>,
+    ) -> Result<&'b [WorkCompletion]> {
+        let n = max.min(N).min(i32::MAX as usize);
+        // SAFETY: valid CQ; WorkCompletion is repr(transparent) over ibv_wc and the batch has
+        // room for `n` entries, which ibv_poll_cq only writes.
+        let rc = unsafe { ibv_poll_cq(self.cq.as_ptr(), n as i32, batch.0.as_mut_ptr().cast::<ibv_wc>()) };
+        if rc < 0 {
+            return Err(self.poll_failed(rc));
+        }
+        let got = (rc as usize).min(n);
+        // SAFETY: ibv_poll_cq initialised the first `rc` entries (rc <= n).
+        Ok(unsafe { std::slice::from_raw_parts(batch.0.as_ptr().cast::<WorkCompletion>(), got) })
     }
 
     #[cold]

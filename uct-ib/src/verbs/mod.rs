@@ -42,7 +42,7 @@ pub use qp_params::{
     RtsParams,
 };
 pub use srq::SharedReceiveQueue;
-pub use wc::{WcOpcode, WcStatus, WorkCompletion};
+pub use wc::{WcBatch, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{RecvRequest, SendFlags, SendOp, SendRequest, Sge, UdDest, MAX_INLINE_PIECES, MAX_RECV_BATCH};
 
 /// Size of the Global Routing Header that precedes every UD receive payload.

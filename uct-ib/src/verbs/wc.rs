@@ -2,6 +2,7 @@
 
 use rdma_sys::*;
 use std::ffi::CStr;
+use std::mem::MaybeUninit;
 use ucs::Status;
 
 /// Status of a work completion (`enum ibv_wc_status`, the common ones named).
@@ -76,6 +77,37 @@ pub enum WcOpcode {
 /// [`WorkCompletion::EMPTY`]: `[WorkCompletion::EMPTY; 16]`.
 #[repr(transparent)]
 pub struct WorkCompletion(ibv_wc);
+
+/// Room for up to `N` completions, left uninitialised (UCX polls into an uninitialised stack
+/// array too): [`CompletionQueue::poll_into`](super::CompletionQueue::poll_into) fills a prefix
+/// and hands out only that, so a progress call does not zero `N` × 48 bytes first.
+pub struct WcBatch<const N: usize>(pub(super) [MaybeUninit<WorkCompletion>; N]);
+
+impl<const N: usize> WcBatch<N> {
+    #[inline(always)]
+    pub fn new() -> Self {
+        WcBatch([const { MaybeUninit::uninit() }; N])
+    }
+}
+
+impl<const N: usize> WcBatch<N> {
+    /// Moves up to `max` (at most `N`) completions out of `src` (leaving zeroed entries) into
+    /// the batch and returns them.
+    pub fn take_from(&mut self, src: &mut [WorkCompletion], max: usize) -> &[WorkCompletion] {
+        let n = src.len().min(max).min(N);
+        for (d, s) in self.0.iter_mut().zip(src[..n].iter_mut()) {
+            d.write(std::mem::replace(s, WorkCompletion::EMPTY));
+        }
+        // SAFETY: the first `n` entries were just written.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<WorkCompletion>(), n) }
+    }
+}
+
+impl<const N: usize> Default for WcBatch<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl WorkCompletion {
     /// An all-zero entry to fill arrays for [`CompletionQueue::poll`].
