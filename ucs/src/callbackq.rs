@@ -181,6 +181,7 @@ impl CallbackQueue {
         }
     }
 
+    #[inline]
     fn pending(&self) -> bool {
         self.shared.state.load(Ordering::Acquire) & PENDING != 0
     }

@@ -37,6 +37,12 @@
 //! Thread mode: one atomic load (no lock, no system call). Poll mode: the same plus one relaxed load
 //! per kind of handler when the context has none; with handlers, one `epoll_wait(0)`.
 //!
+//! # Waking the owner
+//! [`add_waker`](AsyncContext::add_waker) registers a callback queue to wake (see
+//! `CallbackQueueHandle::wake`) after each queued event. A worker does this, so its idle progress
+//! reads only its queue's state byte and calls [`dispatch_queued`](AsyncContext::dispatch_queued)
+//! when woken.
+//!
 //! # Threads and reentrancy
 //! Handlers can be added, modified and removed from any thread and from inside any handler,
 //! including a handler removing itself. `remove_handler(id, sync = true)` returns once the handler is

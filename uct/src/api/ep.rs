@@ -16,7 +16,7 @@ use super::component::Rkey;
 use super::iface::{EpKey, IfaceInner};
 use super::mem::MemIov;
 use crate::abi::host::{pack_tramp, unpack_tramp};
-use crate::abi::{RawIfaceOps, RawIov, RawPendingReq, RawStatus};
+use crate::abi::{RawIov, RawPendingReq, RawStatus};
 use crate::types::{AtomicOp, FlushFlags};
 
 /// Most I/O-vector entries one call accepts (transports advertise their own `max_iov`).
@@ -32,8 +32,6 @@ pub enum AtomicWidth {
 /// An endpoint. Destroyed when dropped (after its pending requests are purged).
 pub struct Ep {
     handle: *mut c_void,
-    /// The transport's table, copied from the interface: one load less before each call.
-    ops: &'static RawIfaceOps,
     iface: Rc<IfaceInner>,
 }
 
@@ -65,11 +63,7 @@ const NULL_IOV: RawIov = RawIov {
 
 impl Ep {
     pub(crate) fn from_raw(handle: *mut c_void, iface: Rc<IfaceInner>) -> Ep {
-        Ep {
-            handle,
-            ops: iface.ops,
-            iface,
-        }
+        Ep { handle, iface }
     }
 
     /// The key error reports carry for this endpoint.
@@ -81,7 +75,7 @@ impl Ep {
     pub fn address(&self) -> Result<Vec<u8>> {
         let mut b = vec![0; self.iface.attr.ep_addr_len];
         // SAFETY: valid handle and buffer of the advertised size.
-        status(unsafe { (self.ops.ep_get_address)(self.handle, b.as_mut_ptr(), b.len()) })?;
+        status(unsafe { (self.iface.ops.ep_get_address)(self.handle, b.as_mut_ptr(), b.len()) })?;
         Ok(b)
     }
 
@@ -89,7 +83,7 @@ impl Ep {
     pub fn connect_to_ep(&self, dev_addr: &[u8], ep_addr: &[u8]) -> Result<()> {
         // SAFETY: valid handle and buffers.
         status(unsafe {
-            (self.ops.ep_connect_to_ep)(
+            (self.iface.ops.ep_connect_to_ep)(
                 self.handle,
                 dev_addr.as_ptr(),
                 dev_addr.len(),
@@ -103,7 +97,9 @@ impl Ep {
     #[inline]
     pub fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> Result<()> {
         // SAFETY: valid handle; `payload` is valid for the call.
-        status(unsafe { (self.ops.ep_am_short)(self.handle, id, header, payload.as_ptr(), payload.len()) })
+        status(unsafe {
+            (self.iface.ops.ep_am_short)(self.handle, id, header, payload.as_ptr(), payload.len())
+        })
     }
 
     /// Sends a short AM gathered from several buffers.
@@ -121,7 +117,7 @@ impl Ep {
         }
         // SAFETY: the entries point to borrowed buffers valid for this synchronous call, which
         // transports only read.
-        status(unsafe { (self.ops.ep_am_short_iov)(self.handle, id, raw.as_ptr(), parts.len()) })
+        status(unsafe { (self.iface.ops.ep_am_short_iov)(self.handle, id, raw.as_ptr(), parts.len()) })
     }
 
     /// Sends an AM whose payload `pack` writes into a transport buffer (up to `am.max_bcopy`);
@@ -131,7 +127,7 @@ impl Ep {
         let mut f = Some(pack);
         // SAFETY: `f` lives on this stack for the synchronous pack callback.
         let n = unsafe {
-            (self.ops.ep_am_bcopy)(
+            (self.iface.ops.ep_am_bcopy)(
                 self.handle,
                 id,
                 pack_tramp::<F>,
@@ -172,7 +168,7 @@ impl Ep {
         let p = c.arm(iov.iter().map(|e| KeepAlive::Mem(e.mem.clone())));
         // SAFETY: valid handle; the memory is kept alive by the armed completion.
         let st = unsafe {
-            (self.ops.ep_am_zcopy)(
+            (self.iface.ops.ep_am_zcopy)(
                 self.handle,
                 id,
                 header.as_ptr(),
@@ -190,7 +186,9 @@ impl Ep {
     #[inline]
     pub fn put_short(&self, data: &[u8], raddr: u64, rkey: &Rkey) -> Result<()> {
         // SAFETY: valid handle; `data` is valid for the call.
-        status(unsafe { (self.ops.ep_put_short)(self.handle, data.as_ptr(), data.len(), raddr, rkey.rkey) })
+        status(unsafe {
+            (self.iface.ops.ep_put_short)(self.handle, data.as_ptr(), data.len(), raddr, rkey.rkey)
+        })
     }
 
     /// Writes what `pack` produces (up to `put.max_bcopy`) to remote memory.
@@ -203,7 +201,7 @@ impl Ep {
         let mut f = Some(pack);
         // SAFETY: `f` lives on this stack for the synchronous pack callback.
         let n = unsafe {
-            (self.ops.ep_put_bcopy)(
+            (self.iface.ops.ep_put_bcopy)(
                 self.handle,
                 pack_tramp::<F>,
                 &mut f as *mut Option<F> as *mut c_void,
@@ -230,14 +228,16 @@ impl Ep {
         let c = self.comp(comp);
         let p = c.arm(iov.iter().map(|e| KeepAlive::Mem(e.mem.clone())));
         // SAFETY: valid handle; memory kept alive by the armed completion.
-        let st = unsafe { (self.ops.ep_put_zcopy)(self.handle, raw.as_ptr(), n, raddr, rkey.rkey, p) };
+        let st = unsafe { (self.iface.ops.ep_put_zcopy)(self.handle, raw.as_ptr(), n, raddr, rkey.rkey, p) };
         Self::finish(c, st)
     }
 
     /// Reads remote memory into `buf` synchronously (up to `get.max_short`).
     pub fn get_short(&self, buf: &mut [u8], raddr: u64, rkey: &Rkey) -> Result<()> {
         // SAFETY: valid handle; `buf` is valid for writing during the call.
-        status(unsafe { (self.ops.ep_get_short)(self.handle, buf.as_mut_ptr(), buf.len(), raddr, rkey.rkey) })
+        status(unsafe {
+            (self.iface.ops.ep_get_short)(self.handle, buf.as_mut_ptr(), buf.len(), raddr, rkey.rkey)
+        })
     }
 
     /// Reads `len` bytes of remote memory; `unpack` receives them (possibly later, from progress).
@@ -253,8 +253,9 @@ impl Ep {
         let arg = Box::into_raw(Box::new(unpack)) as *mut c_void;
         let p = c.arm([]);
         // SAFETY: valid handle; the transport calls `unpack_tramp` exactly once, which frees `arg`.
-        let st =
-            unsafe { (self.ops.ep_get_bcopy)(self.handle, unpack_tramp::<F>, arg, len, raddr, rkey.rkey, p) };
+        let st = unsafe {
+            (self.iface.ops.ep_get_bcopy)(self.handle, unpack_tramp::<F>, arg, len, raddr, rkey.rkey, p)
+        };
         Self::finish(c, st)
     }
 
@@ -271,7 +272,7 @@ impl Ep {
         let c = self.comp(comp);
         let p = c.arm(iov.iter().map(|e| KeepAlive::Mem(e.mem.clone())));
         // SAFETY: valid handle; memory kept alive by the armed completion.
-        let st = unsafe { (self.ops.ep_get_zcopy)(self.handle, raw.as_ptr(), n, raddr, rkey.rkey, p) };
+        let st = unsafe { (self.iface.ops.ep_get_zcopy)(self.handle, raw.as_ptr(), n, raddr, rkey.rkey, p) };
         Self::finish(c, st)
     }
 
@@ -286,7 +287,7 @@ impl Ep {
     ) -> Result<()> {
         // SAFETY: valid handle.
         status(unsafe {
-            (self.ops.ep_atomic_post)(self.handle, width as u8, op as u8, value, raddr, rkey.rkey)
+            (self.iface.ops.ep_atomic_post)(self.handle, width as u8, op as u8, value, raddr, rkey.rkey)
         })
     }
 
@@ -306,7 +307,7 @@ impl Ep {
         let p = c.arm([KeepAlive::Result(result.clone())]);
         // SAFETY: valid handle; the result slot is kept alive by the armed completion.
         let st = unsafe {
-            (self.ops.ep_atomic_fetch)(
+            (self.iface.ops.ep_atomic_fetch)(
                 self.handle,
                 width as u8,
                 op as u8,
@@ -337,7 +338,7 @@ impl Ep {
         let p = c.arm([KeepAlive::Result(result.clone())]);
         // SAFETY: valid handle; the result slot is kept alive by the armed completion.
         let st = unsafe {
-            (self.ops.ep_atomic_cswap)(
+            (self.iface.ops.ep_atomic_cswap)(
                 self.handle,
                 width as u8,
                 compare,
@@ -357,7 +358,7 @@ impl Ep {
         let raw = Box::into_raw(req.0) as *mut RawPendingReq;
         // SAFETY: valid handle; on success the transport owns the pointer until it dispatches
         // it with Ok or purges it; `pending_tramp` and `purge_tramp` free it.
-        let st = unsafe { (self.ops.ep_pending_add)(self.handle, raw, 0) };
+        let st = unsafe { (self.iface.ops.ep_pending_add)(self.handle, raw, 0) };
         if st == 0 {
             return Ok(());
         }
@@ -373,7 +374,7 @@ impl Ep {
         let mut dynf: &mut dyn FnMut(PendingRequest) = &mut f;
         // SAFETY: `dynf` lives on this stack for the synchronous purge.
         unsafe {
-            (self.ops.ep_pending_purge)(
+            (self.iface.ops.ep_pending_purge)(
                 self.handle,
                 purge_tramp,
                 &mut dynf as *mut &mut dyn FnMut(PendingRequest) as *mut c_void,
@@ -387,19 +388,19 @@ impl Ep {
     pub fn flush(&self, flags: FlushFlags, comp: Option<&Completion>) -> Result<Status> {
         let Some(c) = comp else {
             // SAFETY: valid handle; a null completion is allowed by the boundary.
-            let st = unsafe { (self.ops.ep_flush)(self.handle, flags.0, std::ptr::null_mut()) };
+            let st = unsafe { (self.iface.ops.ep_flush)(self.handle, flags.0, std::ptr::null_mut()) };
             return Status::from_raw(st).into_result();
         };
         let p = c.arm([]);
         // SAFETY: valid handle; completion alive while armed.
-        let st = unsafe { (self.ops.ep_flush)(self.handle, flags.0, p) };
+        let st = unsafe { (self.iface.ops.ep_flush)(self.handle, flags.0, p) };
         Self::finish(c, st)
     }
 
     /// Orders operations before and after the fence.
     pub fn fence(&self) -> Result<()> {
         // SAFETY: valid handle.
-        status(unsafe { (self.ops.ep_fence)(self.handle, 0) })
+        status(unsafe { (self.iface.ops.ep_fence)(self.handle, 0) })
     }
 }
 
@@ -407,7 +408,7 @@ impl Drop for Ep {
     fn drop(&mut self) {
         self.pending_purge(drop);
         // SAFETY: destroyed once; the iface outlives it (we hold an Rc).
-        unsafe { (self.ops.ep_destroy)(self.handle) }
+        unsafe { (self.iface.ops.ep_destroy)(self.handle) }
     }
 }
 
