@@ -117,8 +117,6 @@ pub struct CallbackQueue {
     /// The callbacks, in order of addition (copy-on-write, see the module documentation).
     list: RefCell<List>,
     oneshots: RefCell<Oneshots>,
-    /// Mirror of the `ACTIVE` bit (only the owner changes it), to skip redundant atomic writes.
-    active: Cell<bool>,
     has_oneshots: Cell<bool>,
     shared: Arc<Shared>,
 }
@@ -129,7 +127,6 @@ impl CallbackQueue {
         Self {
             list: RefCell::new(Rc::new(Vec::new())),
             oneshots: RefCell::new(Oneshots::default()),
-            active: Cell::new(false),
             has_oneshots: Cell::new(false),
             shared: Arc::new(Shared {
                 state: AtomicU8::new(0),
@@ -172,13 +169,18 @@ impl CallbackQueue {
     }
 
     fn set_active(&self, on: bool) {
-        if self.active.replace(on) != on {
+        // Only the owner changes `ACTIVE`, so this load is current; it spares redundant RMWs.
+        if self.is_active() != on {
             if on {
                 self.shared.state.fetch_or(ACTIVE, Ordering::Relaxed);
             } else {
                 self.shared.state.fetch_and(!ACTIVE, Ordering::Relaxed);
             }
         }
+    }
+
+    fn is_active(&self) -> bool {
+        self.shared.state.load(Ordering::Relaxed) & ACTIVE != 0
     }
 
     #[inline]
@@ -189,9 +191,8 @@ impl CallbackQueue {
     /// Removes a callback; it never runs again after this returns. Returns `false` if `id` is not
     /// in the queue (already removed).
     pub fn remove(&self, id: CallbackId) -> bool {
-        let (found, removed) = self.remove_local(id.0);
-        drop(removed); // user Drop code runs with no borrow held
-        if found {
+        if let Some(removed) = self.remove_local(id.0) {
+            drop(removed); // user Drop code runs with no borrow held
             return true;
         }
         // Maybe added by `add_safe` and not applied yet.
@@ -204,20 +205,18 @@ impl CallbackQueue {
         found
     }
 
-    /// Unlinks entry `id`; returns whether it was found, and the entry and its callback to drop
-    /// once no borrow is held. The callback stays in a running entry (its cell is borrowed) and
-    /// goes with the last snapshot that holds it.
-    fn remove_local(&self, id: u64) -> (bool, Option<Removed>) {
+    /// Unlinks entry `id`; returns (if it was found) the entry and its callback to drop once no
+    /// borrow is held. The callback stays in a running entry (its cell is borrowed) and goes
+    /// with the last snapshot that holds it.
+    fn remove_local(&self, id: u64) -> Option<Removed> {
         let entry = {
             let mut list = self.list.borrow_mut();
-            let Some(i) = list.iter().position(|e| e.id == id) else {
-                return (false, None);
-            };
+            let i = list.iter().position(|e| e.id == id)?;
             Rc::make_mut(&mut list).remove(i)
         };
         self.update_active();
         let cb = entry.cb.try_borrow_mut().ok().and_then(|mut c| c.take());
-        (true, Some((entry, cb)))
+        Some((entry, cb))
     }
 
     /// Removes pending remote operations matching `pred`, returning them so the caller drops them
@@ -348,10 +347,7 @@ impl CallbackQueue {
         for op in ops {
             match op {
                 RemoteOp::Add(id, cb) => self.push_entry(id, cb),
-                RemoteOp::Remove(id) => {
-                    let (_, removed) = self.remove_local(id);
-                    drop(removed);
-                }
+                RemoteOp::Remove(id) => drop(self.remove_local(id)),
                 RemoteOp::AddOneshot(key, cb) => self.push_oneshot(key, cb),
                 RemoteOp::RemoveOneshot(key) => {
                     self.remove_oneshot(key);
@@ -849,26 +845,26 @@ mod tests {
     #[test]
     fn idle_flag() {
         let q = CallbackQueue::new();
-        assert!(!q.active.get());
+        assert!(!q.is_active());
         q.add_oneshot(1, || ());
-        assert!(q.active.get());
+        assert!(q.is_active());
         assert_eq!(q.dispatch(), 1);
-        assert!(!q.active.get());
+        assert!(!q.is_active());
         let id = q.add(|| 2);
-        assert!(q.active.get());
+        assert!(q.is_active());
         q.add_oneshot(1, || ());
         assert_eq!(q.dispatch(), 3);
-        assert!(q.active.get());
+        assert!(q.is_active());
         q.remove(id);
-        assert!(!q.active.get());
+        assert!(!q.is_active());
         let h = q.handle();
         h.add_safe(|| 5);
         assert!(
-            !q.active.get(),
+            !q.is_active(),
             "remote additions are seen through the pending flag"
         );
         assert_eq!(q.dispatch(), 5);
-        assert!(q.active.get());
+        assert!(q.is_active());
     }
 
     /// `wake` leaves the fast path once and runs `dispatch_with`'s hook; an idle queue skips it.
