@@ -8,8 +8,11 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use ucs::{Result, Status};
 
@@ -34,10 +37,17 @@ impl Link {
         }
     }
 
-    fn set_read_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
-        match self {
-            Link::Tcp(s) => s.set_read_timeout(d),
-            Link::Unix(s) => s.set_read_timeout(d),
+    /// Waits up to `ms` milliseconds for the link to be readable (or closed).
+    fn poll_readable(&self, ms: u16) -> std::io::Result<bool> {
+        let fd = match self {
+            Link::Tcp(s) => s.as_fd(),
+            Link::Unix(s) => s.as_fd(),
+        };
+        let mut pfd = [PollFd::new(fd, PollFlags::POLLIN)];
+        match poll(&mut pfd, PollTimeout::from(ms)) {
+            Ok(n) => Ok(n > 0),
+            Err(Errno::EINTR) => Ok(false),
+            Err(e) => Err(e.into()),
         }
     }
 }
@@ -155,24 +165,28 @@ impl Rte {
         Ok(())
     }
 
-    /// Fills `buf`, calling `progress` about every millisecond while waiting.
+    /// Fills `buf`, calling `progress` about every millisecond while waiting: `poll()` with a
+    /// 1 ms timeout, as UCX's `sock_io`. (A socket receive timeout would not do: the kernel
+    /// rounds `SO_RCVTIMEO` up to scheduler ticks, 4-8 ms here, and a side in a barrier then
+    /// progressed so rarely that its peer's final flush, waiting for the last put's
+    /// acknowledgement, took 5-8 ms instead of ~1.)
     fn read_exact(link: &mut Link, buf: &mut [u8], progress: &mut dyn FnMut()) -> Result<()> {
         let mut off = 0;
-        link.set_read_timeout(Some(Duration::from_millis(1)))
-            .map_err(|e| io_err("setsockopt()", e))?;
         while off < buf.len() {
-            match link.read(&mut buf[off..]) {
-                Ok(0) => {
-                    tracing::error!(
-                        "out-of-band connection closed by the peer (did it fail? see its output)"
-                    );
-                    return Err(Status::ConnectionReset);
+            if link.poll_readable(1).map_err(|e| io_err("poll()", e))? {
+                match link.read(&mut buf[off..]) {
+                    Ok(0) => {
+                        tracing::error!(
+                            "out-of-band connection closed by the peer (did it fail? see its output)"
+                        );
+                        return Err(Status::ConnectionReset);
+                    }
+                    Ok(n) => off += n,
+                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
+                    Err(e) => return Err(io_err("recv()", e)),
                 }
-                Ok(n) => off += n,
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => progress(),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_err("recv()", e)),
             }
+            progress();
         }
         Ok(())
     }
