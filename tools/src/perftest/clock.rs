@@ -6,8 +6,13 @@
 //! Unsafe: only the `rdtsc` intrinsic, which has no memory effects.
 #![allow(unsafe_code)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+/// Set once the calibration found an invariant TSC: the per-iteration read is then this
+/// flag and `rdtsc`, the rest out of line.
+static TSC: AtomicBool = AtomicBool::new(false);
 
 struct Calib {
     base: Instant,
@@ -21,6 +26,7 @@ fn calib() -> &'static Calib {
         let base = Instant::now();
         let tsc = invariant_tsc();
         let ticks_per_sec = if tsc { measure_tsc_rate() } else { 1e9 };
+        TSC.store(tsc, Ordering::Relaxed);
         Calib {
             base,
             tsc,
@@ -72,6 +78,17 @@ pub fn init() {
 /// The per-iteration clock, in ticks ([`ticks_per_sec`] of them per second).
 #[inline(always)]
 pub fn ticks() -> u64 {
+    if TSC.load(Ordering::Relaxed) {
+        raw_tsc()
+    } else {
+        ticks_slow()
+    }
+}
+
+/// Before [`init`], or without an invariant TSC: nanoseconds of the accurate clock.
+#[cold]
+#[inline(never)]
+fn ticks_slow() -> u64 {
     let c = calib();
     if c.tsc {
         raw_tsc()

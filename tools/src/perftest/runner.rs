@@ -206,39 +206,62 @@ impl<'s> Bench<'s> {
     /// Runs the test once (`uct_perf_test_dispatch`): `perf.max_iter` iterations.
     pub fn run(&mut self, perf: &mut Perf, rte: &mut Rte) -> Result<()> {
         macro_rules! by_layout {
-            ($c:expr) => {
+            ($c:expr, $o:expr) => {
                 match self.data {
-                    layout::SHORT => self.run_typed::<{ $c }, { layout::SHORT }>(perf, rte),
-                    layout::SHORT_IOV => self.run_typed::<{ $c }, { layout::SHORT_IOV }>(perf, rte),
-                    layout::BCOPY => self.run_typed::<{ $c }, { layout::BCOPY }>(perf, rte),
-                    _ => self.run_typed::<{ $c }, { layout::ZCOPY }>(perf, rte),
+                    layout::SHORT => self.run_typed::<{ $c }, { layout::SHORT }, $o>(perf, rte),
+                    layout::SHORT_IOV => self.run_typed::<{ $c }, { layout::SHORT_IOV }, $o>(perf, rte),
+                    layout::BCOPY => self.run_typed::<{ $c }, { layout::BCOPY }, $o>(perf, rte),
+                    _ => self.run_typed::<{ $c }, { layout::ZCOPY }, $o>(perf, rte),
+                }
+            };
+        }
+        macro_rules! by_cmd {
+            ($o:expr) => {
+                match self.test_cmd {
+                    cmd::AM => by_layout!(cmd::AM, $o),
+                    cmd::PUT => by_layout!(cmd::PUT, $o),
+                    cmd::GET => by_layout!(cmd::GET, $o),
+                    cmd::ADD => by_layout!(cmd::ADD, $o),
+                    cmd::FADD => by_layout!(cmd::FADD, $o),
+                    cmd::SWAP => by_layout!(cmd::SWAP, $o),
+                    cmd::CSWAP => by_layout!(cmd::CSWAP, $o),
+                    _ => Err(Status::InvalidParam),
                 }
             };
         }
         // A new runner in UCX: last received sn and send counter start from zero.
         self.am_sn.set(0);
         self.send_b_count = 0;
-        match self.test_cmd {
-            cmd::AM => by_layout!(cmd::AM),
-            cmd::PUT => by_layout!(cmd::PUT),
-            cmd::GET => by_layout!(cmd::GET),
-            cmd::ADD => by_layout!(cmd::ADD),
-            cmd::FADD => by_layout!(cmd::FADD),
-            cmd::SWAP => by_layout!(cmd::SWAP),
-            cmd::CSWAP => by_layout!(cmd::CSWAP),
-            _ => Err(Status::InvalidParam),
+        if self.one_sided {
+            by_cmd!(true)
+        } else {
+            by_cmd!(false)
         }
     }
 
-    fn run_typed<const CMD: u8, const DATA: u8>(&mut self, perf: &mut Perf, rte: &mut Rte) -> Result<()> {
+    /// One loop per (operation, layout, one-sided), as UCX's template: no test of the options
+    /// inside the loops.
+    fn run_typed<const CMD: u8, const DATA: u8, const ONESIDED: bool>(
+        &mut self,
+        perf: &mut Perf,
+        rte: &mut Rte,
+    ) -> Result<()> {
         let zcopy = DATA == layout::ZCOPY;
         match (self.ty, CMD) {
-            (TestType::PingPong, _) => self.pingpong::<CMD, DATA>(perf, rte),
-            (TestType::StreamUni, cmd::PUT) => self.stream::<CMD, DATA>(perf, rte, false, zcopy, true),
-            (TestType::StreamUni, cmd::ADD) => self.stream::<CMD, DATA>(perf, rte, false, false, true),
-            (TestType::StreamUni, cmd::AM) => self.stream::<CMD, DATA>(perf, rte, true, zcopy, true),
-            (TestType::StreamUni, cmd::GET) => self.stream::<CMD, DATA>(perf, rte, false, true, false),
-            (TestType::StreamUni, _) => self.stream::<CMD, DATA>(perf, rte, false, true, true),
+            (TestType::PingPong, _) => self.pingpong::<CMD, DATA, ONESIDED>(perf, rte),
+            (TestType::StreamUni, cmd::PUT) => {
+                self.stream::<CMD, DATA, ONESIDED>(perf, rte, false, zcopy, true)
+            }
+            (TestType::StreamUni, cmd::ADD) => {
+                self.stream::<CMD, DATA, ONESIDED>(perf, rte, false, false, true)
+            }
+            (TestType::StreamUni, cmd::AM) => {
+                self.stream::<CMD, DATA, ONESIDED>(perf, rte, true, zcopy, true)
+            }
+            (TestType::StreamUni, cmd::GET) => {
+                self.stream::<CMD, DATA, ONESIDED>(perf, rte, false, true, false)
+            }
+            (TestType::StreamUni, _) => self.stream::<CMD, DATA, ONESIDED>(perf, rte, false, true, true),
         }
     }
 
@@ -247,9 +270,10 @@ impl<'s> Bench<'s> {
         self.worker.progress();
     }
 
+    /// UCX's `progress_responder`: nothing in one-sided tests (`-o`).
     #[inline(always)]
-    fn progress_responder(&self) {
-        if !self.one_sided {
+    fn progress_responder<const ONESIDED: bool>(&self) {
+        if !ONESIDED {
             self.worker.progress();
         }
     }
@@ -392,22 +416,49 @@ impl<'s> Bench<'s> {
     /// flight, and before retrying on `NoResource`.
     #[inline(always)]
     fn send_b<const CMD: u8, const DATA: u8>(&mut self, sn: u8, prev_sn: u8, with_comp: bool) -> Result<()> {
-        loop {
-            match self.send::<CMD, DATA>(sn, prev_sn, with_comp) {
-                Ok(Status::InProgress) => {
+        let r = self.send::<CMD, DATA>(sn, prev_sn, with_comp);
+        self.sent(r)
+            .or_else(|e| self.send_b_retry::<CMD, DATA>(e, sn, prev_sn, with_comp))
+    }
+
+    /// After an accepted send: progress once the operation is in flight, and every
+    /// [`SENDS_PER_PROGRESS`] sends that completed at once.
+    #[inline(always)]
+    fn sent(&mut self, r: Result<Status>) -> Result<()> {
+        match r? {
+            Status::InProgress => self.progress(),
+            _ => {
+                let c = self.send_b_count;
+                self.send_b_count = c.wrapping_add(1);
+                if c.is_multiple_of(SENDS_PER_PROGRESS) {
+                    // 1 in 16: kept out of the loop's straight line, as in UCX's build.
+                    std::hint::cold_path();
                     self.progress();
-                    return Ok(());
                 }
-                Ok(_) => {
-                    let c = self.send_b_count;
-                    self.send_b_count = c.wrapping_add(1);
-                    if c.is_multiple_of(SENDS_PER_PROGRESS) {
-                        self.progress();
-                    }
-                    return Ok(());
-                }
-                Err(Status::NoResource) => self.progress(),
-                Err(e) => return Err(send_failed(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The send was refused: progress and retry while it is `NoResource`. Out of line, so the
+    /// loops' straight line is the accepted send.
+    #[cold]
+    #[inline(never)]
+    fn send_b_retry<const CMD: u8, const DATA: u8>(
+        &mut self,
+        mut err: Status,
+        sn: u8,
+        prev_sn: u8,
+        with_comp: bool,
+    ) -> Result<()> {
+        loop {
+            if err != Status::NoResource {
+                return Err(send_failed(err));
+            }
+            self.progress();
+            match self.send::<CMD, DATA>(sn, prev_sn, with_comp) {
+                Ok(st) => return self.sent(Ok(st)),
+                Err(e) => err = e,
             }
         }
     }
@@ -447,7 +498,11 @@ impl<'s> Bench<'s> {
         g[..n].copy_from_slice(&self.host[..n]);
     }
 
-    fn pingpong<const CMD: u8, const DATA: u8>(&mut self, perf: &mut Perf, rte: &mut Rte) -> Result<()> {
+    fn pingpong<const CMD: u8, const DATA: u8, const ONESIDED: bool>(
+        &mut self,
+        perf: &mut Perf,
+        rte: &mut Rte,
+    ) -> Result<()> {
         let length = self.length as u64;
         let src = match CMD {
             cmd::AM => SnSrc::Am,
@@ -469,7 +524,7 @@ impl<'s> Bench<'s> {
                 self.send_b::<CMD, DATA>(send_sn, send_sn.wrapping_sub(1), false)?;
                 perf.update(1, length);
                 loop {
-                    self.progress_responder();
+                    self.progress_responder::<ONESIDED>();
                     if self.read_sn::<DATA>(src) == send_sn {
                         break;
                     }
@@ -479,7 +534,7 @@ impl<'s> Bench<'s> {
         } else {
             while !perf.done() {
                 loop {
-                    self.progress_responder();
+                    self.progress_responder::<ONESIDED>();
                     if self.read_sn::<DATA>(src) == send_sn {
                         break;
                     }
@@ -494,7 +549,7 @@ impl<'s> Bench<'s> {
         Ok(())
     }
 
-    fn stream<const CMD: u8, const DATA: u8>(
+    fn stream<const CMD: u8, const DATA: u8, const ONESIDED: bool>(
         &mut self,
         perf: &mut Perf,
         rte: &mut Rte,
@@ -512,9 +567,9 @@ impl<'s> Bench<'s> {
         rte.barrier(&mut || self.progress())?;
         perf.start_clock();
         if self.loopback || my_index == 1 {
-            self.stream_send::<CMD, DATA>(perf, flow_control, send_window, to_responder, src)?;
+            self.stream_send::<CMD, DATA, ONESIDED>(perf, flow_control, send_window, to_responder, src)?;
         } else {
-            self.stream_recv::<CMD, DATA>(perf, flow_control, send_window, to_responder, src)?;
+            self.stream_recv::<CMD, DATA, ONESIDED>(perf, flow_control, send_window, to_responder, src)?;
         }
         self.setup.flush_iface();
         perf.get_time();
@@ -524,7 +579,7 @@ impl<'s> Bench<'s> {
         Ok(())
     }
 
-    fn stream_send<const CMD: u8, const DATA: u8>(
+    fn stream_send<const CMD: u8, const DATA: u8, const ONESIDED: bool>(
         &mut self,
         perf: &mut Perf,
         flow_control: bool,
@@ -541,7 +596,7 @@ impl<'s> Bench<'s> {
             if flow_control {
                 let mut sn = self.read_sn::<DATA>(src);
                 while after(send_sn, sn.wrapping_add(fc_window)) {
-                    self.progress_responder();
+                    self.progress_responder::<ONESIDED>();
                     sn = self.read_sn::<DATA>(src);
                 }
             }
@@ -566,7 +621,7 @@ impl<'s> Bench<'s> {
         } else {
             // Wait for the last ack, so that no more messages arrive.
             loop {
-                self.progress_responder();
+                self.progress_responder::<ONESIDED>();
                 let sn = self.read_sn::<DATA>(src);
                 if !after(send_sn.wrapping_sub(1), sn) {
                     break;
@@ -576,7 +631,7 @@ impl<'s> Bench<'s> {
         Ok(())
     }
 
-    fn stream_recv<const CMD: u8, const DATA: u8>(
+    fn stream_recv<const CMD: u8, const DATA: u8, const ONESIDED: bool>(
         &mut self,
         perf: &mut Perf,
         flow_control: bool,
@@ -589,7 +644,7 @@ impl<'s> Bench<'s> {
             // The last sn acknowledged.
             let mut send_sn: u8 = u8::MAX;
             while !perf.done() {
-                self.progress_responder();
+                self.progress_responder::<ONESIDED>();
                 let sn = self.read_sn::<DATA>(src);
                 if after(sn, send_sn.wrapping_add(half)) {
                     // Ack every half window.
@@ -609,7 +664,7 @@ impl<'s> Bench<'s> {
             let poll_every = clock::ticks_from_sec(1e-3);
             let mut poll_time = clock::ticks();
             loop {
-                self.progress_responder();
+                self.progress_responder::<ONESIDED>();
                 let sn = self.read_sn::<DATA>(src);
                 if !to_responder && clock::ticks().wrapping_sub(poll_time) > poll_every {
                     // Gets: fetch the requester's buffer until its sentinel shows.
