@@ -100,6 +100,11 @@ pub(crate) struct IfaceShared {
     /// Send work requests the send CQ can still take (every posted WR counts until completed,
     /// so even a burst of flush errors cannot overflow the CQ).
     pub cq_available: Cell<u32>,
+    /// A send was refused for want of send resources since the send CQ was last polled: the
+    /// next progress polls it even when messages arrived.
+    pub tx_wanted: Cell<bool>,
+    /// Progress calls in a row that skipped the send CQ (messages arrived).
+    pub tx_skipped: Cell<u8>,
     /// Endpoints by local QP number (including destroyed ones still draining).
     pub eps: RefCell<HashMap<u32, Rc<EpState>>>,
     /// Endpoints with pending requests or pure grants to send, in dispatch order.
@@ -168,6 +173,8 @@ impl IfaceShared {
             caps,
             fc,
             cq_available: Cell::new(cfg.tx_cq_len),
+            tx_wanted: Cell::new(false),
+            tx_skipped: Cell::new(0),
             cfg,
             cqs,
             srq,

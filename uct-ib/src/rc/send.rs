@@ -51,6 +51,7 @@ impl EpState {
             Conn::Idle => return Err(Status::NoResource),
         }
         if self.pending_blocks() || !self.tx.borrow().has_room() || self.iface.cq_available.get() == 0 {
+            self.iface.tx_wanted.set(true);
             return Err(Status::NoResource);
         }
         Ok(())

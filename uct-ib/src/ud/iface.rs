@@ -92,9 +92,16 @@ pub struct UdShared {
     pub(crate) epoch: Instant,
     pub(crate) next_tick: Cell<u64>,
     pub(crate) tick: u64,
+    /// Progress calls since the clock was last read (see `maybe_tick`).
+    pub(crate) clock_skipped: Cell<u8>,
+    /// Progress calls in a row that skipped the send CQ (messages arrived).
+    pub(crate) tx_skipped: Cell<u8>,
     pub(crate) rx_max_poll: usize,
     pub(crate) tx_max_poll: usize,
 }
+
+/// Progress calls in a row that may leave the send CQ unpolled because messages arrived.
+const TX_SKIP_MAX: u8 = 8;
 
 impl UdShared {
     fn open(md: &IbMd, params: IfaceParams) -> Result<UdShared> {
@@ -201,6 +208,8 @@ impl UdShared {
             faults,
             epoch: Instant::now(),
             next_tick: Cell::new(0),
+            clock_skipped: Cell::new(0),
+            tx_skipped: Cell::new(0),
             tick,
         })
     }
@@ -217,10 +226,33 @@ impl UdShared {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    /// One round of progress: receives, send completions, control packets, timers, pending
-    /// requests.
+    /// One round of progress: receives, send completions (as UCX, only when nothing arrived
+    /// or sends wait for them), control packets, timers, pending requests.
     fn progress(&self) -> u32 {
         let mut work = self.poll_rx();
+        if work == 0 || self.tx_wanted() {
+            self.tx_skipped.set(0);
+            self.poll_tx();
+        } else {
+            self.tx_skipped.set(self.tx_skipped.get() + 1);
+        }
+        work += self.send_ctl();
+        work += self.maybe_tick();
+        work += self.dispatch_pending();
+        self.fire();
+        work
+    }
+
+    /// Sends wait for send completions (queue half used, no buffer, requests pending), or
+    /// [`TX_SKIP_MAX`] calls in a row skipped them.
+    #[inline]
+    fn tx_wanted(&self) -> bool {
+        self.tx_skipped.get() >= TX_SKIP_MAX
+            || !self.pending_list.borrow().is_empty()
+            || self.tx.borrow().wants_completions()
+    }
+
+    fn poll_tx(&self) {
         let mut batch = WcBatch::<MAX_POLL>::new();
         if let Ok(wcs) = self.cqs.tx.poll_into(self.tx_max_poll, &mut batch) {
             if !wcs.is_empty() {
@@ -235,11 +267,6 @@ impl UdShared {
                 }
             }
         }
-        work += self.send_ctl();
-        work += self.maybe_tick();
-        work += self.dispatch_pending();
-        self.fire();
-        work
     }
 
     fn poll_rx(&self) -> u32 {

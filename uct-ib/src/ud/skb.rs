@@ -79,6 +79,7 @@ pub struct TxPool {
     free: Vec<u32>,
     max: usize,
     sq_free: u32,
+    sq_len: u32,
     max_inline: usize,
     /// Skbs held by windows (everything unacknowledged, for iface flush).
     in_windows: usize,
@@ -95,6 +96,7 @@ impl TxPool {
             free: Vec::with_capacity(max.min(1024)),
             max,
             sq_free: sq_len,
+            sq_len,
             max_inline,
             in_windows: 0,
             post_errors: 0,
@@ -105,6 +107,12 @@ impl TxPool {
     #[inline]
     pub fn can_post(&self) -> bool {
         self.sq_free > 0
+    }
+
+    /// Send completions are wanted: the send queue is half used, or a buffer is short.
+    #[inline]
+    pub fn wants_completions(&self) -> bool {
+        self.sq_free < self.sq_len / 2 || !self.has_room()
     }
 
     /// A new AM could be sent now (send WR and buffer available).
