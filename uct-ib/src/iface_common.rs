@@ -1,7 +1,7 @@
 //! Interface building blocks shared by the ib transports: opening the port of a resource name,
 //! registered buffer pools, the receive ring (posted pool buffers by `wr_id`), completion
-//! queues with a completion channel (event fd, arm with `Busy` detection), and zero-copy AM
-//! delivery of receive buffers.
+//! queues with a completion channel (event fd, arm with `Busy` detection), zero-copy AM
+//! delivery of receive buffers, and when progress polls the send CQ.
 
 use std::cell::{Cell, RefCell};
 use std::os::fd::RawFd;
@@ -175,6 +175,34 @@ impl RxRing {
         self.free.borrow_mut().push(wr_id as u32);
         self.posted.set(self.posted.get() - 1);
         Some(buf)
+    }
+}
+
+/// Progress calls in a row that may leave the send CQ unpolled because messages arrived.
+const SEND_CQ_SKIP_MAX: u8 = 8;
+
+/// When progress polls the send CQ (rc and ud alike). As UCX (`UCX_RC_TX_POLL_ALWAYS=n`): only
+/// when the receive CQ gave nothing, so a handler's caller (waiting for that message) gets
+/// control back one poll sooner; and whenever sends wait for its completions, and at least
+/// every `SEND_CQ_SKIP_MAX + 1`th call (so flushes complete while messages keep arriving).
+#[derive(Default)]
+pub struct SendCqPacing {
+    skipped: Cell<u8>,
+}
+
+impl SendCqPacing {
+    /// Whether to poll the send CQ now, after a receive poll that found `received`
+    /// completions; `wanted`: sends wait for send completions.
+    #[inline]
+    pub fn poll_now(&self, received: u32, wanted: bool) -> bool {
+        let skipped = self.skipped.get();
+        if received == 0 || wanted || skipped >= SEND_CQ_SKIP_MAX {
+            self.skipped.set(0);
+            true
+        } else {
+            self.skipped.set(skipped + 1);
+            false
+        }
     }
 }
 
@@ -386,5 +414,19 @@ mod tests {
             RxRing::new(heap_pool(3), 10, 4, 0, 128).is_err(),
             "the SGE must not cover the header"
         );
+    }
+
+    /// The send CQ is polled after an empty receive poll, when sends wait, and otherwise after
+    /// at most `SEND_CQ_SKIP_MAX` busy calls in a row.
+    #[test]
+    fn send_cq_pacing_skips_only_busy_calls_and_not_for_long() {
+        let p = SendCqPacing::default();
+        assert!(p.poll_now(0, false));
+        assert!(p.poll_now(3, true));
+        let skipped = (0..100).take_while(|_| !p.poll_now(5, false)).count();
+        assert_eq!(skipped, SEND_CQ_SKIP_MAX as usize);
+        assert!(!p.poll_now(5, false), "the count starts again after a poll");
+        assert!(p.poll_now(0, false));
+        assert!(!p.poll_now(1, false));
     }
 }

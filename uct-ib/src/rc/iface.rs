@@ -20,7 +20,7 @@ use super::fc::FcParams;
 use super::wire::{AM_HDR_LEN, EP_ADDR_LEN};
 use crate::config::IbConfig;
 use crate::device::{DeviceAddr, IbDevice, PortInfo, DEV_ADDR_LEN};
-use crate::iface_common::{buffer_pool, open_port, EventCqs, RxRing, BUF_DATA_OFFSET};
+use crate::iface_common::{buffer_pool, open_port, EventCqs, RxRing, SendCqPacing, BUF_DATA_OFFSET};
 use crate::md::IbMd;
 use crate::verbs::{AccessFlags, AtomicCap, Mtu, QpCaps, QpInitAttr, QpType, QueuePair, SharedReceiveQueue};
 
@@ -103,8 +103,8 @@ pub(crate) struct IfaceShared {
     /// A send was refused for want of send resources since the send CQ was last polled: the
     /// next progress polls it even when messages arrived.
     pub tx_wanted: Cell<bool>,
-    /// Progress calls in a row that skipped the send CQ (messages arrived).
-    pub tx_skipped: Cell<u8>,
+    /// When progress polls the send CQ.
+    pub tx_pacing: SendCqPacing,
     /// Endpoints by local QP number (including destroyed ones still draining).
     pub eps: RefCell<HashMap<u32, Rc<EpState>>>,
     /// Endpoints with pending requests or pure grants to send, in dispatch order.
@@ -174,7 +174,7 @@ impl IfaceShared {
             fc,
             cq_available: Cell::new(cfg.tx_cq_len),
             tx_wanted: Cell::new(false),
-            tx_skipped: Cell::new(0),
+            tx_pacing: SendCqPacing::default(),
             cfg,
             cqs,
             srq,

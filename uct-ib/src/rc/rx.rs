@@ -8,21 +8,15 @@ use crate::verbs::WcBatch;
 /// Completions polled per call at most (stack array).
 const MAX_POLL: usize = 32;
 
-/// Progress calls in a row that may leave the send CQ unpolled because messages arrived.
-const TX_SKIP_MAX: u8 = 8;
-
 impl IfaceShared {
-    /// One round of progress: receives, then send completions (see below), then pending requests.
+    /// One round of progress: receives, then send completions (see
+    /// [`SendCqPacing`](crate::iface_common::SendCqPacing)), then
+    /// pending requests.
     pub fn progress(&self) -> u32 {
         let rx = self.progress_rx();
-        // As UCX (`UCX_RC_TX_POLL_ALWAYS=n`): the send CQ is polled when no message arrived,
-        // so a handler's caller (waiting for that message) gets control back one poll
-        // sooner; and whenever sends wait for its completions, and at least every
-        // `TX_SKIP_MAX + 1`th call (flushes complete while messages keep arriving).
-        let n = if rx == 0 || self.tx_wanted() {
+        let n = if self.tx_pacing.poll_now(rx, self.tx_wanted()) {
             rx + self.progress_tx()
         } else {
-            self.tx_skipped.set(self.tx_skipped.get() + 1);
             rx
         };
         if !self.sched.borrow().is_empty() {
@@ -31,12 +25,11 @@ impl IfaceShared {
         n
     }
 
-    /// Sends wait for send completions: one was refused or a flush waits (`tx_wanted`),
+    /// Sends wait for send completions: one was refused since the last poll (`tx_wanted`),
     /// requests are pending, or the send CQ is half used.
     #[inline]
     fn tx_wanted(&self) -> bool {
         self.tx_wanted.get()
-            || self.tx_skipped.get() >= TX_SKIP_MAX
             || !self.sched.borrow().is_empty()
             || self.cq_available.get() < self.cfg.tx_cq_len / 2
     }

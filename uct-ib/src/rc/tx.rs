@@ -155,7 +155,6 @@ impl IfaceShared {
     /// Polls the send CQ; returns the number of completions.
     pub fn progress_tx(&self) -> u32 {
         self.tx_wanted.set(false);
-        self.tx_skipped.set(0);
         let mut batch = WcBatch::<MAX_POLL>::new();
         let Ok(wcs) = self.cqs.tx.poll_into(self.cfg.tx_max_poll, &mut batch) else {
             return 0;

@@ -24,7 +24,7 @@ use super::skb::{TxPool, MAX_ZCOPY_IOV};
 use super::wire::{put_u24, EP_ADDR_LEN, HDR_LEN, IFACE_ADDR_LEN};
 use crate::config::IbConfig;
 use crate::device::{DeviceAddr, IbDevice, PortInfo, DEV_ADDR_LEN};
-use crate::iface_common::{buffer_pool, open_port, EventCqs, RxRing, BUF_DATA_OFFSET};
+use crate::iface_common::{buffer_pool, open_port, EventCqs, RxRing, SendCqPacing, BUF_DATA_OFFSET};
 use crate::md::IbMd;
 use crate::verbs::{
     AccessFlags, AddressHandle, InitParams, QpCaps, QpInitAttr, QpType, QueuePair, WcBatch, GRH_LEN,
@@ -94,14 +94,11 @@ pub struct UdShared {
     pub(crate) tick: u64,
     /// Progress calls since the clock was last read (see `maybe_tick`).
     pub(crate) clock_skipped: Cell<u8>,
-    /// Progress calls in a row that skipped the send CQ (messages arrived).
-    pub(crate) tx_skipped: Cell<u8>,
+    /// When progress polls the send CQ.
+    pub(crate) tx_pacing: SendCqPacing,
     pub(crate) rx_max_poll: usize,
     pub(crate) tx_max_poll: usize,
 }
-
-/// Progress calls in a row that may leave the send CQ unpolled because messages arrived.
-const TX_SKIP_MAX: u8 = 8;
 
 impl UdShared {
     fn open(md: &IbMd, params: IfaceParams) -> Result<UdShared> {
@@ -209,7 +206,7 @@ impl UdShared {
             epoch: Instant::now(),
             next_tick: Cell::new(0),
             clock_skipped: Cell::new(0),
-            tx_skipped: Cell::new(0),
+            tx_pacing: SendCqPacing::default(),
             tick,
         })
     }
@@ -226,15 +223,12 @@ impl UdShared {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    /// One round of progress: receives, send completions (as UCX, only when nothing arrived
-    /// or sends wait for them), control packets, timers, pending requests.
+    /// One round of progress: receives, send completions (see [`SendCqPacing`]), control
+    /// packets, timers, pending requests.
     fn progress(&self) -> u32 {
         let mut work = self.poll_rx();
-        if work == 0 || self.tx_wanted() {
-            self.tx_skipped.set(0);
+        if self.tx_pacing.poll_now(work, self.tx_wanted()) {
             self.poll_tx();
-        } else {
-            self.tx_skipped.set(self.tx_skipped.get() + 1);
         }
         work += self.send_ctl();
         work += self.maybe_tick();
@@ -243,13 +237,10 @@ impl UdShared {
         work
     }
 
-    /// Sends wait for send completions (queue half used, no buffer, requests pending), or
-    /// [`TX_SKIP_MAX`] calls in a row skipped them.
+    /// Sends wait for send completions (queue half used, no buffer, requests pending).
     #[inline]
     fn tx_wanted(&self) -> bool {
-        self.tx_skipped.get() >= TX_SKIP_MAX
-            || !self.pending_list.borrow().is_empty()
-            || self.tx.borrow().wants_completions()
+        !self.pending_list.borrow().is_empty() || self.tx.borrow().wants_completions()
     }
 
     fn poll_tx(&self) {
