@@ -74,8 +74,11 @@ impl Skb {
 
 /// Send buffers and send-queue credits of an interface.
 pub struct TxPool {
-    pool: MemPool,
+    /// Before `pool`: fields drop in order, and buffers still held here (packets unacknowledged
+    /// or not completed when the interface closes, after its QP is gone) must be back before
+    /// the pool goes, or it reports them as leaked.
     skbs: Vec<Skb>,
+    pool: MemPool,
     free: Vec<u32>,
     max: usize,
     sq_free: u32,
