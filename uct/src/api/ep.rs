@@ -40,16 +40,8 @@ fn status(st: RawStatus) -> Result<()> {
     if st == 0 {
         Ok(())
     } else {
-        Err(error_status(st))
+        Err(Status::from_raw(st))
     }
-}
-
-/// Out of line and cold, so that a caller's success path is its straight line (`NoResource` is
-/// routine under load, but then a retry with progress follows anyway).
-#[cold]
-#[inline(never)]
-fn error_status(st: RawStatus) -> Status {
-    Status::from_raw(st)
 }
 
 fn gather(iov: &[MemIov], out: &mut [RawIov; MAX_IOV]) -> Result<usize> {
