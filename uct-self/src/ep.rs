@@ -6,7 +6,7 @@ use ucs::{Result, Status};
 use uct::callbacks::{Comp, PackCb, PendingReq, ResultPtr, UnpackCb};
 use uct::iov::{total_len, Iov};
 use uct::transport::{AtomicSize, Ep};
-use uct::types::{AtomicOp, FlushFlags};
+use uct::types::{AtomicOp, FlushFlags, AM_ID_MAX};
 
 use crate::iface::Shared;
 use crate::md::REGIONS;
@@ -74,12 +74,13 @@ fn gather(dst: &mut [u8], parts: &[Iov]) -> usize {
 
 impl Ep for SelfEp {
     /// The fast path, written out: no closure between the send and the handler call. Anything
-    /// unusual (closed target, too long, a send from inside a handler of the same interface)
-    /// goes through `deliver`.
+    /// unusual (bad AM id, closed target, too long, a send from inside a handler of the same
+    /// interface) goes through `deliver`.
     #[inline]
     fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> Result<()> {
         let t = &*self.target;
-        if !t.closed.get() {
+        // A valid id here leaves `invoke` no error to return: the result needs no merging.
+        if id < AM_ID_MAX && !t.closed.get() {
             if let Ok(mut b) = t.buf.try_borrow_mut() {
                 // `None` when longer than the segment: the slow path reports it.
                 if let Some(buf) = b.get().get_mut(..8 + payload.len()) {

@@ -44,10 +44,10 @@ fn st2(r: ucs::Result<Status>) -> RawStatus {
 }
 
 /// # Safety
-/// `p` must be null with `n == 0`, or valid for `n` bytes.
+/// `p` must be valid for `n` bytes when `n > 0` (any value, null too, when `n == 0`).
 #[inline(always)]
 unsafe fn bytes<'a>(p: *const u8, n: usize) -> &'a [u8] {
-    if n == 0 || p.is_null() {
+    if n == 0 {
         &[]
     } else {
         // SAFETY: forwarded to the caller.
@@ -56,10 +56,10 @@ unsafe fn bytes<'a>(p: *const u8, n: usize) -> &'a [u8] {
 }
 
 /// # Safety
-/// `p` must be null with `n == 0`, or valid for writing `n` bytes.
+/// `p` must be valid for writing `n` bytes when `n > 0` (any value when `n == 0`).
 #[inline(always)]
 unsafe fn bytes_mut<'a>(p: *mut u8, n: usize) -> &'a mut [u8] {
-    if n == 0 || p.is_null() {
+    if n == 0 {
         &mut []
     } else {
         // SAFETY: forwarded to the caller.
