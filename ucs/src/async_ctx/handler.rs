@@ -161,8 +161,16 @@ impl EventSink {
     }
 
     pub fn add_waker(&self, w: CallbackQueueHandle) {
-        self.wakers.lock().unwrap_or_else(|e| e.into_inner()).push(w);
+        self.wakers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(w.clone());
         self.has_wakers.store(true, Ordering::Release);
+        // Events queued before it came: a new waker is woken for them too (a later push wakes
+        // it anyway; after the store above, a push in between is seen by both).
+        if self.has_events() {
+            w.wake();
+        }
     }
 
     fn push(&self, h: Arc<Handler>) {

@@ -248,6 +248,28 @@ fn event_fd_readable_while_events_queued() {
     ctx.remove_handler(id, true).unwrap();
 }
 
+/// A queue added as waker after events were queued is woken for them (a worker created over a
+/// context that already has events must not leave them behind).
+#[test]
+fn late_waker_is_woken_for_queued_events() {
+    let ctx = AsyncContext::new(AsyncMode::Thread).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (rd, wr, handler) = counting_pipe(&calls);
+    let id = ctx.add_fd_handler(rd, Events::READ, handler).unwrap();
+    write(&wr, b"x").unwrap();
+    assert!(
+        wait_until(|| ctx.queued_events() > 0),
+        "the event was never queued"
+    );
+    let q = crate::callbackq::CallbackQueue::new();
+    assert!(q.is_idle());
+    ctx.add_waker(q.handle());
+    assert!(!q.is_idle(), "queued events must wake a new waker");
+    assert_eq!(q.dispatch_with(|| ctx.dispatch_queued() as u32), 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    ctx.remove_handler(id, true).unwrap();
+}
+
 #[test]
 fn poll_mode_works_without_a_thread() {
     let ctx = AsyncContext::new(AsyncMode::Poll).unwrap();

@@ -295,14 +295,17 @@ impl CallbackQueue {
         self.shared.state.load(Ordering::Acquire) == 0
     }
 
-    /// A dispatch that runs `first` after taking the changes and wake-ups of other threads and
-    /// before the one-shots and callbacks (a worker dispatches its async events there: an event
-    /// queued after the wake-up was taken wakes the queue again, so none is left behind).
-    pub fn dispatch_with(&self, first: impl FnOnce() -> u32) -> u32 {
+    /// A dispatch that, when it finds a wake-up or change from another thread, runs `on_wake`
+    /// after taking them and before the one-shots and callbacks. A worker dispatches its async
+    /// events there: the async thread wakes the queue after queueing one, and an event queued
+    /// after the wake-up was taken wakes it again, so none is left behind; with no wake-up the
+    /// busy path skips the look.
+    pub fn dispatch_with(&self, on_wake: impl FnOnce() -> u32) -> u32 {
+        let mut count = 0;
         if self.pending() {
             self.apply_remote();
+            count = on_wake();
         }
-        let mut count = first();
         if self.has_oneshots.get() {
             count = count.wrapping_add(self.run_oneshots());
         }
@@ -396,7 +399,7 @@ impl CallbackQueueHandle {
         CallbackId(id)
     }
 
-    /// Makes the owner's next dispatch take its full path (and run `dispatch_with`'s `first`)
+    /// Makes the owner's next dispatch take its full path (and run `dispatch_with`'s `on_wake`)
     /// although nothing else changed: how a producer of work outside the queue, such as the
     /// async thread queueing events, gets an idle worker to look.
     #[inline]

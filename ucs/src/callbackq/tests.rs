@@ -438,7 +438,8 @@ fn idle_flag() {
     assert!(q.is_active());
 }
 
-/// `wake` leaves the fast path once and runs `dispatch_with`'s hook; an idle queue skips it.
+/// `wake` leaves the fast path once and runs `dispatch_with`'s hook; a dispatch without a
+/// wake-up skips it, busy (callbacks registered) or idle.
 #[test]
 fn wake_runs_hook() {
     let q = CallbackQueue::new();
@@ -454,6 +455,12 @@ fn wake_runs_hook() {
     assert_eq!(hits.get(), 1);
     assert!(q.is_idle(), "the wake-up is consumed by the dispatch");
     assert_eq!(q.dispatch(), 0);
+    q.add(|| 1);
+    assert_eq!(q.dispatch_with(hook), 1, "busy, not woken: no hook");
+    assert_eq!(hits.get(), 1);
+    q.handle().wake();
+    assert_eq!(q.dispatch_with(hook), 8);
+    assert_eq!(hits.get(), 2);
 }
 
 #[test]
