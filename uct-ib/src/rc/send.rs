@@ -146,11 +146,15 @@ impl EpState {
             )));
         }
         let flags = fc.tx_flags(&s.fc);
-        let hdr = [am_hdr(id, flags)];
-        let h = header.to_le_bytes();
+        // AM header and user header in one piece, the payload (if any) in a second: the
+        // provider copies inline data piece by piece (UCX posts two pieces always).
+        let mut head = [0u8; AM_HDR_LEN + 8];
+        head[0] = am_hdr(id, flags);
+        head[AM_HDR_LEN..].copy_from_slice(&header.to_le_bytes());
+        let both = [&head[..], payload];
+        let pieces = if payload.is_empty() { &both[..1] } else { &both[..] };
         self.post(false, SendFlags::SOLICITED, |wr_id, f| {
-            self.qp
-                .post_send_inline(wr_id, &[&hdr, &h, payload], SendOp::Send, f, None)
+            self.qp.post_send_inline(wr_id, pieces, SendOp::Send, f, None)
         })?;
         self.fc_sent(flags);
         Ok(())
