@@ -16,8 +16,8 @@ use crate::config::IbConfig;
 use crate::device::{parse_dev_name, PortInfo};
 use crate::md::IbMd;
 use crate::verbs::{
-    AccessFlags, CompletionChannel, CompletionQueue, MrChunkAllocator, ProtectionDomain, RecvRequest, RxLoan,
-    Sge, WcBatch, WorkCompletion, MAX_RECV_BATCH, RX_DESC_HDR,
+    AccessFlags, CompletionChannel, CompletionQueue, MrChunkAllocator, ProtectionDomain, RecvPostError,
+    RecvRequest, RxLoan, Sge, WcBatch, WorkCompletion, MAX_RECV_BATCH, RX_DESC_HDR,
 };
 
 /// Offset of the payload in receive and send buffers: after the lending header, 64-byte
@@ -119,8 +119,12 @@ impl RxRing {
     }
 
     /// Posts receives in batches through `post` until the ring is full (or the pool is empty);
-    /// returns how many were posted.
-    pub fn refill(&self, post: impl Fn(&[RecvRequest<'_>]) -> Result<()>) -> Result<u32> {
+    /// returns how many were posted. When a batch fails part way, the requests the provider
+    /// took count as posted and keep their buffers; the others go back to the pool.
+    pub fn refill(
+        &self,
+        post: impl Fn(&[RecvRequest<'_>]) -> std::result::Result<(), RecvPostError>,
+    ) -> Result<u32> {
         let mut total = 0;
         loop {
             let room = (self.capacity - self.posted.get()) as usize;
@@ -151,14 +155,15 @@ impl RxRing {
                 sges: std::slice::from_ref(&sges[i]),
             });
             if let Err(e) = post(&reqs[..got]) {
-                // nothing of a failed batch is counted; its buffers go back to the pool
+                let posted = e.posted.min(got);
+                self.posted.set(self.posted.get() + posted as u32);
                 let mut slots = self.slots.borrow_mut();
                 let mut free = self.free.borrow_mut();
-                for &id in &ids[..got] {
+                for &id in &ids[posted..got] {
                     slots[id as usize] = None;
                     free.push(id);
                 }
-                return Err(e);
+                return Err(e.status);
             }
             self.posted.set(self.posted.get() + got as u32);
             total += got as u32;
@@ -399,8 +404,28 @@ mod tests {
         }
         assert_eq!(ring.posted(), 5);
         assert!(ring.needs_refill());
-        // a failing post counts nothing and returns the buffers
-        assert_eq!(ring.refill(|_| Err(Status::NoResource)), Err(Status::NoResource));
+        // a post that fails at once counts nothing and returns the buffers
+        let fail_at = |posted| {
+            move |_: &[RecvRequest<'_>]| {
+                Err(RecvPostError {
+                    posted,
+                    status: Status::NoResource,
+                })
+            }
+        };
+        assert_eq!(ring.refill(fail_at(0)), Err(Status::NoResource));
+        assert_eq!(ring.posted(), 5);
+        // one that fails part way counts the requests the provider took
+        let taken = RefCell::new(Vec::new());
+        let r = ring.refill(|reqs| {
+            taken.borrow_mut().extend(reqs[..2].iter().map(|r| r.wr_id));
+            fail_at(2)(reqs)
+        });
+        assert_eq!(r, Err(Status::NoResource));
+        assert_eq!(ring.posted(), 7);
+        for id in taken.borrow().iter() {
+            assert!(ring.take(*id).is_some(), "a posted request keeps its buffer");
+        }
         assert_eq!(ring.posted(), 5);
         assert_eq!(ring.refill(|_| Ok(())).unwrap(), 5);
         assert_eq!(ring.posted(), 10);

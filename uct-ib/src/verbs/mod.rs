@@ -43,7 +43,10 @@ pub use qp_params::{
 };
 pub use srq::SharedReceiveQueue;
 pub use wc::{WcBatch, WcOpcode, WcStatus, WorkCompletion};
-pub use wr::{RecvRequest, SendFlags, SendOp, SendRequest, Sge, UdDest, MAX_INLINE_PIECES, MAX_RECV_BATCH};
+pub use wr::{
+    RecvPostError, RecvRequest, SendFlags, SendOp, SendRequest, Sge, UdDest, MAX_INLINE_PIECES,
+    MAX_RECV_BATCH,
+};
 
 /// Size of the Global Routing Header that precedes every UD receive payload.
 pub const GRH_LEN: usize = 40;

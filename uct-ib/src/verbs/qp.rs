@@ -7,7 +7,8 @@ use super::pd::ProtectionDomain;
 use super::qp_params::{InitParams, QpCaps, QpInitAttr, QpState, QpType, RtrParams, RtsParams};
 use super::srq::{post_recv_chain, SharedReceiveQueue};
 use super::wr::{
-    fill_send_wr, zeroed_send_wr, RecvRequest, SendFlags, SendOp, SendRequest, Sge, UdDest, MAX_INLINE_PIECES,
+    fill_send_wr, zeroed_send_wr, RecvPostError, RecvRequest, SendFlags, SendOp, SendRequest, Sge, UdDest,
+    MAX_INLINE_PIECES,
 };
 use rdma_sys::*;
 use std::ptr::NonNull;
@@ -371,18 +372,21 @@ impl QueuePair {
     /// Posts one receive (QPs without an SRQ). `Err(NoResource)` when the queue is full.
     #[inline]
     pub fn post_recv(&self, req: &RecvRequest<'_>) -> Result<()> {
-        self.post_recv_batch(std::slice::from_ref(req))
+        Ok(self.post_recv_batch(std::slice::from_ref(req))?)
     }
 
     /// Posts up to [`MAX_RECV_BATCH`](super::MAX_RECV_BATCH) receives in one call. On error
-    /// the requests before the failing one (its index is logged) are posted.
-    pub fn post_recv_batch(&self, reqs: &[RecvRequest<'_>]) -> Result<()> {
+    /// the requests before the failing one are posted ([`RecvPostError::posted`]).
+    pub fn post_recv_batch(&self, reqs: &[RecvRequest<'_>]) -> std::result::Result<(), RecvPostError> {
         if self.srq.is_some() {
-            return Err(invalid(
-                "QueuePair::post_recv",
-                format_args!("qp {:#x} receives from an SRQ; post to the SRQ", self.qp_num),
-                Status::InvalidParam,
-            ));
+            return Err(RecvPostError {
+                posted: 0,
+                status: invalid(
+                    "QueuePair::post_recv",
+                    format_args!("qp {:#x} receives from an SRQ; post to the SRQ", self.qp_num),
+                    Status::InvalidParam,
+                ),
+            });
         }
         post_recv_chain(reqs, "ibv_post_recv", |wr, bad| {
             // SAFETY: valid QP; `wr` is a well-formed chain whose SGE arrays outlive the call.

@@ -2,7 +2,7 @@
 
 use super::error::{fail, invalid, last_errno, rc_errno, CallKind};
 use super::pd::ProtectionDomain;
-use super::wr::{RecvRequest, MAX_RECV_BATCH};
+use super::wr::{RecvPostError, RecvRequest, MAX_RECV_BATCH};
 use rdma_sys::*;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -78,13 +78,13 @@ impl SharedReceiveQueue {
     /// Posts one receive. `Err(NoResource)` when the SRQ is full.
     #[inline]
     pub fn post_recv(&self, req: &RecvRequest<'_>) -> Result<()> {
-        self.post_recv_batch(std::slice::from_ref(req))
+        Ok(self.post_recv_batch(std::slice::from_ref(req))?)
     }
 
     /// Posts up to [`MAX_RECV_BATCH`] receives with one call (a chained list built on the
-    /// stack). On error the requests before the failing one (its index is logged) are
-    /// posted, the rest are not.
-    pub fn post_recv_batch(&self, reqs: &[RecvRequest<'_>]) -> Result<()> {
+    /// stack). On error the requests before the failing one are posted, the rest are not
+    /// ([`RecvPostError::posted`] says how many).
+    pub fn post_recv_batch(&self, reqs: &[RecvRequest<'_>]) -> std::result::Result<(), RecvPostError> {
         post_recv_chain(reqs, "ibv_post_srq_recv", |wr, bad| {
             // SAFETY: valid SRQ; `wr` is a well-formed chain whose SGE arrays outlive the call.
             unsafe { ibv_post_srq_recv(self.srq.as_ptr(), wr, bad) }
@@ -98,19 +98,20 @@ pub(crate) fn post_recv_chain(
     reqs: &[RecvRequest<'_>],
     call: &str,
     post: impl FnOnce(*mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> i32,
-) -> Result<()> {
+) -> std::result::Result<(), RecvPostError> {
+    let none = |status| RecvPostError { posted: 0, status };
     if reqs.is_empty() {
         return Ok(());
     }
     if reqs.len() > MAX_RECV_BATCH {
-        return Err(invalid(
+        return Err(none(invalid(
             call,
             format_args!(
                 "{} receive WRs in one batch; post at most {MAX_RECV_BATCH} at a time",
                 reqs.len()
             ),
             Status::InvalidParam,
-        ));
+        )));
     }
     let mut wrs = [ibv_recv_wr {
         wr_id: 0,
@@ -138,12 +139,16 @@ pub(crate) fn post_recv_chain(
         } else {
             (bad as usize - base as usize) / std::mem::size_of::<ibv_recv_wr>()
         };
-        return Err(fail(
+        let status = fail(
             call,
             format_args!("wr #{idx} of {}", reqs.len()),
             rc_errno(rc),
             CallKind::Post,
-        ));
+        );
+        return Err(RecvPostError {
+            posted: idx.min(reqs.len()),
+            status,
+        });
     }
     Ok(())
 }

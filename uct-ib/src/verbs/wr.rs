@@ -3,6 +3,7 @@
 
 use super::ah::AddressHandle;
 use rdma_sys::*;
+use ucs::Status;
 
 /// One scatter/gather entry (`struct ibv_sge`, same layout).
 ///
@@ -127,6 +128,20 @@ pub struct RecvRequest<'a> {
     pub wr_id: u64,
     /// Registered buffers with LOCAL_WRITE (on UD the first 40 bytes receive the GRH).
     pub sges: &'a [Sge],
+}
+
+/// A batch of receives failed at request `posted`: the ones before it are posted (the
+/// provider owns their buffers now), that one and the rest are not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvPostError {
+    pub posted: usize,
+    pub status: Status,
+}
+
+impl From<RecvPostError> for Status {
+    fn from(e: RecvPostError) -> Status {
+        e.status
+    }
 }
 
 /// Largest number of receive WRs one `post_*_recv_batch` call chains (on the stack).
