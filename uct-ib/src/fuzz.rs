@@ -10,6 +10,7 @@
 #![doc(hidden)]
 
 use ucs::Status;
+use uct::rng::XorShift;
 
 use crate::device::{DeviceAddr, DEV_ADDR_LEN};
 use crate::md::{pack_rkey, unpack_rkey, RKEY_PACKED_LEN};
@@ -202,50 +203,31 @@ pub fn ib_addr(data: &[u8]) {
     }
 }
 
-/// Tiny deterministic PRNG (xorshift64*) for the seeded tests.
-pub struct XorShift(pub u64);
-
-impl XorShift {
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0 | 1;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform-ish in `0..n`.
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-
-    /// Random bytes, or `valid` with a few bytes changed (often to small or boundary values, so
-    /// version, kind, id and length bytes hit both sides of their limits), maybe cut or extended.
-    pub fn mutate(&mut self, valid: &[u8], max_len: usize) -> Vec<u8> {
-        const EDGES: [u8; 12] = [0, 1, 2, 5, 6, 19, 20, 31, 32, 64, 65, 255];
-        let mut v = if self.below(5) == 0 {
-            (0..self.below(max_len)).map(|_| self.next_u64() as u8).collect()
-        } else {
-            valid.to_vec()
-        };
-        for _ in 0..self.below(4) {
-            if !v.is_empty() {
-                let i = self.below(v.len());
-                v[i] = match self.below(3) {
-                    0 => self.below(8) as u8,
-                    1 => EDGES[self.below(EDGES.len())],
-                    _ => self.next_u64() as u8,
-                };
-            }
+/// Random bytes, or `valid` with a few bytes changed (often to small or boundary values, so
+/// version, kind, id and length bytes hit both sides of their limits), maybe cut or extended.
+pub fn mutate(rng: &mut XorShift, valid: &[u8], max_len: usize) -> Vec<u8> {
+    const EDGES: [u8; 12] = [0, 1, 2, 5, 6, 19, 20, 31, 32, 64, 65, 255];
+    let mut v = if rng.below(5) == 0 {
+        (0..rng.below(max_len)).map(|_| rng.next_u64() as u8).collect()
+    } else {
+        valid.to_vec()
+    };
+    for _ in 0..rng.below(4) {
+        if !v.is_empty() {
+            let i = rng.below(v.len());
+            v[i] = match rng.below(3) {
+                0 => rng.below(8) as u8,
+                1 => EDGES[rng.below(EDGES.len())],
+                _ => rng.next_u64() as u8,
+            };
         }
-        match self.below(4) {
-            0 => v.truncate(self.below(v.len() + 1)),
-            1 => v.extend((0..1 + self.below(8)).map(|_| self.next_u64() as u8)),
-            _ => {}
-        }
-        v
     }
+    match rng.below(4) {
+        0 => v.truncate(rng.below(v.len() + 1)),
+        1 => v.extend((0..1 + rng.below(8)).map(|_| rng.next_u64() as u8)),
+        _ => {}
+    }
+    v
 }
 
 #[cfg(test)]
@@ -303,9 +285,9 @@ mod tests {
             packet(Kind::Crep, 0, &Crep { src_ep: 9 }.to_bytes()),
             packet(Kind::Disc, 0, b""),
         ];
-        let mut rng = XorShift(0x0d9a);
+        let mut rng = XorShift::new(0x0d9a);
         for i in 0..7000 {
-            ud_packet(&rng.mutate(&valid[i % valid.len()], 96));
+            ud_packet(&mutate(&mut rng, &valid[i % valid.len()], 96));
         }
         for v in &valid {
             ud_packet(v);
@@ -333,9 +315,9 @@ mod tests {
             &rc_ep,
             &[0x56, 0x34, 0x12, 9, 0, 0],
         ];
-        let mut rng = XorShift(0x1bad);
+        let mut rng = XorShift::new(0x1bad);
         for i in 0..5000 {
-            ib_addr(&rng.mutate(valid[i % valid.len()], 32));
+            ib_addr(&mutate(&mut rng, valid[i % valid.len()], 32));
         }
         for v in valid {
             ib_addr(v);

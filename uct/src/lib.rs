@@ -19,6 +19,7 @@ pub mod callbacks;
 pub mod iov;
 mod log_bridge;
 pub mod rma;
+pub mod rng;
 pub mod transport;
 pub mod types;
 pub mod worker_ref;

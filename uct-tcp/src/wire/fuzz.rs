@@ -11,28 +11,8 @@ use crate::rx_parser::{Frame, RxParser};
 /// beside the address code in `addr/fuzz.rs`.
 pub use crate::addr::fuzz::tcp_addr;
 
-/// Tiny deterministic PRNG (xorshift64*), enough for chunk sizes and test inputs.
-pub struct XorShift(u64);
-
-impl XorShift {
-    pub fn new(seed: u64) -> XorShift {
-        XorShift(seed | 1)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform-ish in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-}
+/// The seeded generator of the tests and fuzz helpers (shared by every transport).
+pub use uct::rng::XorShift;
 
 /// What a receiver observed, owned: a frame re-encoded to bytes, or a run of bulk data.
 #[derive(Clone, Debug, PartialEq, Eq)]

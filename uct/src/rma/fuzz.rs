@@ -186,28 +186,10 @@ fn packed_key(t: &RegionTable, memh: usize) -> u64 {
     RegionTable::unpack(&p).expect("packed rkey")
 }
 
-/// Tiny deterministic PRNG (xorshift64*) for the seeded tests.
-pub struct XorShift(pub u64);
-
-impl XorShift {
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0 | 1;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform-ish in `0..n`.
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::XorShift;
 
     /// A request that mostly lands in or near the region, with put data.
     fn request(rng: &mut XorShift, out: &mut Vec<u8>) {
@@ -228,7 +210,7 @@ mod tests {
 
     #[test]
     fn fuzz_body_rkey_table_seeded() {
-        let mut rng = XorShift(0x5eed);
+        let mut rng = XorShift::new(0x5eed);
         for _ in 0..3000 {
             let mut input = vec![rng.next_u64() as u8];
             for _ in 0..rng.below(12) {
