@@ -150,13 +150,22 @@ median() { # precision values... (FAIL ignored)
 }
 
 field() { echo "$1" | awk -F, -v f="$2" '{print ($1 == "FAIL") ? "FAIL" : $f}'; }
+# The measured value of a row: bandwidth (MB/s) as printed; latency (µs) as 1e6 / overall message
+# rate, which both tools print with full precision (their latency columns have three decimals:
+# +-3.5% at self's 14 ns). For every test, overall_mr = 1 / overall_lat.
+value() { # kind row
+    echo "$2" | awk -F, -v k="$1" '{ if ($1 == "FAIL" || NF < 8) print "FAIL";
+        else if (k == "bw") print $6; else if ($8 + 0 > 0) printf "%.6f\n", 1e6 / $8; else print "FAIL" }'
+}
+# Digits for a latency median: three, more below 0.1 µs.
+lat_prec() { awk -v v="$1" 'BEGIN { print (v != "n/a" && v + 0 < 0.1) ? 4 : 3 }'; }
 
 # ------------------------------------------------------------------ cases
 # id|mode|label|kind|ucx options|rucx options   (kind: lat = µs, lower is better; bw = MB/s)
 CASE_LIST=()
 if want self; then
     CASE_LIST+=(
-        "self_am_lat|loop|self am_lat 8 B short|lat|-t am_lat -x self -d memory0 -s 8 -D short -n $(iters 5000000)|same"
+        "self_am_lat|loop|self am_lat 8 B short|lat|-t am_lat -x self -d memory0 -s 8 -D short -n $(iters 20000000)|same"
         "self_am_bw|loop|self am_bw 8000 B bcopy|bw|-t am_bw -x self -d memory0 -s 8000 -D bcopy -n $(iters 5000000)|same"
         "self_put_bw|loop|self put_bw 1 MiB (UCX bcopy, rucx zcopy)|bw|-t put_bw -x self -d memory0 -s 1048576 -D bcopy -n $(iters 20000)|-t put_bw -x self -d memory0 -s 1048576 -D zcopy -n $(iters 20000)"
     )
@@ -169,11 +178,11 @@ if want tcp; then
         note "tcp cases skipped: rucx-perftest has no usable tcp transport yet (${why:-see $LOG})"
     else
         CASE_LIST+=(
-            "tcp_am_lat_8|p2p|tcp lo am_lat 8 B short|lat|-t am_lat -x tcp -d lo -s 8 -D short -n $(iters 10000)|same"
-            "tcp_am_lat_8000|p2p|tcp lo am_lat 8000 B bcopy|lat|-t am_lat -x tcp -d lo -s 8000 -D bcopy -n $(iters 10000)|same"
-            "tcp_am_bw_8000|p2p|tcp lo am_bw 8000 B bcopy|bw|-t am_bw -x tcp -d lo -s 8000 -D bcopy -n $(iters 20000)|same"
-            "tcp_am_bw_64k|p2p|tcp lo am_bw 64 KiB zcopy|bw|-t am_bw -x tcp -d lo -s 65536 -D zcopy -n $(iters 5000)|same"
-            "tcp_put_bw_1m|p2p|tcp lo put_bw 1 MiB zcopy|bw|-t put_bw -x tcp -d lo -s 1048576 -D zcopy -n $(iters 500)|same"
+            "tcp_am_lat_8|p2p|tcp lo am_lat 8 B short|lat|-t am_lat -x tcp -d lo -s 8 -D short -n $(iters 100000)|same"
+            "tcp_am_lat_8000|p2p|tcp lo am_lat 8000 B bcopy|lat|-t am_lat -x tcp -d lo -s 8000 -D bcopy -n $(iters 50000)|same"
+            "tcp_am_bw_8000|p2p|tcp lo am_bw 8000 B bcopy|bw|-t am_bw -x tcp -d lo -s 8000 -D bcopy -n $(iters 150000)|same"
+            "tcp_am_bw_64k|p2p|tcp lo am_bw 64 KiB zcopy|bw|-t am_bw -x tcp -d lo -s 65536 -D zcopy -n $(iters 40000)|same"
+            "tcp_put_bw_1m|p2p|tcp lo put_bw 1 MiB zcopy|bw|-t put_bw -x tcp -d lo -s 1048576 -D zcopy -n $(iters 3000)|same"
         )
     fi
 fi
@@ -185,7 +194,7 @@ if want verbs && { [ "$IN_VM" = 1 ] || [ -n "${RUCX_BENCH_VERBS_DEV:-}" ]; }; th
     if [ "$IN_VM" = 1 ]; then export UCX_IB_GID_INDEX=0 RUCX_IB_GID_INDEX=0; fi
     # ud_verbs: one datagram per message, so at most the path MTU (rxe: 1024) minus headers.
     CASE_LIST+=(
-        "rc_verbs_am_lat|p2p|rc_verbs am_lat 8 B short|lat|-t am_lat -x rc_verbs -d $VERBS_DEV -s 8 -n $(iters 5000)|same"
+        "rc_verbs_am_lat|p2p|rc_verbs am_lat 8 B short|lat|-t am_lat -x rc_verbs -d $VERBS_DEV -s 8 -n $(iters 15000)|same"
         "rc_verbs_am_bw|p2p|rc_verbs am_bw 8000 B bcopy|bw|-t am_bw -x rc_verbs -d $VERBS_DEV -s 8000 -D bcopy -n $(iters 5000)|same"
         "ud_verbs_am_lat|p2p|ud_verbs am_lat 8 B short|lat|-t am_lat -x ud_verbs -d $VERBS_DEV -s 8 -n $(iters 5000)|same"
         "ud_verbs_am_bw|p2p|ud_verbs am_bw 1000 B bcopy|bw|-t am_bw -x ud_verbs -d $VERBS_DEV -s 1000 -D bcopy -n $(iters 5000)|same"
@@ -201,8 +210,8 @@ run_case() { # tool id mode args
 }
 
 FLOOR_SPECS=(
-    "floor_lat|lat|tcp floor: socket ping-pong 8 B|lat -s 8 -n $(iters 20000)"
-    "floor_bw|bw|tcp floor: socket stream 64 KiB|stream -s 65536 -n $(iters 20000)"
+    "floor_lat|lat|tcp floor: socket ping-pong 8 B|lat -s 8 -n $(iters 100000)"
+    "floor_bw|bw|tcp floor: socket stream 64 KiB|stream -s 65536 -n $(iters 40000)"
 )
 echo "running ${#CASE_LIST[@]} cases x $ROUNDS rounds (UCX and rucx alternating) ..." >&2
 for round in $(seq 1 "$ROUNDS"); do
@@ -212,8 +221,7 @@ for round in $(seq 1 "$ROUNDS"); do
             IFS='|' read -r fid kind label args <<<"$spec"
             row=$(timeout -k 5 "$TO" $(prio) "$FLOOR" $args 2>>"$LOG" | csv_row)
             row=${row:-FAIL}
-            col=4; [ "$kind" = bw ] && col=6
-            VAL[$fid,floor]+="$(field "$row" $col) "; PCT[$fid,floor]+="$(field "$row" 2) "
+            VAL[$fid,floor]+="$(value "$kind" "$row") "; PCT[$fid,floor]+="$(field "$row" 2) "
             printf '  round %d %-44s floor %s\n' "$round" "$label" "$row" >&2
         done
     fi
@@ -231,10 +239,9 @@ for round in $(seq 1 "$ROUNDS"); do
                 FAILED[$id,$who]=1
                 note "$label: $who failed (see $LOG); not retried"
             fi
-            col=4; [ "$kind" = bw ] && col=6
-            VAL[$id,$who]+="$(field "$row" $col) "
+            VAL[$id,$who]+="$(value "$kind" "$row") "
             PCT[$id,$who]+="$(field "$row" 2) "
-            CUR[$who]=$(field "$row" $col)
+            CUR[$who]=$(value "$kind" "$row")
             printf '  round %d %-44s %-5s %s\n' "$round" "$label" "$who" "$row" >&2
         done
         # This round's rucx/UCX: the two ran seconds apart, so slow drifts of the machine
@@ -313,14 +320,16 @@ TABLE=$(
     echo "|---|---|---:|---:|---:|---:|---:|---:|"
     for c in "${CASE_LIST[@]}"; do
         IFS='|' read -r id mode label kind uargs rargs <<<"$c"
-        prec=3; [ "$kind" = bw ] && prec=2
-        u=$(median $prec ${VAL[$id,ucx]}); r=$(median $prec ${VAL[$id,rucx]})
+        # Ratios from the unrounded medians; the table shows them rounded.
+        u6=$(median 6 ${VAL[$id,ucx]}); r6=$(median 6 ${VAL[$id,rucx]})
+        prec=2; [ "$kind" = lat ] && prec=$(lat_prec "$u6")
+        u=$(median $prec $u6); r=$(median $prec $r6)
         if [ "$kind" = lat ]; then
             unit="µs (lower is better)"; up=$(median 3 ${PCT[$id,ucx]}); rp=$(median 3 ${PCT[$id,rucx]})
         else
             unit="MB/s (higher is better)"; up="-"; rp="-"
         fi
-        echo "| $label | $unit | $u | $r | $(ratio "$u" "$r") | $(median 2 ${RR[$id]:-}) | $up | $rp |"
+        echo "| $label | $unit | $u | $r | $(ratio "$u6" "$r6") | $(median 2 ${RR[$id]:-}) | $up | $rp |"
     done
     if [ ${#VERBS_ROWS[@]} -gt 0 ]; then
         printf '%s\n' "${VERBS_ROWS[@]}"
@@ -330,10 +339,10 @@ TABLE=$(
         echo "| floor (no transport) | unit | median | p50 |"
         echo "|---|---|---:|---:|"
         printf '%s\n' "${FLOOR_ROWS[@]}"
-        fl=$(median 3 ${VAL[floor_lat,floor]:-})
+        fl=$(median 6 ${VAL[floor_lat,floor]:-})
         if [ -n "${VAL[tcp_am_lat_8,rucx]:-}" ] && [ "$fl" != n/a ]; then
             echo
-            echo "tcp am_lat 8 B against the floor (target rucx/floor <= 1.10): rucx/floor $(ratio "$fl" "$(median 3 ${VAL[tcp_am_lat_8,rucx]})"), UCX/floor $(ratio "$fl" "$(median 3 ${VAL[tcp_am_lat_8,ucx]:-})"); p50: rucx/floor $(ratio "$(median 3 ${PCT[floor_lat,floor]})" "$(median 3 ${PCT[tcp_am_lat_8,rucx]})"), UCX/floor $(ratio "$(median 3 ${PCT[floor_lat,floor]})" "$(median 3 ${PCT[tcp_am_lat_8,ucx]:-})")."
+            echo "tcp am_lat 8 B against the floor (target rucx/floor <= 1.10): rucx/floor $(ratio "$fl" "$(median 6 ${VAL[tcp_am_lat_8,rucx]})"), UCX/floor $(ratio "$fl" "$(median 6 ${VAL[tcp_am_lat_8,ucx]:-})"); p50: rucx/floor $(ratio "$(median 3 ${PCT[floor_lat,floor]})" "$(median 3 ${PCT[tcp_am_lat_8,rucx]})"), UCX/floor $(ratio "$(median 3 ${PCT[floor_lat,floor]})" "$(median 3 ${PCT[tcp_am_lat_8,ucx]:-})")."
         fi
     fi
     if [ ${#EPS_ROWS[@]} -gt 0 ]; then
