@@ -418,7 +418,8 @@ impl CallbackQueueHandle {
     }
 
     /// Removes all one-shots with `key` pending at the next dispatch, including those added by
-    /// `add_oneshot_safe` before this call.
+    /// `add_oneshot_safe` before this call. As for [`remove_safe`](Self::remove_safe), a dispatch
+    /// already under way may still run one it has taken.
     pub fn remove_oneshot_safe(&self, key: u64) {
         self.shared.push(RemoteOp::RemoveOneshot(key));
     }

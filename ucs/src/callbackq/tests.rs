@@ -327,31 +327,54 @@ fn oneshot_remove_by_key() {
     assert_eq!(*log.borrow(), vec![1, 3, 5]);
 }
 
+/// One-shots added from other threads all run once. A one-shot removed from another thread
+/// never runs in a dispatch that starts after the removal; one already taken by a dispatch under
+/// way when `remove_oneshot_safe` is called may still run once (the documented race, as for
+/// `remove_safe`), so the concurrent phase bounds it and the second phase checks it exactly.
 #[test]
 fn oneshot_safe_from_threads() {
     let q = CallbackQueue::new();
     let hits = Arc::new(AtomicUsize::new(0));
-    let workers: Vec<_> = (0..4)
-        .map(|t| {
-            let (h, hits) = (q.handle(), hits.clone());
-            thread::spawn(move || {
-                for _ in 0..100 {
-                    let hits = hits.clone();
-                    h.add_oneshot_safe(t, move || {
-                        hits.fetch_add(1, Ordering::Relaxed);
+    let stray = Arc::new(AtomicUsize::new(0));
+    let spawn_all = |removed_key: u64| -> Vec<thread::JoinHandle<()>> {
+        (0..4)
+            .map(|t| {
+                let (h, hits, stray) = (q.handle(), hits.clone(), stray.clone());
+                thread::spawn(move || {
+                    for _ in 0..100 {
+                        let hits = hits.clone();
+                        h.add_oneshot_safe(t, move || {
+                            hits.fetch_add(1, Ordering::Relaxed);
+                        });
+                    }
+                    h.add_oneshot_safe(removed_key, move || {
+                        stray.fetch_add(1, Ordering::Relaxed);
                     });
-                }
-                h.add_oneshot_safe(99, || panic!("removed one-shot ran"));
-                h.remove_oneshot_safe(99);
+                    h.remove_oneshot_safe(removed_key);
+                })
             })
-        })
-        .collect();
+            .collect()
+    };
+    // Concurrent with dispatches.
+    let workers = spawn_all(99);
     for _ in 0..50 {
         q.dispatch();
     }
     workers.into_iter().for_each(|t| t.join().unwrap());
     q.dispatch();
     assert_eq!(hits.load(Ordering::Relaxed), 400);
+    let raced = stray.load(Ordering::Relaxed);
+    assert!(raced <= 4, "a removed one-shot ran {raced} times for 4 removals");
+    assert_eq!(q.dispatch(), 0);
+    // Removed before any dispatch started: never runs.
+    spawn_all(98).into_iter().for_each(|t| t.join().unwrap());
+    q.dispatch();
+    assert_eq!(hits.load(Ordering::Relaxed), 800);
+    assert_eq!(
+        stray.load(Ordering::Relaxed),
+        raced,
+        "a one-shot removed before the dispatch ran"
+    );
     assert_eq!(q.dispatch(), 0);
 }
 
