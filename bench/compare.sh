@@ -239,9 +239,9 @@ for round in $(seq 1 "$ROUNDS"); do
                 FAILED[$id,$who]=1
                 note "$label: $who failed (see $LOG); not retried"
             fi
-            VAL[$id,$who]+="$(value "$kind" "$row") "
-            PCT[$id,$who]+="$(field "$row" 2) "
             CUR[$who]=$(value "$kind" "$row")
+            VAL[$id,$who]+="${CUR[$who]} "
+            PCT[$id,$who]+="$(field "$row" 2) "
             printf '  round %d %-44s %-5s %s\n' "$round" "$label" "$who" "$row" >&2
         done
         # This round's rucx/UCX: the two ran seconds apart, so slow drifts of the machine
