@@ -56,7 +56,7 @@ pub static IB_CONFIG: ConfigTable = ConfigTable {
             "TX_CQ_MODERATION",
             "64",
             ConfigKind::Uint,
-            "Request a send completion every this many sends (capped at TX_QUEUE_LEN/4).",
+            "Request a send completion every this many sends (capped at TX_QUEUE_LEN/4; ud_verbs also at RUCX_UD_TX_BUFS/4).",
         ),
         ConfigField::new(
             "TX_MAX_POLL",

@@ -14,9 +14,9 @@ use uct::types::{AtomicOp, FlushFlags};
 use super::fc::FcState;
 use super::iface::IfaceShared;
 use super::tx::TxOp;
-use super::txq::TxQueue;
 use super::wire::{pack_ep_addr, unpack_ep_addr};
 use crate::device::DeviceAddr;
+use crate::txq::TxQueue;
 use crate::verbs::{qp_timeout_from_secs, rnr_timer_from_secs, QueuePair, RtrParams, RtsParams};
 
 /// Connection state of an endpoint.

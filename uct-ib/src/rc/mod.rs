@@ -15,7 +15,6 @@ mod iface;
 mod rx;
 mod send;
 mod tx;
-mod txq;
 pub mod wire;
 
 pub use ep::RcEp;

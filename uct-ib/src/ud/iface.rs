@@ -151,6 +151,7 @@ impl UdShared {
             cfg.tx_bufs,
             granted.max_send_wr.min(tx_len),
             granted.max_inline_data as usize,
+            ibcfg.tx_cq_moderation,
         );
         let max_zcopy_iov = (granted.max_send_sge as usize)
             .saturating_sub(1)
@@ -248,13 +249,12 @@ impl UdShared {
         if let Ok(wcs) = self.cqs.tx.poll_into(self.tx_max_poll, &mut batch) {
             if !wcs.is_empty() {
                 let mut tx = self.tx.borrow_mut();
+                let mut done = self.completions.borrow_mut();
                 for wc in wcs {
                     if !wc.is_success() {
                         tracing::debug!("ud_verbs: send completion with error: {}", wc.status_str());
                     }
-                    if let Some(c) = tx.completed(wc.wr_id()) {
-                        self.completions.borrow_mut().push_back(c);
-                    }
+                    tx.completed(wc.wr_id(), &mut done);
                 }
             }
         }

@@ -80,7 +80,10 @@ impl UdShared {
         Ok(n)
     }
 
-    /// Sends again what the endpoint's go-back-N cursor allows.
+    /// Sends again what the endpoint's go-back-N cursor allows. A packet whose earlier copy
+    /// went unsignaled and may still be read by the HCA is skipped (the next timer resends
+    /// it); an ACK then goes out signaled, so that its completion lets that copy go even when
+    /// nothing else is sent.
     pub(crate) fn pump_resends(&self, st: &mut EpState) {
         let EpState { rel, peer, .. } = st;
         let Some(peer) = peer.as_ref().filter(|p| p.ep_id != EP_ID_NONE) else {
@@ -90,6 +93,9 @@ impl UdShared {
         while tx.can_post() {
             let Some(r) = rel.next_resend() else { break };
             let _ = tx.resend(&self.qp, r.skb, r.stamp.ack_psn, r.stamp.flags, peer.dest());
+        }
+        if tx.signal_wanted() {
+            rel.request_ack();
         }
     }
 

@@ -2,8 +2,19 @@
 //! acknowledged, send-queue accounting, and the posting of one packet (new, resent, control).
 //! Packets that fit the QP's inline limit are posted inline; larger ones (and am_zcopy) point
 //! the HCA at the skb, which then is not rewritten or reused until its send completion.
+//!
+//! Send completions are moderated as UCX does (`UCT_UD_TX_MODERATION`): one send in
+//! `moderation` is signaled, and its completion completes every send before it (a send queue
+//! completes in order). What must hear of its own completion is always signaled: am_zcopy (the
+//! user's memory), control packets posted from a buffer, resends. An skb sent unsignaled and
+//! acknowledged waits for the next signaled completion to be freed; at most `moderation - 1`
+//! sends are unsignaled past the last signaled one, so buffers and queue slots cannot all be
+//! held that way (`moderation` is at most a quarter of either). The one case that could wait
+//! forever, a resend held back by an unsignaled copy of itself when nothing else is sent, asks
+//! for the next send to be signaled ([`TxPool::resend`]).
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 
 use ucs::mpool::{MemPool, PoolBuf};
 use ucs::{Result, Status};
@@ -12,12 +23,11 @@ use uct::callbacks::Comp;
 use super::reliability::Psn;
 use super::wire::{restamp, HDR_LEN};
 use crate::iface_common::{buf_sge, BUF_DATA_OFFSET};
+use crate::txq::TxQueue;
 use crate::verbs::{QueuePair, SendFlags, SendOp, SendRequest, Sge, UdDest};
 
 /// Where a packet starts in a send buffer.
 pub const PKT_OFF: usize = BUF_DATA_OFFSET;
-/// `wr_id` of inline sends (no buffer to track).
-const WR_INLINE: u64 = u64::MAX;
 /// Most user iov entries of an am_zcopy (the first SGE is the packet header).
 pub const MAX_ZCOPY_IOV: usize = 8;
 
@@ -81,8 +91,11 @@ pub struct TxPool {
     pool: MemPool,
     free: Vec<u32>,
     max: usize,
-    sq_free: u32,
+    /// Send-queue slots and completions; the ops are skbs posted by reference.
+    sq: TxQueue<u32>,
     sq_len: u32,
+    /// Signal the next send: a resend waits for an unsignaled send's completion.
+    signal_next: bool,
     max_inline: usize,
     /// Skbs held by windows (everything unacknowledged, for iface flush).
     in_windows: usize,
@@ -91,15 +104,18 @@ pub struct TxPool {
 
 impl TxPool {
     /// At most `max` buffers from `pool` (taken on demand), `sq_len` send WRs in flight,
-    /// packets of up to `max_inline` bytes inline.
-    pub fn new(pool: MemPool, max: usize, sq_len: u32, max_inline: usize) -> TxPool {
+    /// packets of up to `max_inline` bytes inline, a signaled send every `moderation` (capped
+    /// at a quarter of `max` and of `sq_len`, see the module's doc).
+    pub fn new(pool: MemPool, max: usize, sq_len: u32, max_inline: usize, moderation: u32) -> TxPool {
+        let moderation = moderation.min(sq_len / 4).min((max / 4) as u32).max(1);
         TxPool {
             pool,
             skbs: Vec::with_capacity(max.min(1024)),
             free: Vec::with_capacity(max.min(1024)),
             max,
-            sq_free: sq_len,
+            sq: TxQueue::new(sq_len, moderation, 0),
             sq_len,
+            signal_next: false,
             max_inline,
             in_windows: 0,
             post_errors: 0,
@@ -109,19 +125,19 @@ impl TxPool {
     /// A send WR can be posted now.
     #[inline]
     pub fn can_post(&self) -> bool {
-        self.sq_free > 0
+        self.sq.has_room()
     }
 
     /// Send completions are wanted: the send queue is half used, or a buffer is short.
     #[inline]
     pub fn wants_completions(&self) -> bool {
-        self.sq_free < self.sq_len / 2 || !self.has_room()
+        self.sq.available() < self.sq_len / 2 || !self.has_room()
     }
 
     /// A new AM could be sent now (send WR and buffer available).
     #[inline]
     pub fn has_room(&self) -> bool {
-        self.sq_free > 0 && (!self.free.is_empty() || self.skbs.len() < self.max)
+        self.sq.has_room() && (!self.free.is_empty() || self.skbs.len() < self.max)
     }
 
     /// Unacknowledged packets of all endpoints.
@@ -133,7 +149,7 @@ impl TxPool {
     /// held. `Err(NoResource)` when none is free or the send queue is full.
     #[inline]
     pub fn take(&mut self) -> Result<(u32, PoolBuf)> {
-        if self.sq_free == 0 {
+        if !self.sq.has_room() {
             return Err(Status::NoResource);
         }
         let slot = match self.free.pop() {
@@ -210,7 +226,13 @@ impl TxPool {
     /// Posts the packet in `slot` to `dest`.
     #[inline]
     pub fn post(&mut self, qp: &QueuePair, slot: u32, dest: UdDest<'_>) -> Result<()> {
-        if self.sq_free == 0 {
+        self.post_slot(qp, slot, dest, false)
+    }
+
+    /// Posts the packet in `slot`, signaled when `force`, for an am_zcopy, or by moderation.
+    #[inline]
+    fn post_slot(&mut self, qp: &QueuePair, slot: u32, dest: UdDest<'_>, force: bool) -> Result<()> {
+        if !self.sq.has_room() {
             return Err(Status::NoResource);
         }
         let skb = &mut self.skbs[slot as usize];
@@ -218,51 +240,62 @@ impl TxPool {
             return Err(Status::NoResource);
         };
         let len = skb.len as usize;
-        let r = if skb.zc.n > 0 {
+        let zcopy = skb.zc.n > 0;
+        let by_ref = zcopy || len > self.max_inline;
+        let (wr_id, signaled) = self.sq.next(force || zcopy || self.signal_next);
+        let flags = if signaled {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::NONE
+        };
+        let r = if zcopy {
             let mut sges = [Sge::new(0, 0, 0); MAX_ZCOPY_IOV + 1];
             let n = skb.zc.n as usize;
             sges[0] = buf_sge(buf, PKT_OFF, len);
             sges[1..=n].copy_from_slice(&skb.zc.sges[..n]);
-            let r = qp.post_send(&SendRequest {
-                wr_id: slot as u64,
+            qp.post_send(&SendRequest {
+                wr_id,
                 sges: &sges[..=n],
                 op: SendOp::Send,
-                flags: SendFlags::SIGNALED,
+                flags,
                 ud: Some(dest),
-            });
-            if r.is_ok() {
-                skb.posted += 1;
-            }
-            r
-        } else if len <= self.max_inline {
+            })
+        } else if !by_ref {
             qp.post_send_inline(
-                WR_INLINE,
+                wr_id,
                 &[&buf[PKT_OFF..PKT_OFF + len]],
                 SendOp::Send,
-                SendFlags::SIGNALED,
+                flags,
                 Some(dest),
             )
         } else {
             let sge = buf_sge(buf, PKT_OFF, len);
-            let r = qp.post_send(&SendRequest {
-                wr_id: slot as u64,
+            qp.post_send(&SendRequest {
+                wr_id,
                 sges: std::slice::from_ref(&sge),
                 op: SendOp::Send,
-                flags: SendFlags::SIGNALED,
+                flags,
                 ud: Some(dest),
-            });
-            if r.is_ok() {
-                skb.posted += 1;
-            }
-            r
+            })
         };
-        self.posted(r)
+        if r.is_ok() && by_ref {
+            skb.posted += 1;
+        }
+        self.posted(r, signaled, by_ref.then_some(slot))
     }
 
-    fn posted(&mut self, r: Result<()>) -> Result<()> {
+    /// Accounts a post (`slot`: the skb it reads, if any) or counts its failure.
+    #[inline]
+    fn posted(&mut self, r: Result<()>, signaled: bool, slot: Option<u32>) -> Result<()> {
         match r {
             Ok(()) => {
-                self.sq_free -= 1;
+                self.sq.posted(signaled);
+                if signaled {
+                    self.signal_next = false;
+                }
+                if let Some(slot) = slot {
+                    self.sq.push_op(slot);
+                }
                 Ok(())
             }
             Err(e) => {
@@ -275,8 +308,11 @@ impl TxPool {
         }
     }
 
-    /// Sends the packet in `slot` again with a new acknowledgement and flags. `Ok(false)`
-    /// when the HCA still reads the buffer from an earlier post (that copy is on its way).
+    /// Sends the packet in `slot` again with a new acknowledgement and flags (signaled, so
+    /// that its completion frees the skb for the next resend). `Ok(false)` when the HCA may
+    /// still read the buffer from an earlier post: that copy is on its way, or has gone
+    /// unsignaled and is waiting for a later completion; then the next send is signaled, and
+    /// the caller should make sure one goes out ([`TxPool::signal_wanted`]).
     pub fn resend(
         &mut self,
         qp: &QueuePair,
@@ -285,26 +321,48 @@ impl TxPool {
         flags: u8,
         dest: UdDest<'_>,
     ) -> Result<bool> {
-        let skb = &mut self.skbs[slot as usize];
-        if skb.posted > 0 {
+        if self.held_by_hca(slot) {
             return Ok(false);
         }
-        let Some(buf) = skb.buf.as_mut() else {
+        let Some(buf) = self.skbs[slot as usize].buf.as_mut() else {
             return Ok(false);
         };
         restamp(&mut buf[PKT_OFF..PKT_OFF + HDR_LEN], ack_psn, flags);
-        self.post(qp, slot, dest).map(|_| true)
+        self.post_slot(qp, slot, dest, true).map(|_| true)
+    }
+
+    /// True when the HCA may still read `slot` from an earlier post. If that post may be
+    /// unsignaled, the next send is signaled so that its completion lets `slot` go.
+    fn held_by_hca(&mut self, slot: u32) -> bool {
+        if self.skbs[slot as usize].posted == 0 {
+            return false;
+        }
+        if self.sq.unsignaled() > 0 {
+            self.signal_next = true;
+        }
+        true
+    }
+
+    /// A resend waits for unsignaled sends to complete: the next send will be signaled.
+    pub fn signal_wanted(&self) -> bool {
+        self.signal_next
     }
 
     /// Posts a control packet: inline when it fits, otherwise from a buffer freed at its
     /// send completion.
     pub fn post_ctl(&mut self, qp: &QueuePair, pkt: &[u8], dest: UdDest<'_>) -> Result<()> {
-        if self.sq_free == 0 {
+        if !self.sq.has_room() {
             return Err(Status::NoResource);
         }
         if pkt.len() <= self.max_inline {
-            let r = qp.post_send_inline(WR_INLINE, &[pkt], SendOp::Send, SendFlags::SIGNALED, Some(dest));
-            return self.posted(r);
+            let (wr_id, signaled) = self.sq.next(self.signal_next);
+            let flags = if signaled {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::NONE
+            };
+            let r = qp.post_send_inline(wr_id, &[pkt], SendOp::Send, flags, Some(dest));
+            return self.posted(r, signaled, None);
         }
         let (slot, mut buf) = self.take()?;
         buf[PKT_OFF..PKT_OFF + pkt.len()].copy_from_slice(pkt);
@@ -312,7 +370,7 @@ impl TxPool {
         skb.buf = Some(buf);
         skb.len = pkt.len() as u16;
         skb.state = State::Ctl;
-        let r = self.post(qp, slot, dest);
+        let r = self.post_slot(qp, slot, dest, true);
         let skb = &mut self.skbs[slot as usize];
         if r.is_err() && skb.posted == 0 {
             skb.state = State::Free;
@@ -321,22 +379,25 @@ impl TxPool {
         r
     }
 
-    /// A send completion (every send is signaled); returns an am_zcopy completion that was
-    /// waiting for the HCA to finish.
+    /// A send completion for `wr_id`: it completes every send up to it. Skbs the HCA no
+    /// longer reads are freed when their window let go of them; am_zcopy completions that
+    /// waited for that go to `done`.
     #[inline]
-    pub fn completed(&mut self, wr_id: u64) -> Option<(Comp, Status)> {
-        self.sq_free += 1;
-        if wr_id == WR_INLINE {
-            return None;
+    pub fn completed(&mut self, wr_id: u64, done: &mut VecDeque<(Comp, Status)>) {
+        if self.sq.complete(wr_id) == 0 {
+            return; // stale or repeated (e.g. flushed unsignaled sends after their signaled one)
         }
-        let skb = self.skbs.get_mut(wr_id as usize)?;
-        skb.posted = skb.posted.saturating_sub(1);
-        if skb.posted == 0 && matches!(skb.state, State::Released | State::Ctl) {
-            skb.state = State::Free;
-            self.free.push(wr_id as u32);
-            return skb.take_comp();
+        while let Some(slot) = self.sq.pop_done() {
+            let skb = &mut self.skbs[slot as usize];
+            skb.posted = skb.posted.saturating_sub(1);
+            if skb.posted == 0 && matches!(skb.state, State::Released | State::Ctl) {
+                skb.state = State::Free;
+                self.free.push(slot);
+                if let Some(c) = skb.take_comp() {
+                    done.push_back(c);
+                }
+            }
         }
-        None
     }
 }
 
@@ -395,10 +456,21 @@ impl Drop for Taken<'_> {
 
 #[cfg(test)]
 impl TxPool {
-    /// As if `slot` had been posted by reference (tests have no QP).
-    fn mark_posted(&mut self, slot: u32) {
+    /// As if `slot` had been posted by reference (tests have no QP); returns its `wr_id` and
+    /// whether it was signaled.
+    fn mark_posted(&mut self, slot: u32) -> (u64, bool) {
+        let zcopy = self.skbs[slot as usize].zc.n > 0;
+        let (wr_id, signaled) = self.sq.next(zcopy || self.signal_next);
         self.skbs[slot as usize].posted += 1;
-        self.sq_free -= 1;
+        self.posted(Ok(()), signaled, Some(slot)).unwrap();
+        (wr_id, signaled)
+    }
+
+    /// As if an inline packet had been posted.
+    fn mark_posted_inline(&mut self) -> (u64, bool) {
+        let (wr_id, signaled) = self.sq.next(self.signal_next);
+        self.posted(Ok(()), signaled, None).unwrap();
+        (wr_id, signaled)
     }
 }
 
@@ -412,6 +484,7 @@ mod tests {
             MemPool::new(MemPoolParams::new("tx-test", PKT_OFF + 256)).unwrap(),
             max,
             sq,
+            64,
             64,
         )
     }
@@ -446,15 +519,14 @@ mod tests {
         let comp = Comp::NONE;
         let sge = [Sge::new(0x1000, 8, 7)];
         tx.commit_zcopy(slot, buf, 20, &sge, comp);
-        tx.mark_posted(slot);
+        let (wr_id, signaled) = tx.mark_posted(slot);
+        assert!(signaled, "an am_zcopy is always signaled");
         // acknowledged while the send is still in the queue: neither freed nor completed
         assert_eq!(tx.release(slot, Status::Ok), None);
         assert_eq!(tx.take().err(), Some(Status::NoResource));
-        assert_eq!(
-            tx.completed(slot as u64),
-            Some((comp, Status::Ok)),
-            "zcopy completes with the send"
-        );
+        let mut done = VecDeque::new();
+        tx.completed(wr_id, &mut done);
+        assert_eq!(done, [(comp, Status::Ok)], "zcopy completes with the send");
         assert!(tx.take().is_ok(), "and the buffer is free again");
         // dropped by a failing endpoint: the completion carries the failure
         let mut tx = pool(1, 4);
@@ -471,11 +543,72 @@ mod tests {
         let mut tx = pool(8, 1);
         let (slot, buf) = tx.take().unwrap();
         tx.commit(slot, buf, 500);
-        tx.mark_posted(slot);
+        let (wr_id, signaled) = tx.mark_posted(slot);
+        assert!(signaled, "a one-slot queue signals every send");
         assert!(!tx.can_post() && !tx.has_room());
         assert_eq!(tx.take().err(), Some(Status::NoResource), "send queue full");
-        assert_eq!(tx.completed(u64::MAX), None, "inline completion");
+        let mut done = VecDeque::new();
+        tx.completed(wr_id, &mut done);
+        assert!(done.is_empty());
         assert!(tx.can_post());
+    }
+
+    #[test]
+    fn moderated_sends_complete_with_the_next_signaled_one() {
+        // moderation 64 asked, capped at a quarter of the 16-slot queue: every 4th is signaled
+        let mut tx = pool(64, 16);
+        let mut slots = Vec::new();
+        for _ in 0..3 {
+            let (slot, buf) = tx.take().unwrap();
+            tx.commit(slot, buf, 200);
+            assert!(!tx.mark_posted(slot).1, "unsignaled");
+            slots.push(slot);
+        }
+        assert_eq!(tx.sq.available(), 13);
+        // all three acknowledged: their buffers stay with the HCA until a completion covers them
+        for &s in &slots {
+            assert_eq!(tx.release(s, Status::Ok), None);
+        }
+        assert_eq!((tx.in_windows(), tx.free.len()), (0, 0));
+        let (wr_id, signaled) = tx.mark_posted_inline();
+        assert!(signaled, "the 4th send is signaled");
+        let mut done = VecDeque::new();
+        tx.completed(wr_id, &mut done);
+        assert_eq!(tx.sq.available(), 16, "one completion returns all four slots");
+        assert_eq!(tx.free.len(), 3, "and frees the three buffers");
+        tx.completed(wr_id, &mut done);
+        assert_eq!(tx.sq.available(), 16, "a repeated completion changes nothing");
+        assert!(done.is_empty());
+    }
+
+    #[test]
+    fn moderation_is_capped_by_the_buffers() {
+        // 16 buffers: at most 3 may wait unsignaled, so that the others keep flowing
+        let mut tx = pool(16, 256);
+        let sig: Vec<bool> = (0..8).map(|_| tx.mark_posted_inline().1).collect();
+        assert_eq!(sig, [false, false, false, true, false, false, false, true]);
+    }
+
+    #[test]
+    fn a_held_back_resend_asks_for_a_signaled_send() {
+        let mut tx = pool(64, 256);
+        let (slot, buf) = tx.take().unwrap();
+        tx.commit(slot, buf, 200);
+        assert!(!tx.mark_posted(slot).1);
+        assert!(!tx.signal_wanted());
+        assert!(tx.held_by_hca(slot), "a resend must wait for the unsignaled post");
+        assert!(tx.signal_wanted());
+        let (wr_id, signaled) = tx.mark_posted_inline();
+        assert!(
+            signaled && !tx.signal_wanted(),
+            "the next send (an ACK) is signaled"
+        );
+        let mut done = VecDeque::new();
+        tx.completed(wr_id, &mut done);
+        assert_eq!(
+            tx.skbs[slot as usize].posted, 0,
+            "and completes the held-back skb"
+        );
     }
 
     #[test]

@@ -1,11 +1,13 @@
-//! Send-queue accounting of one QP with completion moderation (UCX `uct_rc_txqp_t`).
+//! Send-queue accounting of one QP with completion moderation (UCX `uct_rc_txqp_t`), for
+//! rc_verbs (a queue per endpoint) and ud_verbs (one per interface).
 //!
 //! Every posted work request gets the next sequence number `sn` as its `wr_id`; only every
 //! `moderation`-th request (or one that must report, e.g. a zcopy with a completion) is
-//! signaled. RC completes in order, so a completion for `sn` completes every request up to it:
-//! the slots they used come back, and the operations waiting on them (`ops`, tagged with the
-//! `sn` of their last request) are done. Sequence numbers start at a per-endpoint base, so
-//! completions of a destroyed QP whose number was reused are recognised as stale.
+//! signaled. A QP's send queue completes in order, so a completion for `sn` completes every
+//! request up to it: the slots they used come back, and the operations waiting on them (`ops`,
+//! tagged with the `sn` of their last request) are done. Sequence numbers start at a
+//! per-endpoint base, so completions of a destroyed QP whose number was reused are recognised
+//! as stale.
 
 use std::collections::VecDeque;
 
@@ -46,7 +48,7 @@ impl<Op> TxQueue<Op> {
     }
 
     /// Slots left.
-    #[cfg(test)]
+    #[inline]
     pub fn available(&self) -> u32 {
         self.available
     }
