@@ -149,7 +149,7 @@ impl UdShared {
             );
             return false;
         }
-        self.process_ack(ep, st, hdr.ack_psn);
+        self.process_ack(ep, st, hdr.ack_psn, hdr.gap());
         let deliver = match hdr.kind {
             Kind::Am => st.rel.on_receive(hdr.psn, hdr.ack_req()) == RxVerdict::Deliver,
             Kind::Ack => {
@@ -178,11 +178,11 @@ impl UdShared {
 
     /// A cumulative acknowledgement: frees acknowledged packets, completes flushes, goes on
     /// with a resend, ends a lingering endpoint.
-    fn process_ack(&self, ep: &Rc<EpCell>, st: &mut EpState, ack_psn: u16) {
+    fn process_ack(&self, ep: &Rc<EpCell>, st: &mut EpState, ack_psn: u16, gap: bool) {
         let out = {
             let mut tx = self.tx.borrow_mut();
             let mut done = self.completions.borrow_mut();
-            st.rel.on_ack(ack_psn, |_, slot| {
+            st.rel.on_ack(ack_psn, gap, |_, slot| {
                 if let Some(c) = tx.release(slot, Status::Ok) {
                     done.push_back(c);
                 }

@@ -4,7 +4,12 @@
 //! - **PSNs**: every AM gets a 16-bit packet sequence number, compared circularly.
 //! - **Cumulative ACKs**: every outgoing packet carries `ack_psn`, the last PSN delivered in
 //!   order; explicit ACKs answer an ACK request, a duplicate or an out-of-order packet at once,
-//!   and unacknowledged deliveries at the next timer tick.
+//!   and unacknowledged deliveries at the next timer tick. Packets sent while the receive
+//!   side has a hole (an out-of-order packet was dropped, until the next in-order delivery),
+//!   and the first one after a duplicate, carry `FLAG_GAP`; only such packets count as
+//!   duplicate ACKs. Every data packet repeats the peer's last `ack_psn`, and counting those
+//!   made a stream in one direction resend the other direction's packets (perftest's
+//!   flow-control replies were resent about once per reply).
 //! - **Send window** with AIMD congestion control: at most `cwnd` packets unacknowledged;
 //!   `cwnd` grows by one per ACK that acknowledges something new and halves on every resend,
 //!   within `MIN_WINDOW..=max_window`. Sent packets stay in the window (the caller's buffer
@@ -19,7 +24,7 @@
 
 use std::collections::VecDeque;
 
-use super::wire::FLAG_ACK_REQ;
+use super::wire::{FLAG_ACK_REQ, FLAG_GAP};
 
 /// A packet sequence number (wraps around).
 pub type Psn = u16;
@@ -84,6 +89,14 @@ pub struct Stamp {
     pub psn: Psn,
     pub ack_psn: Psn,
     /// [`FLAG_ACK_REQ`] or 0.
+    pub flags: u8,
+}
+
+/// The acknowledgement to stamp into an outgoing packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ack {
+    pub psn: Psn,
+    /// [`FLAG_GAP`] or 0.
     pub flags: u8,
 }
 
@@ -155,6 +168,11 @@ pub struct Reliability<S> {
     rx_next: Psn,
     ack_sent: Psn,
     ack_now: bool,
+    /// A duplicate arrived: the next acknowledgement says so.
+    dup_seen: bool,
+    /// An out-of-order packet was dropped and nothing was delivered since: every
+    /// acknowledgement says so.
+    hole: bool,
 }
 
 impl<S: Copy> Reliability<S> {
@@ -177,6 +195,8 @@ impl<S: Copy> Reliability<S> {
             rx_next: INITIAL_PSN,
             ack_sent: INITIAL_PSN.wrapping_sub(1),
             ack_now: false,
+            dup_seen: false,
+            hole: false,
         }
     }
 
@@ -246,22 +266,24 @@ impl<S: Copy> Reliability<S> {
         self.next_psn = psn.wrapping_add(1);
         self.window.push_back(skb);
         let off = psn.wrapping_sub(self.acked_psn);
-        let flags = if off == self.cwnd / 4 || off.wrapping_add(1) == self.cwnd {
+        let req = if off == self.cwnd / 4 || off.wrapping_add(1) == self.cwnd {
             FLAG_ACK_REQ
         } else {
             0
         };
+        let ack = self.take_ack();
         Stamp {
             psn,
-            ack_psn: self.take_ack(),
-            flags,
+            ack_psn: ack.psn,
+            flags: req | ack.flags,
         }
     }
 
     /// Processes a cumulative ACK; `freed` gets every packet it acknowledges, oldest first.
-    pub fn on_ack(&mut self, ack: Psn, mut freed: impl FnMut(Psn, S)) -> AckOutcome {
+    /// `gap`: the packet carried `FLAG_GAP` (only then is an unchanged ACK a duplicate).
+    pub fn on_ack(&mut self, ack: Psn, gap: bool, mut freed: impl FnMut(Psn, S)) -> AckOutcome {
         if psn_le(ack, self.acked_psn) {
-            if ack == self.acked_psn && !self.window.is_empty() {
+            if gap && ack == self.acked_psn && !self.window.is_empty() {
                 self.dup_acks += 1;
                 if self.dup_acks == DUP_ACK_THRESHOLD && self.resend_next.is_none() {
                     self.start_resend();
@@ -323,13 +345,14 @@ impl<S: Copy> Reliability<S> {
         if ask {
             self.resends_since_req = 0;
         }
-        let flags = if ask { FLAG_ACK_REQ } else { 0 };
+        let req = if ask { FLAG_ACK_REQ } else { 0 };
+        let ack = self.take_ack();
         Some(Resend {
             skb,
             stamp: Stamp {
                 psn: c,
-                ack_psn: self.take_ack(),
-                flags,
+                ack_psn: ack.psn,
+                flags: req | ack.flags,
             },
         })
     }
@@ -400,15 +423,18 @@ impl<S: Copy> Reliability<S> {
     pub fn on_receive(&mut self, psn: Psn, ack_req: bool) -> RxVerdict {
         if psn == self.rx_next {
             self.rx_next = psn.wrapping_add(1);
+            self.hole = false;
             if ack_req {
                 self.ack_now = true;
             }
             RxVerdict::Deliver
         } else if psn_lt(psn, self.rx_next) {
             self.ack_now = true;
+            self.dup_seen = true;
             RxVerdict::Duplicate
         } else {
             self.ack_now = true;
+            self.hole = true;
             RxVerdict::OutOfOrder
         }
     }
@@ -430,12 +456,21 @@ impl<S: Copy> Reliability<S> {
         self.rx_next.wrapping_sub(1) != self.ack_sent
     }
 
-    /// The `ack_psn` for a packet about to go out (records that the peer is being told).
+    /// The acknowledgement for a packet about to go out (records that the peer is being
+    /// told, and of a gap if one was seen).
     #[inline]
-    pub fn take_ack(&mut self) -> Psn {
+    pub fn take_ack(&mut self) -> Ack {
         self.ack_now = false;
         self.ack_sent = self.rx_next.wrapping_sub(1);
-        self.ack_sent
+        let flags = if std::mem::take(&mut self.dup_seen) || self.hole {
+            FLAG_GAP
+        } else {
+            0
+        };
+        Ack {
+            psn: self.ack_sent,
+            flags,
+        }
     }
 }
 
@@ -476,13 +511,16 @@ mod tests {
         r.send(2);
         assert!(!r.can_send(), "window of 2 is full");
         let mut freed = vec![];
-        assert_eq!(r.on_ack(2, |p, s| freed.push((p, s))), AckOutcome::Advanced(2));
+        assert_eq!(
+            r.on_ack(2, true, |p, s| freed.push((p, s))),
+            AckOutcome::Advanced(2)
+        );
         assert_eq!(freed, vec![(1, 1), (2, 2)]);
         assert_eq!(r.cwnd(), 3);
         // grow to the maximum, one per ACK that acknowledges something new
         for i in 0..200u32 {
             let p = r.send(i).psn;
-            r.on_ack(p, |_, _| {});
+            r.on_ack(p, true, |_, _| {});
         }
         assert_eq!(r.cwnd(), 64);
         // timeouts halve down to the minimum
@@ -508,7 +546,7 @@ mod tests {
         });
         for i in 0..14 {
             let p = r.send(i).psn;
-            r.on_ack(p, |_, _| {});
+            r.on_ack(p, true, |_, _| {});
         }
         assert_eq!(r.cwnd(), 16);
         let flags: Vec<u8> = (0..16).map(|i| r.send(i).flags).collect();
@@ -527,7 +565,7 @@ mod tests {
         assert_eq!(r.on_receive(1, false), RxVerdict::Deliver);
         assert_eq!(r.on_receive(2, false), RxVerdict::Deliver);
         assert!(r.rx_unacked() && !r.needs_ack_now());
-        assert_eq!(r.take_ack(), 2);
+        assert_eq!(r.take_ack(), Ack { psn: 2, flags: 0 });
         assert!(!r.rx_unacked());
     }
 
@@ -538,37 +576,61 @@ mod tests {
         assert!(!r.needs_ack_now());
         assert_eq!(r.on_receive(1, false), RxVerdict::Duplicate);
         assert!(r.needs_ack_now());
-        r.take_ack();
+        assert_eq!(
+            r.take_ack(),
+            Ack {
+                psn: 1,
+                flags: FLAG_GAP
+            },
+            "a duplicate is reported"
+        );
+        assert!(!r.needs_ack_now());
+        assert_eq!(r.take_ack(), Ack { psn: 1, flags: 0 }, "once");
         assert_eq!(r.on_receive(3, false), RxVerdict::OutOfOrder);
         assert!(r.needs_ack_now());
+        assert_eq!(
+            r.take_ack(),
+            Ack {
+                psn: 1,
+                flags: FLAG_GAP
+            }
+        );
+        assert_eq!(
+            r.take_ack(),
+            Ack {
+                psn: 1,
+                flags: FLAG_GAP
+            },
+            "until the hole is filled"
+        );
         assert_eq!(r.on_receive(2, true), RxVerdict::Deliver);
         assert_eq!(r.on_receive(3, false), RxVerdict::Deliver);
-        assert_eq!(r.take_ack(), 3);
+        assert_eq!(r.take_ack(), Ack { psn: 3, flags: 0 });
     }
 
     #[test]
     fn bogus_and_old_acks_are_ignored_duplicates_trigger_fast_resend() {
         let mut r = Reliability::<u32>::new(cfg());
         r.send(10);
-        assert_eq!(r.on_ack(5, |_, _| panic!()), AckOutcome::Bogus);
-        assert_eq!(r.on_ack(1, |_, _| {}), AckOutcome::Advanced(1));
+        assert_eq!(r.on_ack(5, true, |_, _| panic!()), AckOutcome::Bogus);
+        assert_eq!(r.on_ack(1, true, |_, _| {}), AckOutcome::Advanced(1));
         for i in 0..3 {
             r.send(i);
         }
-        assert_eq!(r.on_ack(1, |_, _| {}), AckOutcome::Nothing);
+        assert_eq!(r.on_ack(1, true, |_, _| {}), AckOutcome::Nothing);
         assert_eq!(
-            r.on_ack(0, |_, _| {}),
+            r.on_ack(0, true, |_, _| {}),
             AckOutcome::Nothing,
             "older than acked: not a duplicate"
         );
-        assert_eq!(r.on_ack(1, |_, _| {}), AckOutcome::Nothing);
-        assert_eq!(r.on_ack(1, |_, _| {}), AckOutcome::FastResend);
+        assert_eq!(r.on_ack(1, true, |_, _| {}), AckOutcome::Nothing);
+        assert_eq!(r.on_ack(1, true, |_, _| {}), AckOutcome::FastResend);
         assert!(!r.can_send(), "no new packets while resending");
         let resent: Vec<Psn> = std::iter::from_fn(|| r.next_resend())
             .map(|x| x.stamp.psn)
             .collect();
         assert_eq!(resent, vec![2, 3], "cwnd halved to 2: two in flight, then wait");
-        r.on_ack(2, |_, _| {});
+        r.on_ack(2, true, |_, _| {});
         assert_eq!(
             r.next_resend().map(|x| (x.stamp.psn, x.skb, x.stamp.flags)),
             Some((4, 2, FLAG_ACK_REQ))
@@ -594,12 +656,12 @@ mod tests {
             rtos.push(r.rto() / MS);
         }
         assert_eq!(rtos, vec![20, 40, 80, 160, 200, 200, 200, 200]);
-        r.on_ack(1, |_, _| {});
+        r.on_ack(1, true, |_, _| {});
         r.send(1);
         r.on_timer(t);
         assert_eq!(r.rto(), 10 * MS);
         // nothing outstanding: the timer is idle
-        r.on_ack(2, |_, _| {});
+        r.on_ack(2, true, |_, _| {});
         assert_eq!(r.on_timer(t + 100 * MS), TimerOutcome::default());
     }
 

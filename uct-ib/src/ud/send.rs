@@ -175,14 +175,14 @@ impl UdShared {
             return true; // the rest needs the peer's endpoint (after its reply)
         }
         if *bits & ctl::CREP != 0 {
-            let ack_psn = rel.take_ack();
+            let ack = rel.take_ack();
             Header {
                 kind: Kind::Crep,
                 am_id: 0,
-                flags: 0,
+                flags: ack.flags,
                 dest_ep: peer.ep_id,
                 psn: 0,
-                ack_psn,
+                ack_psn: ack.psn,
             }
             .encode(&mut pkt);
             pkt[HDR_LEN..HDR_LEN + Crep::LEN].copy_from_slice(&Crep { src_ep: *id }.to_bytes());
@@ -196,19 +196,19 @@ impl UdShared {
             *bits &= !ctl::CREP;
         }
         if *bits & ctl::ACK_REQ != 0 || rel.needs_ack_now() {
-            let flags = if *bits & ctl::ACK_REQ != 0 {
+            let req = if *bits & ctl::ACK_REQ != 0 {
                 FLAG_ACK_REQ
             } else {
                 0
             };
-            let ack_psn = rel.take_ack();
+            let ack = rel.take_ack();
             Header {
                 kind: Kind::Ack,
                 am_id: 0,
-                flags,
+                flags: req | ack.flags,
                 dest_ep: peer.ep_id,
                 psn: 0,
-                ack_psn,
+                ack_psn: ack.psn,
             }
             .encode(&mut pkt);
             if tx.post_ctl(&self.qp, &pkt[..HDR_LEN], peer.dest()).is_err() {
@@ -225,14 +225,14 @@ impl UdShared {
         let Some(peer) = st.peer.as_ref().filter(|p| p.ep_id != EP_ID_NONE) else {
             return;
         };
-        let ack_psn = st.rel.take_ack();
+        let ack = st.rel.take_ack();
         let h = Header {
             kind: Kind::Disc,
             am_id: 0,
-            flags: 0,
+            flags: ack.flags,
             dest_ep: peer.ep_id,
             psn: 0,
-            ack_psn,
+            ack_psn: ack.psn,
         };
         let _ = self
             .tx

@@ -17,6 +17,9 @@ pub const ID_MASK: u32 = 0x00FF_FFFF;
 
 /// Header flag: the receiver must answer with an acknowledgement now.
 pub const FLAG_ACK_REQ: u8 = 1;
+/// Header flag: the sender received a duplicate or out-of-order packet since its last
+/// acknowledgement, so an unchanged `ack_psn` is a duplicate ACK (a sign of loss).
+pub const FLAG_GAP: u8 = 2;
 
 /// Packet kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +124,12 @@ impl Header {
     #[inline]
     pub fn ack_req(&self) -> bool {
         self.flags & FLAG_ACK_REQ != 0
+    }
+
+    /// The sender saw a gap: an unchanged `ack_psn` here is a duplicate ACK.
+    #[inline]
+    pub fn gap(&self) -> bool {
+        self.flags & FLAG_GAP != 0
     }
 }
 
