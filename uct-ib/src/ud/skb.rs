@@ -229,25 +229,33 @@ impl TxPool {
         self.post_slot(qp, slot, dest, false)
     }
 
+    /// The `wr_id` of the next send, whether it is signaled (`force`, a pending
+    /// [`TxPool::signal_wanted`], or moderation) and its flags.
+    #[inline]
+    fn next_wr(&self, force: bool) -> (u64, bool, SendFlags) {
+        let (wr_id, signaled) = self.sq.next(force || self.signal_next);
+        let flags = if signaled {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::NONE
+        };
+        (wr_id, signaled, flags)
+    }
+
     /// Posts the packet in `slot`, signaled when `force`, for an am_zcopy, or by moderation.
     #[inline]
     fn post_slot(&mut self, qp: &QueuePair, slot: u32, dest: UdDest<'_>, force: bool) -> Result<()> {
         if !self.sq.has_room() {
             return Err(Status::NoResource);
         }
+        let zcopy = self.skbs[slot as usize].zc.n > 0;
+        let (wr_id, signaled, flags) = self.next_wr(force || zcopy);
         let skb = &mut self.skbs[slot as usize];
         let Some(buf) = skb.buf.as_ref() else {
             return Err(Status::NoResource);
         };
         let len = skb.len as usize;
-        let zcopy = skb.zc.n > 0;
         let by_ref = zcopy || len > self.max_inline;
-        let (wr_id, signaled) = self.sq.next(force || zcopy || self.signal_next);
-        let flags = if signaled {
-            SendFlags::SIGNALED
-        } else {
-            SendFlags::NONE
-        };
         let r = if zcopy {
             let mut sges = [Sge::new(0, 0, 0); MAX_ZCOPY_IOV + 1];
             let n = skb.zc.n as usize;
@@ -355,12 +363,7 @@ impl TxPool {
             return Err(Status::NoResource);
         }
         if pkt.len() <= self.max_inline {
-            let (wr_id, signaled) = self.sq.next(self.signal_next);
-            let flags = if signaled {
-                SendFlags::SIGNALED
-            } else {
-                SendFlags::NONE
-            };
+            let (wr_id, signaled, flags) = self.next_wr(false);
             let r = qp.post_send_inline(wr_id, &[pkt], SendOp::Send, flags, Some(dest));
             return self.posted(r, signaled, None);
         }
@@ -460,7 +463,7 @@ impl TxPool {
     /// whether it was signaled.
     fn mark_posted(&mut self, slot: u32) -> (u64, bool) {
         let zcopy = self.skbs[slot as usize].zc.n > 0;
-        let (wr_id, signaled) = self.sq.next(zcopy || self.signal_next);
+        let (wr_id, signaled, _) = self.next_wr(zcopy);
         self.skbs[slot as usize].posted += 1;
         self.posted(Ok(()), signaled, Some(slot)).unwrap();
         (wr_id, signaled)
@@ -468,7 +471,7 @@ impl TxPool {
 
     /// As if an inline packet had been posted.
     fn mark_posted_inline(&mut self) -> (u64, bool) {
-        let (wr_id, signaled) = self.sq.next(self.signal_next);
+        let (wr_id, signaled, _) = self.next_wr(false);
         self.posted(Ok(()), signaled, None).unwrap();
         (wr_id, signaled)
     }
