@@ -40,6 +40,16 @@ pub static TCP_CONFIG: ConfigTable = ConfigTable {
              send(); larger ones are gathered by sendmsg() from the user buffer.",
         ),
         ConfigField::new(
+            "TX_COALESCE",
+            "64k",
+            ConfigKind::MemUnits,
+            "Copied sends (am_short up to SENDV_THRESH, am_bcopy, put_short, put_bcopy) share \
+             system calls: the first on a connection after a progress call is written at once, \
+             later ones are staged and written together by the next progress call, and while \
+             the socket is full they are appended behind its unsent bytes instead of answering \
+             NoResource. At most this many bytes wait; 0: off (each send is written at once).",
+        ),
+        ConfigField::new(
             "SNDBUF",
             "auto",
             ConfigKind::MemUnits,
@@ -156,6 +166,8 @@ pub struct TcpConfig {
     pub rx_seg: usize,
     pub max_iov: usize,
     pub sendv_thresh: usize,
+    /// Most unsent bytes copied sends may pile up while the socket is full; 0: no coalescing.
+    pub tx_coalesce: usize,
     pub sndbuf: Option<usize>,
     pub rcvbuf: Option<usize>,
     pub nodelay: bool,
@@ -239,6 +251,14 @@ impl TcpConfig {
         let sendv = size("SENDV_THRESH", Some(2048))?
             .unwrap_or(2048)
             .min(SENDV_THRESH_MAX as u64);
+        let tx_coalesce = size("TX_COALESCE", Some(65536))?.unwrap_or(65536);
+        if tx_coalesce > 1 << 30 {
+            return Err(invalid(
+                "TCP_TX_COALESCE",
+                &tx_coalesce.to_string(),
+                "0 (off) or a size up to 1g",
+            ));
+        }
         let sndbuf = size("SNDBUF", None)?.map(|b| b.min(i32::MAX as u64) as usize);
         let rcvbuf = size("RCVBUF", None)?.map(|b| b.min(i32::MAX as u64) as usize);
         let range = TCP_CONFIG.get_str("PORT_RANGE")?;
@@ -309,6 +329,7 @@ impl TcpConfig {
             rx_seg: rx_seg as usize,
             max_iov: max_iov as usize,
             sendv_thresh: sendv as usize,
+            tx_coalesce: tx_coalesce as usize,
             sndbuf,
             rcvbuf,
             nodelay: TCP_CONFIG.get_bool("NODELAY")?,
@@ -350,6 +371,7 @@ mod tests {
             })
         );
         assert_eq!(c.user_timeout_ms, Some(16_000));
+        assert_eq!(c.tx_coalesce, 65536);
         assert_eq!(c.port_range, None);
         assert!(c.nodelay);
     }

@@ -175,6 +175,10 @@ pub struct Conn {
     pub sent_since_rx: Cell<u8>,
     /// Bytes handed to `send`/`sendmsg` so far (sizes the sends counted above).
     pub tx_bytes: Cell<u64>,
+    /// Copied sends wait in the send buffer for the next progress call (`coalesce.rs`).
+    pub staged: Cell<bool>,
+    /// The interface's progress count at the last copied send that found the connection idle.
+    pub tx_tick: Cell<u32>,
     /// Our endpoint is gone: FIN goes out once the send buffer is empty.
     pub fin_pending: Cell<bool>,
     /// The FIN frame went out.

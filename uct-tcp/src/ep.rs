@@ -104,9 +104,14 @@ impl TcpEp {
 
     /// Runs `f` on the connection's send state if a send may go ahead now; otherwise the
     /// endpoint's failure status or `NoResource`. A socket error inside `f` fails the
-    /// connection (reported later, from progress).
+    /// connection (reported later, from progress). `append`: bytes a copied send needs at
+    /// `tx.tail` to be appended behind unsent ones (`coalesce.rs`); 0 for sends that must wait.
     #[inline]
-    pub(crate) fn with_tx<R>(&self, f: impl FnOnce(&Conn, &mut crate::conn::Tx) -> Result<R>) -> Result<R> {
+    pub(crate) fn with_tx<R>(
+        &self,
+        append: usize,
+        f: impl FnOnce(&Conn, &mut crate::conn::Tx) -> Result<R>,
+    ) -> Result<R> {
         let guard = self.inner.conn.borrow();
         let Some(conn) = guard.as_deref() else {
             return Err(self.inner.not_ready());
@@ -116,15 +121,32 @@ impl TcpEp {
         }
         let mut tx = conn.tx.borrow_mut();
         if !conn.can_send(&tx) {
-            return Err(self.inner.not_ready());
+            let go = match tx.busy() {
+                true => self.sh.make_room(conn, &mut tx, append),
+                false => Ok(false),
+            };
+            match go {
+                Ok(true) => {}
+                Ok(false) => return Err(self.inner.not_ready()),
+                Err(st) => {
+                    drop(tx);
+                    self.sh.conn_failed(conn, st);
+                    return Err(st);
+                }
+            }
         }
         if tx.buf.is_empty() {
             tx.buf = self.sh.tx_bufs.take();
         }
+        if append > 0 && !tx.busy() {
+            if let Some(rc) = guard.as_ref() {
+                self.sh.stage_if_burst(rc, &mut tx);
+            }
+        }
         let bytes = conn.tx_bytes.get();
         let r = f(conn, &mut tx);
         if !tx.busy() {
-            self.sh.tx_bufs.give(std::mem::take(&mut tx.buf));
+            self.sh.give_tx_buf(std::mem::take(&mut tx.buf));
         }
         if r.is_ok() {
             let units = 1 + ((conn.tx_bytes.get() - bytes) / crate::progress::DIRECT_UNIT).min(255);

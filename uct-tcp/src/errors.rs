@@ -226,6 +226,10 @@ impl Shared {
         for c in conns {
             if c.state.get() == State::Connected && !c.in_pack.get() {
                 let mut tx = c.tx.borrow_mut();
+                if c.staged.get() {
+                    // Best effort, as for the FIN: staged sends were accepted.
+                    let _ = self.drain_tx(&c, &mut tx);
+                }
                 if !tx.busy() {
                     let fin = crate::tx::small_ctl(&crate::wire::Msg::Fin);
                     let _ = self.send_ctl(&c, &mut tx, &fin);

@@ -126,6 +126,11 @@ impl Transport for TcpTransport {
             tick: Cell::new(0),
             solo: Cell::new(0),
             tx_bufs: BufPool::new(cfg.tx_seg + TX_HDR_ROOM, 16),
+            stage_bufs: BufPool::new(
+                crate::coalesce::stage_size(cfg.tx_coalesce, cfg.tx_seg + TX_HDR_ROOM),
+                8,
+            ),
+            staged: RefCell::new(Vec::new()),
             rx_bufs: BufPool::new(RxParser::new(cfg.rx_seg as u32).capacity(), 4),
             me: me.clone(),
             cfg,
@@ -187,6 +192,10 @@ pub struct Shared {
     pub solo: Cell<u64>,
     /// Send buffers (`tx_seg` + header room) lent to connections while they use them.
     pub tx_bufs: BufPool,
+    /// Larger send buffers for connections that coalesce sends (`coalesce.rs`).
+    pub stage_bufs: BufPool,
+    /// Connections holding staged sends for the next progress call (`coalesce.rs`).
+    pub staged: RefCell<Vec<Rc<Conn>>>,
     /// Receive buffers of connected connections' parsers, lent likewise.
     pub rx_bufs: BufPool,
     pub me: Weak<Shared>,
@@ -239,6 +248,8 @@ impl Shared {
             in_pack: Cell::new(false),
             sent_since_rx: Cell::new(0),
             tx_bytes: Cell::new(0),
+            staged: Cell::new(false),
+            tx_tick: Cell::new(self.tick.get().wrapping_sub(1)),
             fin_pending: Cell::new(false),
             fin_sent: Cell::new(false),
             peer_fin: Cell::new(false),

@@ -44,6 +44,19 @@ thread_local! {
 
 impl Shared {
     pub fn progress(&self) -> u32 {
+        // Staged sends go first, and those that handlers stage go at the end (`coalesce.rs`).
+        let mut work = 0;
+        if self.any_staged() {
+            work += self.flush_staged();
+        }
+        work += self.poll();
+        if self.any_staged() {
+            work += self.flush_staged();
+        }
+        work
+    }
+
+    fn poll(&self) -> u32 {
         if let Some(conn) = self.direct_conn() {
             return self.conn_readable(&conn);
         }
@@ -131,7 +144,7 @@ impl Shared {
 
     /// The socket can take more: finish the partial message, then queued replies, then the
     /// endpoint's pending requests.
-    fn conn_writable(&self, conn: &Rc<Conn>) -> u32 {
+    pub(crate) fn conn_writable(&self, conn: &Rc<Conn>) -> u32 {
         if conn.in_pack.get() {
             return 0;
         }
@@ -139,7 +152,7 @@ impl Shared {
             let mut tx = conn.tx.borrow_mut();
             match self.drain_tx(conn, &mut tx) {
                 Ok(true) => {
-                    self.tx_bufs.give(std::mem::take(&mut tx.buf));
+                    self.give_tx_buf(std::mem::take(&mut tx.buf));
                     Ok(Some(tx.reset()))
                 }
                 Ok(false) => Ok(None),
@@ -288,9 +301,10 @@ impl Shared {
         n
     }
 
-    /// `Err(Busy)` when progress has work now (ready sockets, due timers, deferred reports).
+    /// `Err(Busy)` when progress has work now (ready sockets, due timers, deferred reports,
+    /// staged sends).
     pub fn event_arm(&self) -> Result<()> {
-        if self.deferred.get() > 0 {
+        if self.deferred.get() > 0 || self.any_staged() {
             return Err(Status::Busy);
         }
         let mut ev = [EpollEvent::empty(); 1];

@@ -35,7 +35,7 @@ impl TcpEp {
             return Err(too_many_iov(iov.len(), self.sh.cfg.max_iov));
         }
         let total = total_len(iov) as u64;
-        self.with_tx(|conn, tx| {
+        self.with_tx(0, |conn, tx| {
             let seq = conn.ops.borrow_mut().take_seq();
             let mut hdr = [0u8; 40];
             let put = PutReq {
@@ -65,7 +65,7 @@ impl TcpEp {
 
     /// Sends a GET_REQ and queues the operation that takes its reply.
     fn send_get(&self, len: u64, raddr: u64, rkey: u64, make: impl FnOnce(u32) -> Op) -> Result<Status> {
-        self.with_tx(|conn, tx| {
+        self.with_tx(0, |conn, tx| {
             let seq = conn.ops.borrow_mut().take_seq();
             let mut hdr = [0u8; 40];
             let get = GetReq {
@@ -162,7 +162,7 @@ impl TcpEp {
             );
             return Err(Status::InvalidParam);
         }
-        self.with_tx(|conn, tx| {
+        self.with_tx(0, |conn, tx| {
             let seq = conn.ops.borrow_mut().take_seq();
             let req = AtomicReq {
                 remote_addr: raddr,

@@ -5,7 +5,8 @@
 //! buffer followed by the payload, and one `send()`. Payloads above `RUCX_TCP_SENDV_THRESH` are
 //! gathered by `sendmsg()` from the caller's buffer instead. No allocation, no lock, no logging.
 //! If the socket takes only part of the message, the rest stays in (or is copied to) the send
-//! buffer and is written by progress; the next send answers `NoResource` until then.
+//! buffer and is written by progress; until then copied sends are appended behind it
+//! (`coalesce.rs`) and the others answer `NoResource`.
 
 use ucs::{Result, Status};
 use uct::callbacks::{Comp, PackCb};
@@ -42,10 +43,16 @@ fn peer_limit(conn: &Conn, len: usize) -> Status {
     Status::InvalidParam
 }
 
-/// Sends the message already in `tx.buf[..total]` from the start; keeps the rest there.
+/// Sends the message just written to `tx.buf[base..base + total]`: at once from the start if
+/// nothing was waiting (keeping any rest there), else appended behind the staged or unsent
+/// bytes, which progress writes (`coalesce.rs`).
 #[inline]
-fn send_buffered(ep: &TcpEp, conn: &Conn, tx: &mut Tx, total: usize) -> Result<()> {
+fn send_buffered(ep: &TcpEp, conn: &Conn, tx: &mut Tx, base: usize, total: usize) -> Result<()> {
     conn.tx_bytes.set(conn.tx_bytes.get() + total as u64);
+    if tx.busy() || conn.staged.get() {
+        tx.tail = base + total;
+        return Ok(());
+    }
     let sent = match sock::send(&conn.sock, &tx.buf[..total]) {
         Ok(n) if n == total => return Ok(()),
         Ok(n) => n,
@@ -74,17 +81,20 @@ impl TcpEp {
                 "am.max_short, RUCX_TCP_TX_SEG_SIZE",
             ));
         }
-        self.with_tx(|conn, tx| {
+        let copied = payload.len() <= cfg.sendv_thresh;
+        let total = FRAME_HDR_LEN + len;
+        self.with_tx(if copied { total } else { 0 }, |conn, tx| {
             if len > conn.peer_max.get() as usize {
                 return Err(peer_limit(conn, len));
             }
             let fh = encode_am_header(id, len).map_err(Status::from)?;
-            if payload.len() <= cfg.sendv_thresh {
-                let total = FRAME_HDR_LEN + len;
-                tx.buf[..FRAME_HDR_LEN].copy_from_slice(&fh);
-                tx.buf[FRAME_HDR_LEN..FRAME_HDR_LEN + 8].copy_from_slice(&header.to_le_bytes());
-                tx.buf[FRAME_HDR_LEN + 8..total].copy_from_slice(payload);
-                send_buffered(self, conn, tx, total)
+            if copied {
+                let b = tx.tail;
+                let out = &mut tx.buf[b..b + total];
+                out[..FRAME_HDR_LEN].copy_from_slice(&fh);
+                out[FRAME_HDR_LEN..FRAME_HDR_LEN + 8].copy_from_slice(&header.to_le_bytes());
+                out[FRAME_HDR_LEN + 8..].copy_from_slice(payload);
+                send_buffered(self, conn, tx, b, total)
             } else {
                 let mut hdr = [0u8; FRAME_HDR_LEN + 8];
                 hdr[..FRAME_HDR_LEN].copy_from_slice(&fh);
@@ -117,7 +127,7 @@ impl TcpEp {
                 "am.max_short, RUCX_TCP_TX_SEG_SIZE",
             ));
         }
-        self.with_tx(|conn, tx| {
+        self.with_tx(0, |conn, tx| {
             if len > conn.peer_max.get() as usize {
                 return Err(peer_limit(conn, len));
             }
@@ -139,17 +149,18 @@ impl TcpEp {
             return Err(bad_id(id));
         }
         let max = self.sh.cfg.tx_seg;
-        self.with_tx(|conn, tx| {
+        self.with_tx(FRAME_HDR_LEN + max, |conn, tx| {
+            let b = tx.tail;
             conn.in_pack.set(true);
-            let r = pack.pack(&mut tx.buf[FRAME_HDR_LEN..FRAME_HDR_LEN + max]);
+            let r = pack.pack(&mut tx.buf[b + FRAME_HDR_LEN..b + FRAME_HDR_LEN + max]);
             conn.in_pack.set(false);
             let n = r?;
             if n > conn.peer_max.get() as usize {
                 return Err(peer_limit(conn, n));
             }
             let fh = encode_am_header(id, n).map_err(Status::from)?;
-            tx.buf[..FRAME_HDR_LEN].copy_from_slice(&fh);
-            send_buffered(self, conn, tx, FRAME_HDR_LEN + n).map(|_| n)
+            tx.buf[b..b + FRAME_HDR_LEN].copy_from_slice(&fh);
+            send_buffered(self, conn, tx, b, FRAME_HDR_LEN + n).map(|_| n)
         })
     }
 
@@ -183,7 +194,7 @@ impl TcpEp {
                 "am.max_zcopy, RUCX_TCP_RX_SEG_SIZE",
             ));
         }
-        self.with_tx(|conn, tx| {
+        self.with_tx(0, |conn, tx| {
             if len > conn.peer_max.get() as usize {
                 return Err(peer_limit(conn, len));
             }
@@ -231,23 +242,26 @@ impl TcpEp {
                 "put.max_short, RUCX_TCP_TX_SEG_SIZE",
             ));
         }
-        self.with_tx(|conn, tx| {
-            let total = PUT_HDR + data.len();
-            Self::put_header(conn, &mut tx.buf[..PUT_HDR], raddr, rkey, data.len())?;
-            tx.buf[PUT_HDR..total].copy_from_slice(data);
-            send_buffered(self, conn, tx, total)
+        let total = PUT_HDR + data.len();
+        self.with_tx(total, |conn, tx| {
+            let b = tx.tail;
+            let out = &mut tx.buf[b..b + total];
+            Self::put_header(conn, &mut out[..PUT_HDR], raddr, rkey, data.len())?;
+            out[PUT_HDR..].copy_from_slice(data);
+            send_buffered(self, conn, tx, b, total)
         })
     }
 
     pub(crate) fn send_put_bcopy(&self, pack: PackCb, raddr: u64, rkey: u64) -> Result<usize> {
         let max = self.sh.cfg.tx_seg;
-        self.with_tx(|conn, tx| {
+        self.with_tx(PUT_HDR + max, |conn, tx| {
+            let b = tx.tail;
             conn.in_pack.set(true);
-            let r = pack.pack(&mut tx.buf[PUT_HDR..PUT_HDR + max]);
+            let r = pack.pack(&mut tx.buf[b + PUT_HDR..b + PUT_HDR + max]);
             conn.in_pack.set(false);
             let n = r?;
-            Self::put_header(conn, &mut tx.buf[..PUT_HDR], raddr, rkey, n)?;
-            send_buffered(self, conn, tx, PUT_HDR + n).map(|_| n)
+            Self::put_header(conn, &mut tx.buf[b..b + PUT_HDR], raddr, rkey, n)?;
+            send_buffered(self, conn, tx, b, PUT_HDR + n).map(|_| n)
         })
     }
 }

@@ -4,7 +4,8 @@
 //! into the connection's send buffer if the socket does not take them at once; the others
 //! (zcopy iovs, registered memory read by a get) stay where they are and are referenced until
 //! written. Either way the call returns at once: at most one message per connection is partly
-//! sent, and user sends answer `NoResource` until progress has written the rest.
+//! sent (copied ones may queue behind it, `coalesce.rs`), and other user sends answer
+//! `NoResource` until progress has written the rest.
 
 use std::io::IoSlice;
 

@@ -24,6 +24,7 @@ fn configuration_from_the_environment() {
         ("RUCX_TCP_MAX_IOV", "0"),
         ("RUCX_TCP_KEEPCNT", "many"),
         ("RUCX_TCP_MAX_POLL", "0"),
+        ("RUCX_TCP_TX_COALESCE", "2g"),
     ] {
         std::env::set_var(var, val);
         assert_eq!(open_lo(&c).err(), Some(Status::InvalidParam), "{var}={val}");
@@ -95,4 +96,23 @@ fn configuration_from_the_environment() {
     }
     assert_eq!(s.errors.borrow()[0], (ep.key(), Status::Unreachable));
     std::env::remove_var("RUCX_TCP_MAX_CONN_RETRIES");
+    // TX_COALESCE=0: a burst goes out send by send, without the sender's progress.
+    std::env::set_var("RUCX_TCP_TX_COALESCE", "0");
+    let p = Pair::new(Model::Iface, false);
+    let rec = p.record(1);
+    p.retry("warm-up", || p.ep.am_short(1, 0, b"w")).unwrap();
+    p.wait("warm-up", || rec.borrow().len() == 1);
+    p.a.worker.progress();
+    for s in 1..=3u64 {
+        p.ep.am_short(1, s, b"burst").unwrap();
+    }
+    let start = Instant::now();
+    while rec.borrow().len() < 4 {
+        p.b.worker.progress();
+        assert!(
+            start.elapsed() < DEADLINE,
+            "a burst waited for the sender's progress"
+        );
+    }
+    std::env::remove_var("RUCX_TCP_TX_COALESCE");
 }
