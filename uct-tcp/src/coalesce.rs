@@ -31,8 +31,8 @@ use crate::conn::{Conn, State, Tx, ZcTail};
 use crate::iface::Shared;
 
 impl Shared {
-    /// Whether a copied send that finds `conn` idle starts a burst: true for the second one
-    /// since the last progress call; the connection is then staged with a staging buffer.
+    /// For a copied send that finds `conn` idle: stages the connection (with a staging buffer)
+    /// when this is its second copied send since the last progress call.
     #[inline]
     pub fn stage_if_burst(&self, conn: &Rc<Conn>, tx: &mut Tx) {
         let t = self.tick.get();
@@ -82,7 +82,6 @@ impl Shared {
     /// the unsent ones (`need` 0: a send that cannot be appended), writing staged bytes first
     /// when the send cannot join them. `Ok(true)`: go ahead (appending if `tx` is still busy);
     /// `Ok(false)`: the send has to wait; `Err`: the socket failed.
-    #[cold]
     pub fn make_room(&self, conn: &Conn, tx: &mut Tx, need: usize) -> Result<bool> {
         if conn.state.get() != State::Connected {
             return Ok(false);

@@ -166,7 +166,7 @@ pub struct TcpConfig {
     pub rx_seg: usize,
     pub max_iov: usize,
     pub sendv_thresh: usize,
-    /// Most unsent bytes copied sends may pile up while the socket is full; 0: no coalescing.
+    /// Most bytes of copied sends that wait (staged, or behind a full socket); 0: none wait.
     pub tx_coalesce: usize,
     pub sndbuf: Option<usize>,
     pub rcvbuf: Option<usize>,

@@ -121,9 +121,10 @@ impl TcpEp {
         }
         let mut tx = conn.tx.borrow_mut();
         if !conn.can_send(&tx) {
-            let go = match tx.busy() {
-                true => self.sh.make_room(conn, &mut tx, append),
-                false => Ok(false),
+            let go = if tx.busy() {
+                self.sh.make_room(conn, &mut tx, append)
+            } else {
+                Ok(false)
             };
             match go {
                 Ok(true) => {}

@@ -18,8 +18,9 @@
 //! sides); `ep` (pending queue, flush, destroy); `send` (the AM fast path); `rma`; `ops`
 //! (operations awaiting replies); `errors` (failure handling); `timers`; `addr` (address
 //! formats); `bufs` (send/receive buffers lent to busy connections); `coalesce` (copied
-//! sends appended while the socket is full); `sock` (socket calls); `direct` (receiving into user memory, the crate's only
-//! unsafe code). Building blocks: [`wire`], [`rx_parser`], [`netif`].
+//! sends sharing one `send()`: bursts, full sockets); `sock` (socket calls); `direct`
+//! (receiving into user memory, the crate's only unsafe code). Building blocks: [`wire`],
+//! [`rx_parser`], [`netif`].
 #![deny(unsafe_code)]
 
 mod addr;

@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -19,21 +21,26 @@ fn receiver_only(p: &Pair, d: Duration) {
     }
 }
 
-fn seqs(rec: &std::cell::RefCell<Vec<Vec<u8>>>) -> Vec<u64> {
+fn seqs(rec: &RefCell<Vec<Vec<u8>>>) -> Vec<u64> {
     rec.borrow()
         .iter()
         .map(|m| u64::from_le_bytes(m[..8].try_into().unwrap()))
         .collect()
 }
 
-/// Connects (one message from a to b) and leaves both sides idle.
-fn warm_up(p: &Pair, rec: &std::cell::RefCell<Vec<Vec<u8>>>) {
+/// A connected pair (one message from a to b went through), both sides idle, a's progress
+/// just called: the next send is the first of a burst.
+fn ready_pair(model: Model) -> (Pair, Rc<RefCell<Vec<Vec<u8>>>>) {
+    let p = Pair::new(model, false);
+    let rec = p.record(ID);
     p.retry("warm-up", || p.ep.am_short(ID, 0, b"w")).unwrap();
     p.wait("warm-up", || rec.borrow().len() == 1);
     rec.borrow_mut().clear();
     p.wait("idle", || {
         p.progress() == 0 && p.a.iface.event_arm(ArmEvents::SEND_COMP).is_ok()
     });
+    p.a.worker.progress();
+    (p, rec)
 }
 
 fn bcopy(p: &Pair, seq: u64, len: usize) -> Result<usize> {
@@ -50,10 +57,7 @@ fn bcopy(p: &Pair, seq: u64, len: usize) -> Result<usize> {
 #[test]
 fn a_burst_waits_for_the_next_progress_call() {
     for model in [Model::Iface, Model::Ep] {
-        let p = Pair::new(model, false);
-        let rec = p.record(ID);
-        warm_up(&p, &rec);
-        p.a.worker.progress();
+        let (p, rec) = ready_pair(model);
         p.ep.am_short(ID, 1, b"first").unwrap();
         assert_eq!(bcopy(&p, 2, 3000), Ok(3008));
         p.ep.am_short(ID, 3, b"third").unwrap();
@@ -102,10 +106,7 @@ fn a_long_burst_is_written_in_batches() {
 /// and the order holds. put_short joins the burst; the flush that follows covers it.
 #[test]
 fn zcopy_and_puts_after_staged_sends_keep_order() {
-    let p = Pair::new(Model::Iface, false);
-    let rec = p.record(ID);
-    warm_up(&p, &rec);
-    p.a.worker.progress();
+    let (p, rec) = ready_pair(Model::Iface);
     p.ep.am_short(ID, 1, b"a").unwrap();
     p.ep.am_short(ID, 2, b"b").unwrap();
     let src = p.local(64, 0);
@@ -138,10 +139,7 @@ fn zcopy_and_puts_after_staged_sends_keep_order() {
 /// An endpoint destroyed right after a burst: the staged messages still reach the peer.
 #[test]
 fn staged_sends_survive_ep_destroy() {
-    let p = Pair::new(Model::Iface, false);
-    let rec = p.record(ID);
-    warm_up(&p, &rec);
-    p.a.worker.progress();
+    let (p, rec) = ready_pair(Model::Iface);
     for s in 1..=3u64 {
         p.ep.am_short(ID, s, b"bye").unwrap();
     }
