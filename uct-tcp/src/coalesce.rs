@@ -17,7 +17,8 @@
 //!   copied sends meanwhile are appended behind the unsent bytes instead of answering
 //!   `NoResource` (as libfabric's tcp provider stages sends, FI_TCP_STAGING_SBUF_SIZE).
 //!
-//! Either way at most `RUCX_TCP_TX_COALESCE` bytes wait, in a buffer lent while in use. Sends
+//! Either way at most `RUCX_TCP_TX_COALESCE` bytes wait: in the connection's send buffer while
+//! they fit, then in a staging buffer of that size (both lent while in use). Sends
 //! that reference user memory (zcopy, sendmsg-gathered am_short) never wait behind staged bytes
 //! (those are written first), and nothing is appended while the unsent part references memory
 //! itself, while target-side replies or a FIN wait, or while the endpoint has pending requests
@@ -31,20 +32,23 @@ use crate::conn::{Conn, State, Tx, ZcTail};
 use crate::iface::Shared;
 
 impl Shared {
-    /// For a copied send that finds `conn` idle: stages the connection (with a staging buffer)
+    /// For a copied send of up to `need` bytes that finds `conn` idle: stages the connection
     /// when this is its second copied send since the last progress call.
     #[inline]
-    pub fn stage_if_burst(&self, conn: &Rc<Conn>, tx: &mut Tx) {
+    pub fn stage_if_burst(&self, conn: &Rc<Conn>, tx: &mut Tx, need: usize) {
         let t = self.tick.get();
         if conn.tx_tick.replace(t) != t || self.cfg.tx_coalesce == 0 || conn.staged.get() {
             return;
         }
-        self.stage(conn, tx);
+        self.stage(conn, tx, need);
     }
 
     #[cold]
-    fn stage(&self, conn: &Rc<Conn>, tx: &mut Tx) {
-        if tx.buf.len() < self.stage_bufs.size() {
+    fn stage(&self, conn: &Rc<Conn>, tx: &mut Tx, need: usize) {
+        // Small messages stay in the send buffer (a fan-out of short bursts needs no big
+        // buffers); when a second message like this one would not fit, start in a staging
+        // buffer rather than copy into one later (`make_room`).
+        if 2 * need > tx.buf.len() && tx.buf.len() < self.stage_bufs.size() {
             let small = std::mem::replace(&mut tx.buf, self.stage_bufs.take());
             self.give_tx_buf(small);
         }
@@ -95,6 +99,18 @@ impl Shared {
         if joinable && tx.buf.len() - tx.tail >= need {
             return Ok(true);
         }
+        let cap = self.stage_bufs.size();
+        let unsent = tx.tail - tx.head;
+        if joinable && tx.buf.len() < cap && unsent + need <= cap {
+            // Grow into a staging buffer before writing anything.
+            let mut big = self.stage_bufs.take();
+            big[..unsent].copy_from_slice(&tx.buf[tx.head..tx.tail]);
+            let small = std::mem::replace(&mut tx.buf, big);
+            self.give_tx_buf(small);
+            tx.head = 0;
+            tx.tail = unsent;
+            return Ok(true);
+        }
         if conn.staged.get() && !conn.out_armed.get() {
             if self.drain_tx(conn, tx)? {
                 // Queued replies go out from progress first.
@@ -103,22 +119,13 @@ impl Shared {
             // The socket is full now: the rest goes on EPOLLOUT.
             self.update_interest(conn, true);
         }
-        if !joinable {
-            return Ok(false);
-        }
-        let cap = self.stage_bufs.size();
+        // The socket is full (or just filled): move what is unsent to the front if that makes
+        // room. (A drain above may have changed `head`.)
         let unsent = tx.tail - tx.head;
-        if unsent + need > cap {
+        if !joinable || tx.buf.len() < cap || unsent + need > cap {
             return Ok(false);
         }
-        if tx.buf.len() < cap {
-            let mut big = self.stage_bufs.take();
-            big[..unsent].copy_from_slice(&tx.buf[tx.head..tx.tail]);
-            let small = std::mem::replace(&mut tx.buf, big);
-            self.give_tx_buf(small);
-        } else {
-            tx.buf.copy_within(tx.head..tx.tail, 0);
-        }
+        tx.buf.copy_within(tx.head..tx.tail, 0);
         tx.head = 0;
         tx.tail = unsent;
         Ok(true)

@@ -141,7 +141,7 @@ impl TcpEp {
         }
         if append > 0 && !tx.busy() {
             if let Some(rc) = guard.as_ref() {
-                self.sh.stage_if_burst(rc, &mut tx);
+                self.sh.stage_if_burst(rc, &mut tx, append);
             }
         }
         let bytes = conn.tx_bytes.get();
