@@ -63,6 +63,12 @@ impl Shared {
         for _ in 0..n {
             let next = self.staged.borrow_mut().pop();
             let Some(conn) = next else { break };
+            if conn.in_pack.get() {
+                // A pack callback on it re-entered progress (its send buffer is in use): keep
+                // it for a later call. At the front, so this loop does not meet it again.
+                self.staged.borrow_mut().insert(0, conn);
+                continue;
+            }
             conn.staged.set(false);
             if !conn.is_open() {
                 continue;

@@ -153,3 +153,21 @@ fn staged_sends_survive_ep_destroy() {
     }
     assert_eq!(seqs(&rec), [1, 2, 3]);
 }
+
+/// A pack callback that progresses its worker while the connection holds staged sends (the
+/// flush skips that connection until the callback returns): no panic, nothing lost.
+#[test]
+fn progress_from_a_pack_callback_during_a_burst() {
+    let (p, rec) = ready_pair(Model::Iface);
+    p.ep.am_short(ID, 1, b"one").unwrap();
+    p.ep.am_short(ID, 2, b"two").unwrap();
+    let n = p.ep.am_bcopy(ID, |b| {
+        p.a.worker.progress();
+        b[..8].copy_from_slice(&3u64.to_le_bytes());
+        8
+    });
+    assert_eq!(n, Ok(8));
+    p.wait("the burst", || rec.borrow().len() == 3);
+    assert_eq!(seqs(&rec), [1, 2, 3]);
+    assert!(p.a.errors.borrow().is_empty() && p.b.errors.borrow().is_empty());
+}
