@@ -49,8 +49,7 @@ impl Shared {
         // buffers); when a second message like this one would not fit, start in a staging
         // buffer rather than copy into one later (`make_room`).
         if 2 * need > tx.buf.len() && tx.buf.len() < self.stage_bufs.size() {
-            let small = std::mem::replace(&mut tx.buf, self.stage_bufs.take());
-            self.give_tx_buf(small);
+            self.grow(tx);
         }
         conn.staged.set(true);
         self.staged.borrow_mut().push(conn.clone());
@@ -109,12 +108,7 @@ impl Shared {
         let unsent = tx.tail - tx.head;
         if joinable && tx.buf.len() < cap && unsent + need <= cap {
             // Grow into a staging buffer before writing anything.
-            let mut big = self.stage_bufs.take();
-            big[..unsent].copy_from_slice(&tx.buf[tx.head..tx.tail]);
-            let small = std::mem::replace(&mut tx.buf, big);
-            self.give_tx_buf(small);
-            tx.head = 0;
-            tx.tail = unsent;
+            self.grow(tx);
             return Ok(true);
         }
         if conn.staged.get() && !conn.out_armed.get() {
@@ -135,6 +129,18 @@ impl Shared {
         tx.head = 0;
         tx.tail = unsent;
         Ok(true)
+    }
+
+    /// Moves the unsent bytes to the front of a staging buffer; the send buffer goes back to
+    /// its pool.
+    fn grow(&self, tx: &mut Tx) {
+        let unsent = tx.tail - tx.head;
+        let mut big = self.stage_bufs.take();
+        big[..unsent].copy_from_slice(&tx.buf[tx.head..tx.tail]);
+        let small = std::mem::replace(&mut tx.buf, big);
+        self.give_tx_buf(small);
+        tx.head = 0;
+        tx.tail = unsent;
     }
 
     /// Returns an idle connection's send buffer to the pool it came from.
