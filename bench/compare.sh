@@ -286,6 +286,14 @@ ep_cost_rows() { # transport device n
     uh=$(median 0 ${E[ucx,heap]:-}); rh=$(median 0 ${E[rucx,heap]:-})
     EPS_ROWS+=("| $tl | $n | $um | $rm | $(ratio "$um" "$rm") | $uh | $rh | $(ratio "$uh" "$rh") | $(median 0 ${E[ucx,rss]:-}) | $(median 0 ${E[rucx,rss]:-}) | $(median 2 ${E[ucx,fd]:-}) / $(median 2 ${E[rucx,fd]:-}) |")
 }
+# Rounds in which rucx did better than UCX, "k/n": with n rounds, a k near n/2 says parity
+# (9 rounds: two equal tools give 2-7 in 96 runs of 100; 0-1 or 8-9 is a difference, sign test).
+ahead() { # kind ratios...
+    local kind=$1; shift
+    printf '%s\n' "$@" | grep -v FAIL | awk -v k="$kind" '
+        { n++; if ((k == "lat" && $1 < 1) || (k != "lat" && $1 > 1)) a++ }
+        END { if (n) printf "%d/%d", a, n; else print "n/a" }'
+}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b != "n/a" && a != "n/a") printf "%.2f", b / a; else print "n/a" }'; }
 if want eps; then
     if [ "$IN_VM" = 1 ]; then
@@ -316,8 +324,8 @@ fi
 
 # ------------------------------------------------------------------ table
 TABLE=$(
-    echo "| case | unit | UCX $UCX_VERSION | rucx | rucx/UCX | per-round rucx/UCX | UCX p50 | rucx p50 |"
-    echo "|---|---|---:|---:|---:|---:|---:|---:|"
+    echo "| case | unit | UCX $UCX_VERSION | rucx | rucx/UCX | per-round rucx/UCX | rounds rucx ahead | UCX p50 | rucx p50 |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
     for c in "${CASE_LIST[@]}"; do
         IFS='|' read -r id mode label kind uargs rargs <<<"$c"
         # Ratios from the unrounded medians; the table shows them rounded.
@@ -329,7 +337,7 @@ TABLE=$(
         else
             unit="MB/s (higher is better)"; up="-"; rp="-"
         fi
-        echo "| $label | $unit | $u | $r | $(ratio "$u6" "$r6") | $(median 2 ${RR[$id]:-}) | $up | $rp |"
+        echo "| $label | $unit | $u | $r | $(ratio "$u6" "$r6") | $(median 2 ${RR[$id]:-}) | $(ahead "$kind" ${RR[$id]:-}) | $up | $rp |"
     done
     if [ ${#VERBS_ROWS[@]} -gt 0 ]; then
         printf '%s\n' "${VERBS_ROWS[@]}"
