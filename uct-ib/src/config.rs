@@ -127,6 +127,12 @@ pub static IB_CONFIG: ConfigTable = ConfigTable {
             "RC: RDMA READ/atomic operations in flight per QP, or auto (the device maximum, at most 16).",
         ),
         ConfigField::new(
+            "THP",
+            "y",
+            ConfigKind::Bool,
+            "Back send/receive buffer pools with transparent huge pages (huge-page aligned chunks, madvise(MADV_HUGEPAGE)), as UCX's thp allocation, when the kernel's THP is always or madvise; n: heap memory.",
+        ),
+        ConfigField::new(
             "FC_ENABLE",
             "y",
             ConfigKind::Bool,
@@ -179,6 +185,8 @@ pub struct IbConfig {
     pub rnr_retry_count: u8,
     /// `None`: auto.
     pub max_rd_atomic: Option<u8>,
+    /// Buffer pools in transparent huge pages (`RUCX_IB_THP`).
+    pub thp: bool,
     pub fc_enable: bool,
     pub fc_wnd_size: u32,
     pub fc_soft_thresh: f64,
@@ -263,6 +271,7 @@ impl IbConfig {
             rnr_timeout: time("RNR_TIMEOUT")?,
             rnr_retry_count: uint_in("RNR_RETRY_COUNT", 0, 7)? as u8,
             max_rd_atomic: parse_auto_u8("MAX_RD_ATOMIC", &IB_CONFIG.get_str("MAX_RD_ATOMIC")?, 255)?,
+            thp: IB_CONFIG.get_bool("THP")?,
             fc_enable: IB_CONFIG.get_bool("FC_ENABLE")?,
             fc_wnd_size: uint_in("FC_WND_SIZE", 4, i16::MAX as u64)? as u32,
             fc_soft_thresh: frac("FC_SOFT_THRESH")?,

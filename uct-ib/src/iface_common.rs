@@ -41,20 +41,38 @@ pub fn open_port(md: &IbMd, dev_name: &str, cfg: &IbConfig) -> Result<PortInfo> 
     }
 }
 
-/// A pool of registered buffers of `BUF_DATA_OFFSET + seg_size` bytes (chunk key = lkey).
+/// A pool of registered buffers of `BUF_DATA_OFFSET + seg_size` bytes (chunk key = lkey),
+/// about `per_chunk` per chunk. With `thp` (`RUCX_IB_THP`) and the kernel's THP, a chunk is the
+/// whole huge pages that `per_chunk` buffers round down to (at least one), filled with buffers.
 pub fn buffer_pool(
     pd: &Arc<ProtectionDomain>,
     name: &str,
     seg_size: usize,
     per_chunk: usize,
     max: usize,
+    thp: bool,
 ) -> Result<MemPool> {
     let mut p = MemPoolParams::new(name, BUF_DATA_OFFSET + seg_size);
     p.alignment = 64;
     p.elems_per_chunk = per_chunk.max(1);
+    let huge = if thp { ucs::mpool::thp_size() } else { None };
+    if let (Some(hp), Some(stride)) = (huge, p.stride()) {
+        p.elems_per_chunk = elems_filling_pages(p.elems_per_chunk, stride, p.alignment - 1, hp);
+    }
     p.max_elems = max.max(1);
-    p.allocator = Some(Box::new(MrChunkAllocator::new(pd, AccessFlags::LOCAL_WRITE)));
+    p.allocator = Some(Box::new(MrChunkAllocator::new(
+        pd,
+        AccessFlags::LOCAL_WRITE,
+        huge.is_some(),
+    )));
     MemPool::new(p)
+}
+
+/// Elements per chunk so that a chunk (`elems * stride + slack` bytes) fills the whole pages
+/// of `page` bytes that `want` elements round down to, at least one page and one element.
+fn elems_filling_pages(want: usize, stride: usize, slack: usize, page: usize) -> usize {
+    let pages = (want.saturating_mul(stride) / page).max(1);
+    (pages.saturating_mul(page).saturating_sub(slack) / stride).max(1)
 }
 
 /// An SGE over `len` bytes at `off` of a pool buffer (the lkey is its chunk key).
@@ -371,6 +389,20 @@ mod tests {
         p.max_elems = n;
         p.allocator = Some(Box::new(HeapAllocator));
         MemPool::new(p).unwrap()
+    }
+
+    #[test]
+    fn huge_page_chunks_hold_whole_pages_of_buffers() {
+        const MIB2: usize = 2 << 20;
+        // rc_verbs rx: 256 buffers of 8 KiB + 64 (stride 8320) round down to one 2 MiB page
+        let n = elems_filling_pages(256, 8320, 63, MIB2);
+        assert_eq!(n, 252);
+        assert!(n * 8320 + 63 <= MIB2 && (n + 1) * 8320 + 63 > MIB2);
+        // fewer than a page's worth still gets a whole page; more pages when asked for
+        assert_eq!(elems_filling_pages(128, 8320, 63, MIB2), 252);
+        assert_eq!(elems_filling_pages(600, 8320, 63, MIB2), 504);
+        // an element larger than the page: one per chunk
+        assert_eq!(elems_filling_pages(1, 3 << 20, 63, MIB2), 1);
     }
 
     #[test]

@@ -14,7 +14,7 @@ mod pool;
 use std::cell::Cell;
 use std::rc::Rc;
 
-pub use chunk::{ChunkAllocator, ChunkInfo, HeapAllocator, RawChunk};
+pub use chunk::{thp_size, ChunkAllocator, ChunkInfo, HeapAllocator, RawChunk};
 pub use pool::PoolBuf;
 
 use crate::{Result, Status};
@@ -62,6 +62,15 @@ impl MemPoolParams {
             obj_init: None,
             allocator: None,
         }
+    }
+
+    /// Bytes one element takes in a chunk (its header and padding included); `None` when
+    /// that overflows. Lets a caller size `elems_per_chunk` to fill a given chunk size.
+    pub fn stride(&self) -> Option<usize> {
+        let align = self.alignment.max(1);
+        HDR.checked_add(self.elem_size)
+            .and_then(|v| v.checked_add(align - 1))
+            .map(|v| v & !(align - 1))
     }
 }
 
@@ -126,10 +135,8 @@ impl MemPool {
                 "grow_factor must be a positive number (1.0 = constant)",
             ));
         }
-        let stride = HDR
-            .checked_add(p.elem_size)
-            .and_then(|v| v.checked_add(p.alignment - 1))
-            .map(|v| v & !(p.alignment - 1))
+        let stride = p
+            .stride()
             .ok_or_else(|| invalid(name, "elem_size is too large"))?;
         let fits = stride
             .checked_add(p.alignment - 1)

@@ -158,9 +158,9 @@ impl IfaceShared {
             seg_size: cfg.seg_size,
             retry_count: retry_count(&dev, cfg.retry_count),
         };
-        let rx_pool = buffer_pool(&dev.pd, "rc_verbs rx", cfg.seg_size, 256, usize::MAX)?;
+        let rx_pool = buffer_pool(&dev.pd, "rc_verbs rx", cfg.seg_size, 256, usize::MAX, cfg.thp)?;
         let rx = RxRing::new(rx_pool, rx_len, cfg.rx_max_batch, BUF_DATA_OFFSET, cfg.seg_size)?;
-        let tx_pool = buffer_pool(&dev.pd, "rc_verbs tx", cfg.seg_size, 128, usize::MAX)?;
+        let tx_pool = buffer_pool(&dev.pd, "rc_verbs tx", cfg.seg_size, 128, usize::MAX, cfg.thp)?;
         let fc = FcParams::new(
             cfg.fc_enable,
             cfg.fc_wnd_size,

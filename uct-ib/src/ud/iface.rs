@@ -136,7 +136,7 @@ impl UdShared {
         })?;
         qp.modify_ud_to_rts(0)?;
         let granted = qp.caps();
-        let rx_pool = buffer_pool(&dev.pd, "ud_verbs rx", GRH_LEN + seg, 256, usize::MAX)?;
+        let rx_pool = buffer_pool(&dev.pd, "ud_verbs rx", GRH_LEN + seg, 256, usize::MAX, ibcfg.thp)?;
         let rx = RxRing::new(
             rx_pool,
             granted.max_recv_wr.min(rx_len),
@@ -145,7 +145,7 @@ impl UdShared {
             GRH_LEN + seg,
         )?;
         rx.refill(|reqs| qp.post_recv_batch(reqs))?;
-        let tx_pool = buffer_pool(&dev.pd, "ud_verbs tx", seg, 128, cfg.tx_bufs)?;
+        let tx_pool = buffer_pool(&dev.pd, "ud_verbs tx", seg, 128, cfg.tx_bufs, ibcfg.thp)?;
         let tx = TxPool::new(
             tx_pool,
             cfg.tx_bufs,

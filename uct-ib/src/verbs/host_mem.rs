@@ -28,22 +28,26 @@ pub fn register_host_memory(
 }
 
 /// A `ucs::mpool` chunk allocator whose chunks are registered memory regions: the chunk key
-/// ([`RawChunk::key`]) is the lkey, so every element of the pool can be used in SGEs.
+/// ([`RawChunk::key`]) is the lkey, so every element of the pool can be used in SGEs. With
+/// `thp`, chunks are whole transparent huge pages ([`RawChunk::huge`]), else heap memory.
 ///
 /// Elements are only read through `PoolBuf` after the HCA finished writing them (after the
 /// receive or READ/atomic completion), so no Rust reference overlaps an HCA write.
 pub struct MrChunkAllocator {
     pd: Arc<ProtectionDomain>,
     access: AccessFlags,
+    thp: bool,
     regions: RefCell<HashMap<usize, MemoryRegion>>,
 }
 
 impl MrChunkAllocator {
-    /// Chunks registered on `pd` with `access` (receive buffers need `LOCAL_WRITE`).
-    pub fn new(pd: &Arc<ProtectionDomain>, access: AccessFlags) -> MrChunkAllocator {
+    /// Chunks registered on `pd` with `access` (receive buffers need `LOCAL_WRITE`), in
+    /// transparent huge pages when `thp` is set.
+    pub fn new(pd: &Arc<ProtectionDomain>, access: AccessFlags, thp: bool) -> MrChunkAllocator {
         MrChunkAllocator {
             pd: pd.clone(),
             access,
+            thp,
             regions: RefCell::new(HashMap::new()),
         }
     }
@@ -51,7 +55,11 @@ impl MrChunkAllocator {
 
 impl ChunkAllocator for MrChunkAllocator {
     fn alloc(&self, size: usize) -> Result<RawChunk> {
-        let mut chunk = RawChunk::heap(size)?;
+        let mut chunk = if self.thp {
+            RawChunk::huge(size)?
+        } else {
+            RawChunk::heap(size)?
+        };
         // SAFETY: the chunk's heap memory is freed only in `release`, after its region is
         // dropped; the pool accesses elements only while the HCA does not write them.
         let mr = unsafe { MemoryRegion::register(&self.pd, chunk.as_ptr(), chunk.len(), self.access)? };
