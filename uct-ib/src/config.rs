@@ -130,7 +130,7 @@ pub static IB_CONFIG: ConfigTable = ConfigTable {
             "THP",
             "y",
             ConfigKind::Bool,
-            "Back send/receive buffer pools with transparent huge pages (huge-page aligned chunks, madvise(MADV_HUGEPAGE)), as UCX's thp allocation, when the kernel's THP is always or madvise; n: heap memory.",
+            "Buffer pools whose chunks reach a huge page (the rc_verbs receive ring) in transparent huge pages (huge-page aligned chunks, madvise(MADV_HUGEPAGE)), as UCX's thp allocation, when the kernel's THP is always or madvise; smaller pools and n: heap memory.",
         ),
         ConfigField::new(
             "FC_ENABLE",

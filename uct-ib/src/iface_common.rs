@@ -42,8 +42,9 @@ pub fn open_port(md: &IbMd, dev_name: &str, cfg: &IbConfig) -> Result<PortInfo> 
 }
 
 /// A pool of registered buffers of `BUF_DATA_OFFSET + seg_size` bytes (chunk key = lkey),
-/// about `per_chunk` per chunk. With `thp` (`RUCX_IB_THP`) and the kernel's THP, a chunk is the
-/// whole huge pages that `per_chunk` buffers round down to (at least one), filled with buffers.
+/// about `per_chunk` per chunk. With `thp` (`RUCX_IB_THP`) and the kernel's THP, a chunk of at
+/// least one huge page becomes the whole huge pages it rounds down to, filled with buffers;
+/// smaller pools stay on the heap (a huge page would multiply their memory).
 pub fn buffer_pool(
     pd: &Arc<ProtectionDomain>,
     name: &str,
@@ -55,9 +56,13 @@ pub fn buffer_pool(
     let mut p = MemPoolParams::new(name, BUF_DATA_OFFSET + seg_size);
     p.alignment = 64;
     p.elems_per_chunk = per_chunk.max(1);
-    let huge = if thp { ucs::mpool::thp_size() } else { None };
-    if let (Some(hp), Some(stride)) = (huge, p.stride()) {
-        p.elems_per_chunk = elems_filling_pages(p.elems_per_chunk, stride, p.alignment - 1, hp);
+    let slack = p.alignment - 1;
+    let huge = match (thp, ucs::mpool::thp_size(), p.stride()) {
+        (true, Some(hp), Some(stride)) => huge_chunk_elems(p.elems_per_chunk, stride, slack, hp),
+        _ => None,
+    };
+    if let Some(n) = huge {
+        p.elems_per_chunk = n;
     }
     p.max_elems = max.max(1);
     p.allocator = Some(Box::new(MrChunkAllocator::new(
@@ -69,10 +74,12 @@ pub fn buffer_pool(
 }
 
 /// Elements per chunk so that a chunk (`elems * stride + slack` bytes) fills the whole pages
-/// of `page` bytes that `want` elements round down to, at least one page and one element.
-fn elems_filling_pages(want: usize, stride: usize, slack: usize, page: usize) -> usize {
-    let pages = (want.saturating_mul(stride) / page).max(1);
-    (pages.saturating_mul(page).saturating_sub(slack) / stride).max(1)
+/// of `page` bytes that `want` elements round down to; `None` when `want` elements take less
+/// than one page (or fit no element in the pages).
+fn huge_chunk_elems(want: usize, stride: usize, slack: usize, page: usize) -> Option<usize> {
+    let pages = want.saturating_mul(stride).saturating_add(slack) / page;
+    let n = pages.saturating_mul(page).saturating_sub(slack) / stride;
+    (n > 0).then_some(n)
 }
 
 /// An SGE over `len` bytes at `off` of a pool buffer (the lkey is its chunk key).
@@ -395,14 +402,16 @@ mod tests {
     fn huge_page_chunks_hold_whole_pages_of_buffers() {
         const MIB2: usize = 2 << 20;
         // rc_verbs rx: 256 buffers of 8 KiB + 64 (stride 8320) round down to one 2 MiB page
-        let n = elems_filling_pages(256, 8320, 63, MIB2);
+        let n = huge_chunk_elems(256, 8320, 63, MIB2).unwrap();
         assert_eq!(n, 252);
         assert!(n * 8320 + 63 <= MIB2 && (n + 1) * 8320 + 63 > MIB2);
-        // fewer than a page's worth still gets a whole page; more pages when asked for
-        assert_eq!(elems_filling_pages(128, 8320, 63, MIB2), 252);
-        assert_eq!(elems_filling_pages(600, 8320, 63, MIB2), 504);
-        // an element larger than the page: one per chunk
-        assert_eq!(elems_filling_pages(1, 3 << 20, 63, MIB2), 1);
+        // more pages when asked for
+        assert_eq!(huge_chunk_elems(600, 8320, 63, MIB2), Some(504));
+        // less than a page's worth (rc tx: 128 buffers, 1 MiB) stays on the heap
+        assert_eq!(huge_chunk_elems(128, 8320, 63, MIB2), None);
+        // an element larger than the page: whole pages for as many as fit
+        assert_eq!(huge_chunk_elems(1, 3 << 20, 63, MIB2), None);
+        assert_eq!(huge_chunk_elems(2, 3 << 20, 63, MIB2), Some(1));
     }
 
     #[test]
