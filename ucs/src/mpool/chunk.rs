@@ -269,10 +269,15 @@ mod tests {
         c.set_key(7);
         assert_eq!(c.key(), 7);
         drop(c);
-        // many map/unmap cycles: nothing leaks or overlaps
-        for _ in 0..64 {
+        // map, write both ends, unmap, many times: a chunk that overlapped an unmapped range
+        // (a wrong head/tail trim or unmap) would fault here
+        for i in 0..64u8 {
             let c = RawChunk::huge(1).unwrap();
-            assert!(!c.is_empty());
+            // SAFETY: as above.
+            let mem = unsafe { std::slice::from_raw_parts_mut(c.as_ptr(), c.len()) };
+            assert_eq!((mem[0], mem[mem.len() - 1]), (0, 0), "fresh chunks are zeroed");
+            mem[0] = i;
+            mem[mem.len() - 1] = i;
         }
     }
 }
