@@ -65,9 +65,13 @@ impl MemPoolParams {
     }
 
     /// Bytes one element takes in a chunk (its header and padding included); `None` when
-    /// that overflows. Lets a caller size `elems_per_chunk` to fill a given chunk size.
+    /// that overflows or `alignment` is not a power of 2. Lets a caller size
+    /// `elems_per_chunk` to fill a given chunk size.
     pub fn stride(&self) -> Option<usize> {
-        let align = self.alignment.max(1);
+        let align = self.alignment;
+        if !align.is_power_of_two() {
+            return None;
+        }
         HDR.checked_add(self.elem_size)
             .and_then(|v| v.checked_add(align - 1))
             .map(|v| v & !(align - 1))
