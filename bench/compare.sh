@@ -295,31 +295,26 @@ ahead() { # kind ratios...
         END { if (n) printf "%d/%d", a, n; else print "n/a" }'
 }
 # Distribution-free confidence interval of the median per-round ratio: the k-th smallest and
-# k-th largest of the n rounds, k the largest with 2 P(Binomial(n, 1/2) < k) <= 5% (k = 1, the
-# whole range, when n < 6). 9 rounds: 2nd and 8th, 96%. Prints "lo-hi side": side says where
-# the interval lies against 1.0 (ahead / parity / behind, for rucx), the sign test in words.
-ci() { # kind ratios...
-    local kind=$1; shift
-    printf '%s\n' "$@" | grep -v FAIL | sort -g | awk -v kind="$kind" '
+# k-th largest of the n rounds, k the largest with 2 P(Binomial(n, 1/2) < k) <= 5% (9 rounds:
+# 2nd and 8th, 96%; up to 8 rounds k = 1, the whole range, which is under 95% below 6 rounds).
+# Prints "lo-hi side coverage%": side says where the interval lies against `ref` (ahead / parity
+# / behind, for rucx), the sign test in words.
+ci() { # kind ref ratios...
+    local kind=$1 ref=$2; shift 2
+    printf '%s\n' "$@" | grep -v FAIL | sort -g | awk -v kind="$kind" -v ref="$ref" '
         { v[++n] = $1 }
         END {
-            if (!n) { print "n/a n/a"; exit }
-            k = 1; c = 1; tail = 1 / 2 ^ n                    # c = C(n, j), tail = P(B <= j)
+            if (!n) { print "n/a n/a n/a"; exit }
+            k = 1; c = 1; tail = 1 / 2 ^ n; cov = 1 - 2 * tail  # c = C(n, j), tail = P(B <= j)
             for (j = 1; j < n / 2; j++) {
                 c = c * (n - j + 1) / j; tail += c / 2 ^ n
-                if (2 * tail <= 0.05) k = j + 1; else break
+                if (2 * tail > 0.05) break
+                k = j + 1; cov = 1 - 2 * tail
             }
-            if (k > (n + 1) / 2) k = int((n + 1) / 2)
             lo = v[k]; hi = v[n + 1 - k]
-            if (kind == "lat") { good = (hi < 1); bad = (lo > 1) } else { good = (lo > 1); bad = (hi < 1) }
-            printf "%.2f-%.2f %s\n", lo, hi, good ? "ahead" : (bad ? "behind" : "parity")
+            if (kind == "lat") { good = (hi < ref); bad = (lo > ref) } else { good = (lo > ref); bad = (hi < ref) }
+            printf "%.2f-%.2f %s %.0f\n", lo, hi, good ? "ahead" : (bad ? "behind" : "parity"), 100 * cov
         }'
-}
-ci_conf() { # n: the interval's coverage in percent
-    awk -v n="$1" 'BEGIN { k = 1; c = 1; tail = 1 / 2 ^ n; cov = 1 - 2 / 2 ^ n
-        for (j = 1; j < n / 2; j++) { c = c * (n - j + 1) / j; tail += c / 2 ^ n
-            if (2 * tail <= 0.05) cov = 1 - 2 * tail; else break }
-        printf "%.0f", 100 * cov }'
 }
 # The target's verdict on the ratio of medians, with the sign test's word on the rounds.
 verdict() { # kind ratio side
@@ -370,7 +365,7 @@ TABLE=$(
         else
             unit="MB/s (higher is better)"; up="-"; rp="-"
         fi
-        rt=$(ratio "$u6" "$r6"); read -r range side <<<"$(ci "$kind" ${RR[$id]:-})"
+        rt=$(ratio "$u6" "$r6"); read -r range side _ <<<"$(ci "$kind" 1 ${RR[$id]:-})"
         echo "| $label | $unit | $u | $r | $rt | $(median 2 ${RR[$id]:-}) | $range | $(ahead "$kind" ${RR[$id]:-}) | $(verdict "$kind" "$rt" "$side") | $up | $rp |"
     done
     if [ ${#VERBS_ROWS[@]} -gt 0 ]; then
@@ -386,10 +381,10 @@ TABLE=$(
             echo
             # Per round: rucx over the floor measured in the same round; the CI against 1.10.
             fr=$(paste -d' ' <(printf '%s\n' ${VAL[floor_lat,floor]}) <(printf '%s\n' ${VAL[tcp_am_lat_8,rucx]}) |
-                awk '$1 + 0 > 0 && $2 + 0 > 0 { printf "%.4f ", $2 / $1 / 1.10 }')
-            read -r frange fside <<<"$(ci lat $fr)"
-            frange=$(echo "$frange" | awk -F- '{ if (NF == 2) printf "%.2f-%.2f", $1 * 1.10, $2 * 1.10; else print $0 }')
-            echo "tcp am_lat 8 B against the floor (target rucx/floor <= 1.10): rucx/floor $(ratio "$fl" "$(median 6 ${VAL[tcp_am_lat_8,rucx]})"), UCX/floor $(ratio "$fl" "$(median 6 ${VAL[tcp_am_lat_8,ucx]:-})"); p50: rucx/floor $(ratio "$(median 3 ${PCT[floor_lat,floor]})" "$(median 3 ${PCT[tcp_am_lat_8,rucx]})"), UCX/floor $(ratio "$(median 3 ${PCT[floor_lat,floor]})" "$(median 3 ${PCT[tcp_am_lat_8,ucx]:-})"); per round rucx/floor CI $frange, against 1.10: ${fside/ahead/below}."
+                awk '$1 + 0 > 0 && $2 + 0 > 0 { printf "%.4f ", $2 / $1 }')
+            read -r frange fside _ <<<"$(ci lat 1.10 $fr)"
+            case "$fside" in ahead) fside="below (met)" ;; behind) fside="above (missed)" ;; parity) fside="contains it" ;; esac
+            echo "tcp am_lat 8 B against the floor (target rucx/floor <= 1.10): rucx/floor $(ratio "$fl" "$(median 6 ${VAL[tcp_am_lat_8,rucx]})"), UCX/floor $(ratio "$fl" "$(median 6 ${VAL[tcp_am_lat_8,ucx]:-})"); p50: rucx/floor $(ratio "$(median 3 ${PCT[floor_lat,floor]})" "$(median 3 ${PCT[tcp_am_lat_8,rucx]})"), UCX/floor $(ratio "$(median 3 ${PCT[floor_lat,floor]})" "$(median 3 ${PCT[tcp_am_lat_8,ucx]:-})"); per round rucx/floor CI $frange, against 1.10: $fside."
         fi
     fi
     if [ ${#EPS_ROWS[@]} -gt 0 ]; then
@@ -404,7 +399,7 @@ TABLE=$(
     fi
 )
 MACHINE="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) CPUs, $(uname -sr), load avg $(cut -d' ' -f1-3 /proc/loadavg)"
-HEAD="Run $(date -u '+%Y-%m-%d %H:%M UTC') on: $MACHINE; $(rustc --version 2>/dev/null); $ROUNDS rounds per case, medians; latency = overall average (RTT/2), bandwidth = overall MB/s (MiB/s); per-round rucx/UCX = median of each round's ratio; per-round CI = a distribution-free $(ci_conf "$ROUNDS")% confidence interval of that median (order statistics of the rounds' ratios); target = met or missed by rucx/UCX, with where the CI lies against 1.0 (ahead, parity: contains 1.0, behind)$([ "$NICE" = 2 ] && echo "; measured processes SCHED_FIFO (--rt)")."
+HEAD="Run $(date -u '+%Y-%m-%d %H:%M UTC') on: $MACHINE; $(rustc --version 2>/dev/null); $ROUNDS rounds per case, medians; latency = overall average (RTT/2), bandwidth = overall MB/s (MiB/s); per-round rucx/UCX = median of each round's ratio; per-round CI = a distribution-free $(ci bw 1 $(seq 1 "$ROUNDS") | cut -d' ' -f3)% confidence interval of that median (order statistics of the rounds' ratios); target = met or missed by rucx/UCX, with where the CI lies against 1.0 (ahead, parity: contains 1.0, behind)$([ "$NICE" = 2 ] && echo "; measured processes SCHED_FIFO (--rt)")."
 echo
 echo "$HEAD"
 echo
