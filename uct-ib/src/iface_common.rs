@@ -56,9 +56,8 @@ pub fn buffer_pool(
     let mut p = MemPoolParams::new(name, BUF_DATA_OFFSET + seg_size);
     p.alignment = 64;
     p.elems_per_chunk = per_chunk.max(1);
-    let slack = p.alignment - 1;
-    let huge = match (thp, ucs::mpool::thp_size(), p.stride()) {
-        (true, Some(hp), Some(stride)) => huge_chunk_elems(p.elems_per_chunk, stride, slack, hp),
+    let huge = match (thp, ucs::mpool::thp_size()) {
+        (true, Some(hp)) => p.elems_filling_pages(hp),
         _ => None,
     };
     if let Some(n) = huge {
@@ -71,15 +70,6 @@ pub fn buffer_pool(
         huge.is_some(),
     )));
     MemPool::new(p)
-}
-
-/// Elements per chunk so that a chunk (`elems * stride + slack` bytes) fills the whole pages
-/// of `page` bytes that `want` elements round down to; `None` when `want` elements take less
-/// than one page (or fit no element in the pages).
-fn huge_chunk_elems(want: usize, stride: usize, slack: usize, page: usize) -> Option<usize> {
-    let pages = want.saturating_mul(stride).saturating_add(slack) / page;
-    let n = pages.saturating_mul(page).saturating_sub(slack) / stride;
-    (n > 0).then_some(n)
 }
 
 /// An SGE over `len` bytes at `off` of a pool buffer (the lkey is its chunk key).
@@ -396,22 +386,6 @@ mod tests {
         p.max_elems = n;
         p.allocator = Some(Box::new(HeapAllocator));
         MemPool::new(p).unwrap()
-    }
-
-    #[test]
-    fn huge_page_chunks_hold_whole_pages_of_buffers() {
-        const MIB2: usize = 2 << 20;
-        // rc_verbs rx: 256 buffers of 8 KiB + 64 (stride 8320) round down to one 2 MiB page
-        let n = huge_chunk_elems(256, 8320, 63, MIB2).unwrap();
-        assert_eq!(n, 252);
-        assert!(n * 8320 + 63 <= MIB2 && (n + 1) * 8320 + 63 > MIB2);
-        // more pages when asked for
-        assert_eq!(huge_chunk_elems(600, 8320, 63, MIB2), Some(504));
-        // less than a page's worth (rc tx: 128 buffers, 1 MiB) stays on the heap
-        assert_eq!(huge_chunk_elems(128, 8320, 63, MIB2), None);
-        // an element larger than the page: whole pages for as many as fit
-        assert_eq!(huge_chunk_elems(1, 3 << 20, 63, MIB2), None);
-        assert_eq!(huge_chunk_elems(2, 3 << 20, 63, MIB2), Some(1));
     }
 
     #[test]

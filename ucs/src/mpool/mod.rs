@@ -65,9 +65,8 @@ impl MemPoolParams {
     }
 
     /// Bytes one element takes in a chunk (its header and padding included); `None` when
-    /// that overflows or `alignment` is not a power of 2. Lets a caller size
-    /// `elems_per_chunk` to fill a given chunk size.
-    pub fn stride(&self) -> Option<usize> {
+    /// that overflows or `alignment` is not a power of 2.
+    pub(crate) fn stride(&self) -> Option<usize> {
         let align = self.alignment;
         if !align.is_power_of_two() {
             return None;
@@ -76,6 +75,23 @@ impl MemPoolParams {
             .and_then(|v| v.checked_add(align - 1))
             .map(|v| v & !(align - 1))
     }
+
+    /// Elements per chunk so that each chunk fills the whole pages of `page` bytes (a huge
+    /// page, for a chunk allocator that maps them) that `elems_per_chunk` elements round down
+    /// to; `None` when those elements take less than one page, or no element fits a page.
+    pub fn elems_filling_pages(&self, page: usize) -> Option<usize> {
+        let stride = self.stride()?;
+        let slack = chunk_bytes(0, stride, self.alignment)?;
+        let pages = chunk_bytes(self.elems_per_chunk, stride, self.alignment).unwrap_or(usize::MAX) / page;
+        let n = pages.saturating_mul(page).saturating_sub(slack) / stride;
+        (n > 0).then_some(n)
+    }
+}
+
+/// Bytes of a chunk holding `elems` elements of `stride` bytes: room to align the first one
+/// (`alignment - 1`) included. What [`MemPool`] asks its chunk allocator for.
+pub(crate) fn chunk_bytes(elems: usize, stride: usize, alignment: usize) -> Option<usize> {
+    elems.checked_mul(stride)?.checked_add(alignment - 1)
 }
 
 impl std::fmt::Debug for MemPoolParams {
@@ -142,9 +158,7 @@ impl MemPool {
         let stride = p
             .stride()
             .ok_or_else(|| invalid(name, "elem_size is too large"))?;
-        let fits = stride
-            .checked_add(p.alignment - 1)
-            .is_some_and(|m| p.max_chunk_size >= m);
+        let fits = chunk_bytes(1, stride, p.alignment).is_some_and(|m| p.max_chunk_size >= m);
         if !fits {
             return Err(invalid(
                 name,
@@ -247,6 +261,31 @@ impl std::fmt::Debug for MemPool {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn chunks_sized_to_whole_pages() {
+        const MIB2: usize = 2 << 20;
+        let with = |elem_size: usize, per_chunk: usize| {
+            let mut p = MemPoolParams::new("pages", elem_size);
+            p.alignment = 64;
+            p.elems_per_chunk = per_chunk;
+            p
+        };
+        // rc_verbs rx: 256 buffers of 8 KiB + 64 (stride 8320) round down to one 2 MiB page
+        let p = with(8192 + 64, 256);
+        assert_eq!(p.stride(), Some(8320));
+        let n = p.elems_filling_pages(MIB2).unwrap();
+        assert_eq!(n, 252);
+        let bytes = |n| chunk_bytes(n, 8320, 64).unwrap();
+        assert!(bytes(n) <= MIB2 && bytes(n + 1) > MIB2, "fills the page, no more");
+        // more pages when asked for
+        assert_eq!(with(8192 + 64, 600).elems_filling_pages(MIB2), Some(504));
+        // less than a page's worth (rc tx: 128 buffers, 1 MiB) is left alone
+        assert_eq!(with(8192 + 64, 128).elems_filling_pages(MIB2), None);
+        // an element larger than the page: whole pages for as many as fit
+        assert_eq!(with(3 << 20, 1).elems_filling_pages(MIB2), None);
+        assert_eq!(with(3 << 20, 2).elems_filling_pages(MIB2), Some(1));
+    }
 
     fn params(elem_size: usize, per_chunk: usize, max: usize) -> MemPoolParams {
         let mut p = MemPoolParams::new("test", elem_size);

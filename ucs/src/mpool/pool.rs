@@ -109,10 +109,7 @@ impl PoolInner {
         let slack = s.alignment - 1;
         let by_size = (s.max_chunk_size - slack) / s.stride; // >= 1, checked by MemPool::new
         let want = s.elems_per_chunk.min(quota).min(by_size);
-        let size = want
-            .checked_mul(s.stride)
-            .and_then(|v| v.checked_add(slack))
-            .ok_or(Status::NoMemory)?;
+        let size = super::chunk_bytes(want, s.stride, s.alignment).ok_or(Status::NoMemory)?;
         let chunk = match s.allocator.alloc(size) {
             Ok(c) => c,
             Err(e) => {

@@ -60,7 +60,7 @@ impl ChunkAllocator for MrChunkAllocator {
         } else {
             RawChunk::heap(size)?
         };
-        // SAFETY: the chunk's heap memory is freed only in `release`, after its region is
+        // SAFETY: the chunk's memory is freed only in `release`, after its region is
         // dropped; the pool accesses elements only while the HCA does not write them.
         let mr = unsafe { MemoryRegion::register(&self.pd, chunk.as_ptr(), chunk.len(), self.access)? };
         chunk.set_key(mr.lkey() as u64);
