@@ -5,7 +5,11 @@
 //! - only `#[repr(C)]` data, raw pointers, fixed-size arrays and `extern "C"` functions cross it:
 //!   no trait objects, `String`, `Vec` or allocator;
 //! - an object is destroyed by the side that created it (plugin objects through their table's
-//!   `*_destroy`/`*_close`, host objects through callbacks the host supplies);
+//!   `*_destroy`/`*_close`, host objects through callbacks the host supplies), and never while
+//!   one of its own calls is running: destroying an endpoint from inside the pack or unpack
+//!   callback of an operation on that same endpoint is undefined, as in UCX (the call still
+//!   uses the object). The Rust API cannot express it (the call borrows the
+//!   endpoint); a C host must defer the destroy until the call returned;
 //! - a panic never crosses it: every entry point catches unwinding and returns a status;
 //! - [`ABI_VERSION`] must match exactly, otherwise the loader skips the plugin.
 //!
