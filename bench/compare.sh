@@ -201,7 +201,19 @@ if want verbs && { [ "$IN_VM" = 1 ] || [ -n "${RUCX_BENCH_VERBS_DEV:-}" ]; }; th
     )
 fi
 
-declare -A VAL PCT FAILED RR CUR
+declare -A VAL PCT FAILED RR CUR STL
+# Host steal: time the hypervisor ran something else on our vCPUs (/proc/stat "steal", in
+# USER_HZ ticks, all CPUs). A ping-pong stalls whenever either side's vCPU is stolen, so a run's
+# overall latency grows with it (measured: stalls of 2-4 ms, 4-30% of a run's time, summing to
+# the steal); shown per case so that an unlucky round can be told from a slower tool. The guest
+# of the soft-RoCE VM (TCG) has no steal accounting: "-" there.
+CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
+steal_now() { echo "$(awk '/^cpu /{print $9; exit}' /proc/stat 2>/dev/null || echo 0) $(date +%s%N)"; }
+steal_pct() { # "ticks ns" before, "ticks ns" after: steal as % of all CPUs' time
+    awk -v a="$1" -v b="$2" -v hz="$CLK_TCK" -v n="$(nproc)" 'BEGIN { split(a, x, " "); split(b, y, " ")
+        ns = y[2] - x[2]; if (ns <= 0) { print "FAIL"; exit }
+        printf "%.2f\n", 100 * (y[1] - x[1]) / hz * 1e9 / (ns * n) }'
+}
 run_case() { # tool id mode args
     local tool=$1 id=$2 mode=$3; shift 3
     local row
@@ -219,9 +231,11 @@ for round in $(seq 1 "$ROUNDS"); do
     if want floor && [ "$IN_VM" != 1 ]; then
         for spec in "${FLOOR_SPECS[@]}"; do
             IFS='|' read -r fid kind label args <<<"$spec"
+            s0=$(steal_now)
             row=$(timeout -k 5 "$TO" $(prio) "$FLOOR" $args 2>>"$LOG" | csv_row)
             row=${row:-FAIL}
             VAL[$fid,floor]+="$(value "$kind" "$row") "; PCT[$fid,floor]+="$(field "$row" 2) "
+            STL[$fid,floor]+="$(steal_pct "$s0" "$(steal_now)") "
             printf '  round %d %-44s floor %s\n' "$round" "$label" "$row" >&2
         done
     fi
@@ -234,6 +248,7 @@ for round in $(seq 1 "$ROUNDS"); do
             # A tool that failed a case once is not retried (keeps a broken build from costing
             # rounds x timeout).
             if [ -n "${FAILED[$id,$who]:-}" ]; then continue; fi
+            s0=$(steal_now)
             if [ "$who" = ucx ]; then row=$(run_case "$UCX" "$id" "$mode" $uargs); else row=$(run_case "$RUCX" "$id" "$mode" $rargs); fi
             if [ "$row" = FAIL ]; then
                 FAILED[$id,$who]=1
@@ -242,6 +257,7 @@ for round in $(seq 1 "$ROUNDS"); do
             CUR[$who]=$(value "$kind" "$row")
             VAL[$id,$who]+="${CUR[$who]} "
             PCT[$id,$who]+="$(field "$row" 2) "
+            STL[$id,$who]+="$(steal_pct "$s0" "$(steal_now)") "
             printf '  round %d %-44s %-5s %s\n' "$round" "$label" "$who" "$row" >&2
         done
         # This round's rucx/UCX: the two ran seconds apart, so slow drifts of the machine
@@ -259,7 +275,7 @@ if want floor && [ "$IN_VM" != 1 ]; then
         unit="µs (RTT/2)"; [ "$kind" = bw ] && unit="MB/s"
         prec=3; [ "$kind" = bw ] && prec=2
         p="$(median 3 ${PCT[$fid,floor]:-})"; [ "$kind" = bw ] && p="-"
-        FLOOR_ROWS+=("| $label | $unit | $(median $prec ${VAL[$fid,floor]:-}) | $p |")
+        FLOOR_ROWS+=("| $label | $unit | $(median $prec ${VAL[$fid,floor]:-}) | $p | $(median 1 ${STL[$fid,floor]:-}) |")
     done
 fi
 
@@ -352,8 +368,8 @@ fi
 
 # ------------------------------------------------------------------ table
 TABLE=$(
-    echo "| case | unit | UCX $UCX_VERSION | rucx | rucx/UCX | per-round rucx/UCX | per-round CI | rounds rucx ahead | target (rounds) | UCX p50 | rucx p50 |"
-    echo "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"
+    echo "| case | unit | UCX $UCX_VERSION | rucx | rucx/UCX | per-round rucx/UCX | per-round CI | rounds rucx ahead | target (rounds) | UCX p50 | rucx p50 | host steal % UCX / rucx |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"
     for c in "${CASE_LIST[@]}"; do
         IFS='|' read -r id mode label kind uargs rargs <<<"$c"
         # Ratios from the unrounded medians; the table shows them rounded.
@@ -366,15 +382,16 @@ TABLE=$(
             unit="MB/s (higher is better)"; up="-"; rp="-"
         fi
         rt=$(ratio "$u6" "$r6"); read -r range side _ <<<"$(ci "$kind" 1 ${RR[$id]:-})"
-        echo "| $label | $unit | $u | $r | $rt | $(median 2 ${RR[$id]:-}) | $range | $(ahead "$kind" ${RR[$id]:-}) | $(verdict "$kind" "$rt" "$side") | $up | $rp |"
+        stl="$(median 1 ${STL[$id,ucx]:-}) / $(median 1 ${STL[$id,rucx]:-})"; [ "$IN_VM" = 1 ] && stl="-"
+        echo "| $label | $unit | $u | $r | $rt | $(median 2 ${RR[$id]:-}) | $range | $(ahead "$kind" ${RR[$id]:-}) | $(verdict "$kind" "$rt" "$side") | $up | $rp | $stl |"
     done
     if [ ${#VERBS_ROWS[@]} -gt 0 ]; then
         printf '%s\n' "${VERBS_ROWS[@]}"
     fi
     if [ ${#FLOOR_ROWS[@]} -gt 0 ]; then
         echo
-        echo "| floor (no transport) | unit | median | p50 |"
-        echo "|---|---|---:|---:|"
+        echo "| floor (no transport) | unit | median | p50 | host steal % |"
+        echo "|---|---|---:|---:|---:|"
         printf '%s\n' "${FLOOR_ROWS[@]}"
         fl=$(median 6 ${VAL[floor_lat,floor]:-})
         if [ -n "${VAL[tcp_am_lat_8,rucx]:-}" ] && [ "$fl" != n/a ]; then
@@ -399,7 +416,7 @@ TABLE=$(
     fi
 )
 MACHINE="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) CPUs, $(uname -sr), load avg $(cut -d' ' -f1-3 /proc/loadavg)"
-HEAD="Run $(date -u '+%Y-%m-%d %H:%M UTC') on: $MACHINE; $(rustc --version 2>/dev/null); $ROUNDS rounds per case, medians; latency = overall average (RTT/2), bandwidth = overall MB/s (MiB/s); per-round rucx/UCX = median of each round's ratio; per-round CI = a distribution-free $(ci bw 1 $(seq 1 "$ROUNDS") | cut -d' ' -f3)% confidence interval of that median (order statistics of the rounds' ratios); target = met or missed by rucx/UCX, with where the CI lies against 1.0 (ahead, parity: contains 1.0, behind)$([ "$NICE" = 2 ] && echo "; measured processes SCHED_FIFO (--rt)")."
+HEAD="Run $(date -u '+%Y-%m-%d %H:%M UTC') on: $MACHINE; $(rustc --version 2>/dev/null); $ROUNDS rounds per case, medians; latency = overall average (RTT/2), bandwidth = overall MB/s (MiB/s); per-round rucx/UCX = median of each round's ratio; per-round CI = a distribution-free $(ci bw 1 $(seq 1 "$ROUNDS") | cut -d' ' -f3)% confidence interval of that median (order statistics of the rounds' ratios); target = met or missed by rucx/UCX, with where the CI lies against 1.0 (ahead, parity: contains 1.0, behind); host steal = median share of all CPUs' time the hypervisor took during each tool's runs$([ "$NICE" = 2 ] && echo "; measured processes SCHED_FIFO (--rt)")."
 echo
 echo "$HEAD"
 echo
