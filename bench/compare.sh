@@ -204,9 +204,9 @@ fi
 declare -A VAL PCT FAILED RR CUR STL
 # Host steal: time the hypervisor ran something else on our vCPUs (/proc/stat "steal", in
 # USER_HZ ticks, all CPUs). A ping-pong stalls whenever either side's vCPU is stolen, so a run's
-# overall latency grows with it (measured: stalls of 2-4 ms, 4-30% of a run's time, summing to
-# the steal); shown per case so that an unlucky round can be told from a slower tool. The guest
-# of the soft-RoCE VM (TCG) has no steal accounting: "-" there.
+# overall latency grows with it (measured: stalls of 2-4 ms, 8-34% of a run's time, about the
+# steal of those seconds); shown per case so that an unlucky round can be told from a slower
+# tool. The soft-RoCE VM's guest (TCG: no paravirtual steal clock) shows "-".
 CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
 steal_now() { echo "$(awk '/^cpu /{print $9; exit}' /proc/stat 2>/dev/null || echo 0) $(date +%s%N)"; }
 steal_pct() { # "ticks ns" before, "ticks ns" after: steal as % of all CPUs' time
