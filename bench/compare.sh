@@ -209,8 +209,8 @@ declare -A VAL PCT FAILED RR CUR STL
 # tool. The soft-RoCE VM's guest (TCG: no paravirtual steal clock) shows "-".
 CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
 steal_now() { echo "$(awk '/^cpu /{print $9; exit}' /proc/stat 2>/dev/null || echo 0) $(date +%s%N)"; }
-steal_pct() { # "ticks ns" before, "ticks ns" after: steal as % of all CPUs' time
-    awk -v a="$1" -v b="$2" -v hz="$CLK_TCK" -v n="$(nproc)" 'BEGIN { split(a, x, " "); split(b, y, " ")
+steal_since() { # "ticks ns" from steal_now: steal since then, as % of all CPUs' time
+    awk -v a="$1" -v b="$(steal_now)" -v hz="$CLK_TCK" -v n="$(nproc)" 'BEGIN { split(a, x, " "); split(b, y, " ")
         ns = y[2] - x[2]; if (ns <= 0) { print "FAIL"; exit }
         printf "%.2f\n", 100 * (y[1] - x[1]) / hz * 1e9 / (ns * n) }'
 }
@@ -235,7 +235,7 @@ for round in $(seq 1 "$ROUNDS"); do
             row=$(timeout -k 5 "$TO" $(prio) "$FLOOR" $args 2>>"$LOG" | csv_row)
             row=${row:-FAIL}
             VAL[$fid,floor]+="$(value "$kind" "$row") "; PCT[$fid,floor]+="$(field "$row" 2) "
-            STL[$fid,floor]+="$(steal_pct "$s0" "$(steal_now)") "
+            STL[$fid,floor]+="$(steal_since "$s0") "
             printf '  round %d %-44s floor %s\n' "$round" "$label" "$row" >&2
         done
     fi
@@ -257,7 +257,7 @@ for round in $(seq 1 "$ROUNDS"); do
             CUR[$who]=$(value "$kind" "$row")
             VAL[$id,$who]+="${CUR[$who]} "
             PCT[$id,$who]+="$(field "$row" 2) "
-            STL[$id,$who]+="$(steal_pct "$s0" "$(steal_now)") "
+            STL[$id,$who]+="$(steal_since "$s0") "
             printf '  round %d %-44s %-5s %s\n' "$round" "$label" "$who" "$row" >&2
         done
         # This round's rucx/UCX: the two ran seconds apart, so slow drifts of the machine
