@@ -11,6 +11,8 @@
 #   --smp N        guest CPUs (default: host CPUs, at most 4)
 #   --accel MODE   auto (default) | kvm | tcg
 #   --timing       print one line with boot, command and total times to stderr at the end
+#   --plugin SPEC  load a QEMU TCG plugin (qemu's -plugin SPEC, e.g. file.so,arg=...; tcg
+#                  only), such as testbed/tcg-count.c (see docs/benchmarks.md)
 #   --verbose      kernel messages, timing marks and the qemu command line
 #   -h, --help
 #
@@ -47,6 +49,7 @@ VERBOSE=0
 TIMING=0
 PREPARE_ONLY=0
 RW_DIRS=()
+PLUGINS=()
 
 die() {
   echo "$SELF: $*" >&2
@@ -69,6 +72,7 @@ while [ $# -gt 0 ]; do
     --smp) [ $# -ge 2 ] || usage "--smp needs a count"; SMP=$2; shift 2 ;;
     --accel) [ $# -ge 2 ] || usage "--accel needs auto|kvm|tcg"; ACCEL=$2; shift 2 ;;
     --timing) TIMING=1; shift ;;
+    --plugin) [ $# -ge 2 ] || usage "--plugin needs file.so[,args]"; PLUGINS+=(-plugin "$2"); shift 2 ;;
     --verbose | -v) VERBOSE=1; TIMING=1; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     --) shift; break ;;
@@ -227,6 +231,7 @@ case "$ACCEL" in
   *) usage "--accel must be auto, kvm or tcg" ;;
 esac
 if [ "$ACCEL" = kvm ]; then ACC=(-accel kvm -cpu host); else ACC=(-accel tcg,thread=multi -cpu max); fi
+[ ${#PLUGINS[@]} -eq 0 ] || [ "$ACCEL" != kvm ] || usage "--plugin needs the tcg accelerator (--accel tcg)"
 KARGS="quiet loglevel=3"
 [ "$VERBOSE" = 1 ] && KARGS="loglevel=5 rxevm.verbose"
 VIRTFS=(-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
@@ -242,7 +247,7 @@ QEMU=(qemu-system-x86_64 "${ACC[@]}" -M q35 -m "$MEM" -smp "$SMP"
   -chardev stdio,id=con,signal=off -serial chardev:con
   -kernel "$VMLINUZ" -initrd "$INITRD"
   -append "console=ttyS0 edd=off panic=-1 rdinit=/init $KARGS"
-  "${VIRTFS[@]}")
+  "${VIRTFS[@]}" "${PLUGINS[@]}")
 log "accel=$ACCEL kernel=$KVER smp=$SMP mem=${MEM}M"
 log "${QEMU[*]}"
 T0=$(now_ms)
