@@ -454,21 +454,31 @@ pub static GLOBAL_TABLE: ConfigTable = ConfigTable {
 mod tests {
     use super::*;
 
+    static TEST_FIELDS: &[ConfigField] = &[
+        ConfigField::new("SEG_SIZE", "8k", ConfigKind::MemUnits, "segment size"),
+        ConfigField::new("TIMEOUT", "10ms", ConfigKind::Time, "timeout"),
+        ConfigField::new("ENABLE", "y", ConfigKind::Bool, "switch"),
+        ConfigField::new("MODE", "try", ConfigKind::Ternary, "mode"),
+        ConfigField::new("COUNT", "16", ConfigKind::Uint, "count"),
+        ConfigField::new("FACTOR", "1.5", ConfigKind::Float, "factor"),
+        ConfigField::new("NAMES", "a,b", ConfigKind::List, "names"),
+        ConfigField::new("DEVICES", "all", ConfigKind::AllowList, "devices"),
+        ConfigField::new("FLAVOR", "Sweet", ConfigKind::Enum(&["sweet", "sour"]), "flavor"),
+        ConfigField::new("BROKEN", "12q", ConfigKind::MemUnits, "bad default"),
+    ];
+
     static TEST_TABLE: ConfigTable = ConfigTable {
         name: "cfgtest",
         prefix: "CFGTEST_",
-        fields: &[
-            ConfigField::new("SEG_SIZE", "8k", ConfigKind::MemUnits, "segment size"),
-            ConfigField::new("TIMEOUT", "10ms", ConfigKind::Time, "timeout"),
-            ConfigField::new("ENABLE", "y", ConfigKind::Bool, "switch"),
-            ConfigField::new("MODE", "try", ConfigKind::Ternary, "mode"),
-            ConfigField::new("COUNT", "16", ConfigKind::Uint, "count"),
-            ConfigField::new("FACTOR", "1.5", ConfigKind::Float, "factor"),
-            ConfigField::new("NAMES", "a,b", ConfigKind::List, "names"),
-            ConfigField::new("DEVICES", "all", ConfigKind::AllowList, "devices"),
-            ConfigField::new("FLAVOR", "Sweet", ConfigKind::Enum(&["sweet", "sour"]), "flavor"),
-            ConfigField::new("BROKEN", "12q", ConfigKind::MemUnits, "bad default"),
-        ],
+        fields: TEST_FIELDS,
+    };
+
+    /// The same fields under their own prefix for the test that sets variables: tests run in
+    /// parallel threads of one process, so `defaults` must never see them.
+    static ENV_TABLE: ConfigTable = ConfigTable {
+        name: "cfgenv",
+        prefix: "CFGENV_",
+        fields: TEST_FIELDS,
     };
 
     #[test]
@@ -491,10 +501,10 @@ mod tests {
 
     #[test]
     fn env_overrides_and_errors() {
-        let t = &TEST_TABLE;
-        std::env::set_var("RUCX_CFGTEST_COUNT", "0x20");
-        std::env::set_var("RUCX_CFGTEST_FLAVOR", "SOUR");
-        std::env::set_var("RUCX_CFGTEST_SEG_SIZE", "12q");
+        let t = &ENV_TABLE;
+        std::env::set_var("RUCX_CFGENV_COUNT", "0x20");
+        std::env::set_var("RUCX_CFGENV_FLAVOR", "SOUR");
+        std::env::set_var("RUCX_CFGENV_SEG_SIZE", "12q");
         assert_eq!(t.get_uint("COUNT"), Ok(32));
         assert_eq!(t.get_enum("FLAVOR"), Ok(1));
         assert_eq!(
@@ -508,13 +518,13 @@ mod tests {
         let err = t.read("SEG_SIZE").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "RUCX_CFGTEST_SEG_SIZE=12q is invalid: expected a memory size like 8k, 64kb, 1m, inf \
+            "RUCX_CFGENV_SEG_SIZE=12q is invalid: expected a memory size like 8k, 64kb, 1m, inf \
              or auto"
         );
-        std::env::set_var("RUCX_CFGTEST_FLAVOR", "bitter");
+        std::env::set_var("RUCX_CFGENV_FLAVOR", "bitter");
         assert_eq!(
             t.read("FLAVOR").unwrap_err().to_string(),
-            "RUCX_CFGTEST_FLAVOR=bitter is invalid: expected one of sweet|sour"
+            "RUCX_CFGENV_FLAVOR=bitter is invalid: expected one of sweet|sour"
         );
         assert!(t
             .read("BROKEN")
@@ -524,17 +534,13 @@ mod tests {
         assert_eq!(
             t.read("NOPE").unwrap_err(),
             ConfigError::UnknownField {
-                table: "cfgtest".into(),
+                table: "cfgenv".into(),
                 field: "NOPE".into()
             }
         );
         assert_eq!(t.get_bool("COUNT"), Err(Status::InvalidParam), "wrong getter");
         assert_eq!(t.get_str("COUNT"), Ok("0x20".to_string()));
-        for v in [
-            "RUCX_CFGTEST_COUNT",
-            "RUCX_CFGTEST_FLAVOR",
-            "RUCX_CFGTEST_SEG_SIZE",
-        ] {
+        for v in ["RUCX_CFGENV_COUNT", "RUCX_CFGENV_FLAVOR", "RUCX_CFGENV_SEG_SIZE"] {
             std::env::remove_var(v);
         }
     }

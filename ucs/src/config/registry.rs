@@ -267,6 +267,19 @@ mod tests {
         ],
     };
 
+    /// Its own prefix for the test that sets variables the dump test reads as unset: tests
+    /// run in parallel threads of one process.
+    static UNKNOWN_TEST_TABLE: ConfigTable = ConfigTable {
+        name: "unktest",
+        prefix: "UNKTEST_",
+        fields: &[ConfigField::new(
+            "RX_QUEUE_LEN",
+            "256",
+            ConfigKind::Uint,
+            "rx queue",
+        )],
+    };
+
     #[test]
     fn register_is_idempotent_and_global_first() {
         register(&REG_TABLE);
@@ -317,25 +330,25 @@ mod tests {
 
     #[test]
     fn unknown_vars_with_suggestions() {
-        register(&REG_TABLE);
-        std::env::set_var("RUCX_REGTEST_RX_QUEUE_LNE", "1");
+        register(&UNKNOWN_TEST_TABLE);
+        std::env::set_var("RUCX_UNKTEST_RX_QUEUE_LNE", "1");
         std::env::set_var("RUCX_ZZZ_TOTALLY_UNRELATED_THING", "1");
-        std::env::set_var("RUCX_REGTEST_RX_QUEUE_LEN", "1");
+        std::env::set_var("RUCX_UNKTEST_RX_QUEUE_LEN", "1");
         let u = unknown_env_vars();
-        let typo = u.iter().find(|v| v.name == "RUCX_REGTEST_RX_QUEUE_LNE").unwrap();
-        assert_eq!(typo.suggestion.as_deref(), Some("RUCX_REGTEST_RX_QUEUE_LEN"));
+        let typo = u.iter().find(|v| v.name == "RUCX_UNKTEST_RX_QUEUE_LNE").unwrap();
+        assert_eq!(typo.suggestion.as_deref(), Some("RUCX_UNKTEST_RX_QUEUE_LEN"));
         let other = u
             .iter()
             .find(|v| v.name == "RUCX_ZZZ_TOTALLY_UNRELATED_THING")
             .unwrap();
         assert_eq!(other.suggestion, None);
-        assert!(!u.iter().any(|v| v.name == "RUCX_REGTEST_RX_QUEUE_LEN"));
+        assert!(!u.iter().any(|v| v.name == "RUCX_UNKTEST_RX_QUEUE_LEN"));
         warn_unknown_env_vars();
         warn_unknown_env_vars();
         for v in [
-            "RUCX_REGTEST_RX_QUEUE_LNE",
+            "RUCX_UNKTEST_RX_QUEUE_LNE",
             "RUCX_ZZZ_TOTALLY_UNRELATED_THING",
-            "RUCX_REGTEST_RX_QUEUE_LEN",
+            "RUCX_UNKTEST_RX_QUEUE_LEN",
         ] {
             std::env::remove_var(v);
         }
