@@ -10,12 +10,20 @@
  *   start end-of-last-insn, then decimal: insns kind executions entered-by-lookup
  *   kernel-entries kernel-blocks kernel-insns io-accesses jump-cache-misses
  * kind: 0 plain, 1 direct jump, 2 indirect (ret, call/jmp through a register or memory),
- * 3 system call or interrupt. "Entered by lookup": the previous block on that vCPU ended in an
+ * 3 system call or interrupt, 4 direct call. "Entered by lookup": the previous block on that vCPU ended in an
  * indirect jump or started on another page, so TCG could not chain the two blocks and went
  * through its jump-cache lookup; "jump-cache misses": such lookups (or returns from the kernel)
  * that a model of TCG's per-vCPU jump cache says went on to the global hash table. Kernel work (and I/O) is charged to the user block that
  * entered the kernel. Map the block addresses to libraries with /proc/PID/maps read in the
  * guest during the run.
+ *
+ * Two more files per window: PROF.LABEL.kernel, the kernel blocks (hex start, then decimal:
+ * insns kind executions jump-cache-misses pause-insns lock-insns), to be mapped to functions
+ * with the guest's /proc/kallsyms read in the same boot; and PROF.LABEL.calls, "caller callee
+ * count" for every direct call between kernel blocks (caller = the calling block's start,
+ * callee = the called function's first block) plus, when the guest has created a file named
+ * watch.HEXADDR in DIR, every entry into the 256 bytes from HEXADDR from outside them, the
+ * caller's address then with bit 0 set (e.g. the kernel's __memset, reached by tail jumps).
  *
  * Build: gcc -O2 -shared -fPIC -fvisibility=hidden -o tcg-count.so testbed/tcg-count.c -lpthread
  * Run:   testbed/rxe-vm.sh --accel tcg --plugin ./tcg-count.so,dir=DIR,out=OUT,prof=PROF ...
@@ -62,7 +70,7 @@ void qemu_plugin_outs(const char *);
 __attribute__((visibility("default"))) int qemu_plugin_version = 1;
 
 #define NV 16
-enum { K_NONE, K_DIRECT, K_INDIRECT, K_SYS };
+enum { K_NONE, K_DIRECT, K_INDIRECT, K_SYS, K_CALL };
 struct tbinfo { struct tbinfo *next; uint64_t cnt, ncin, ldst, kentry, ktbs, kinsns, io, jcmiss; uint64_t vaddr, endv; uint32_t n; uint8_t kind; uint16_t lock, fence, pause, rdtsc, xchg, cpuid; };
 enum { C_TB, C_INSN, C_NONCHAIN, C_XPAGE, C_IND, C_MODESW, C_LD, C_ST, C_IO, C_M256, C_M1024, C_LOCK, C_FENCE,
        C_PAUSE, C_RDTSC, C_XCHG, C_CPUID, C_DPG, C_CPG, C_JCMISS, C_N };
@@ -95,6 +103,25 @@ static int jc_lookup(struct vst *s, uint64_t pc) {
   s->jc[i] = pc + 1;
   return 1;
 }
+/* Call edges: a lock-free open-addressing table; a racing insert may split one edge over two
+ * slots, so readers add up equal pairs. */
+#define ES (1u << 20)
+static uint64_t ekey[ES][2]; static uint64_t ecnt[ES];
+static volatile uint64_t watch_lo, watch_hi;
+static void edge(uint64_t from, uint64_t to) {
+  uint64_t h = ((from * 0x9E3779B97F4A7C15ull) ^ (to * 0xC2B2AE3D27D4EB4Full)) >> 44;
+  for (unsigned n = 0; n < 64; n++, h++) {
+    unsigned i = h & (ES - 1);
+    uint64_t f = __atomic_load_n(&ekey[i][0], __ATOMIC_ACQUIRE);
+    if (f == 0) {
+      uint64_t z = 0;
+      if (__atomic_compare_exchange_n(&ekey[i][0], &z, from, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&ekey[i][1], to, __ATOMIC_RELEASE); __atomic_fetch_add(&ecnt[i], 1, __ATOMIC_RELAXED); return; }
+      f = z;
+    }
+    if (f == from && __atomic_load_n(&ekey[i][1], __ATOMIC_ACQUIRE) == to) { __atomic_fetch_add(&ecnt[i], 1, __ATOMIC_RELAXED); return; }
+  }
+}
 static int touch(struct vst *s, uint64_t key) {
   uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 48;
   for (;;) { uint64_t *e = &s->set[h & (HS - 1)]; if (*e == key + 1) return 0; if (!*e) { *e = key + 1; return 1; } h++; }
@@ -126,6 +153,8 @@ static void on_tb(unsigned vcpu, void *u) {
     else if ((p->vaddr ^ t->vaddr) >> 12) { c[C_NONCHAIN]++; c[C_XPAGE]++; __atomic_fetch_add((uint64_t *)&t->ncin, 1, __ATOMIC_RELAXED); }
   }
   if (m && s->lastuser) { __atomic_fetch_add(&s->lastuser->ktbs, 1, __ATOMIC_RELAXED); __atomic_fetch_add(&s->lastuser->kinsns, t->n, __ATOMIC_RELAXED); }
+  if (m && p && p->kind == K_CALL && p->vaddr >= 0xffff800000000000ull) edge(p->vaddr, t->vaddr);
+  else if (m && p && t->vaddr >= watch_lo && t->vaddr < watch_hi && !(p->vaddr >= watch_lo && p->vaddr < watch_hi)) edge(p->vaddr | 1, t->vaddr);
   s->prev = t; s->mode = m;
   c[C_CPG] += touch(s, ((t->vaddr >> 12) << 2) | 2 | (uint64_t)m);
   if ((t->endv ^ t->vaddr) >> 12) c[C_CPG] += touch(s, ((t->endv >> 12) << 2) | 2 | (uint64_t)m);
@@ -141,7 +170,8 @@ static void classify(const uint8_t *b, size_t n, struct tbinfo *t, uint8_t *kind
   t->lock += lock;
   if (op == 0xC3 || op == 0xC2 || op == 0xCF) *kind = K_INDIRECT;
   else if (op == 0xFF && ((nx >> 3) & 7) >= 2 && ((nx >> 3) & 7) <= 5) *kind = K_INDIRECT;
-  else if (op == 0xE8 || op == 0xE9 || op == 0xEB || (op >= 0x70 && op <= 0x7F) || (op >= 0xE0 && op <= 0xE3)) *kind = K_DIRECT;
+  else if (op == 0xE8) *kind = K_CALL;
+  else if (op == 0xE9 || op == 0xEB || (op >= 0x70 && op <= 0x7F) || (op >= 0xE0 && op <= 0xE3)) *kind = K_DIRECT;
   else if (op == 0xCD || op == 0xCC) *kind = K_SYS;
   else if (op == 0x90 && rep) t->pause++;
   else if ((op == 0x86 || op == 0x87) && (nx >> 6) != 3) t->xchg++;
@@ -183,6 +213,17 @@ static void report(const char *label) {
   for (struct tbinfo *t = all; t; t = t->next) if (t->cnt && t->vaddr < 0xffff800000000000ull)
     fprintf(p, "%lx %lx %u %u %lu %lu %lu %lu %lu %lu %lu\n", (unsigned long)t->vaddr, (unsigned long)t->endv, t->n, t->kind, (unsigned long)t->cnt, (unsigned long)t->ncin, (unsigned long)t->kentry, (unsigned long)t->ktbs, (unsigned long)t->kinsns, (unsigned long)t->io, (unsigned long)t->jcmiss);
   pthread_mutex_unlock(&mu); fclose(p);
+  snprintf(pn, sizeof pn, "%s.%s.calls", prof, label);
+  p = fopen(pn, "w");
+  if (p) { for (unsigned i = 0; i < ES; i++) if (ecnt[i]) fprintf(p, "%lx %lx %lu\n", (unsigned long)ekey[i][0], (unsigned long)ekey[i][1], (unsigned long)ecnt[i]); fclose(p); }
+  /* Kernel blocks, with the pause instructions each holds (spin-wait loops), to a second file. */
+  snprintf(pn, sizeof pn, "%s.%s.kernel", prof, label);
+  p = fopen(pn, "w"); if (!p) return;
+  pthread_mutex_lock(&mu);
+  for (struct tbinfo *t = all; t; t = t->next) if (t->cnt && t->vaddr >= 0xffff800000000000ull)
+    fprintf(p, "%lx %u %u %lu %lu %u %u\n", (unsigned long)t->vaddr, t->n, t->kind, (unsigned long)t->cnt,
+            (unsigned long)t->jcmiss, t->pause, t->lock);
+  pthread_mutex_unlock(&mu); fclose(p);
 }
 static void *poller(void *a) {
   (void)a; char seen[256][128]; int ns = 0;
@@ -190,6 +231,7 @@ static void *poller(void *a) {
     DIR *d = opendir(dir);
     if (d) { struct dirent *e;
       while ((e = readdir(d))) {
+        if (!strncmp(e->d_name, "watch.", 6)) { uint64_t a = strtoull(e->d_name + 6, NULL, 16); watch_hi = a + 0x100; watch_lo = a; continue; }
         if (strncmp(e->d_name, "on.", 3) && strncmp(e->d_name, "off.", 4)) continue;
         int old = 0; for (int i = 0; i < ns; i++) if (!strcmp(seen[i], e->d_name)) old = 1;
         if (old || ns >= 256) continue;
@@ -205,6 +247,7 @@ static void *poller(void *a) {
           pthread_mutex_lock(&mu);
           for (struct tbinfo *t = all; t; t = t->next) t->cnt = t->ncin = t->kentry = t->ktbs = t->kinsns = t->io = t->jcmiss = 0;
           pthread_mutex_unlock(&mu);
+          memset(ekey, 0, sizeof ekey); memset(ecnt, 0, sizeof ecnt);
           translations = 0; __atomic_thread_fence(__ATOMIC_SEQ_CST); enabled = 1;
         } else { enabled = 0; usleep(2000); report(e->d_name + 4); }
       }
