@@ -10,7 +10,7 @@
  *   start end-of-last-insn, then decimal: insns kind executions entered-by-lookup
  *   kernel-entries kernel-blocks kernel-insns io-accesses jump-cache-misses
  * kind: 0 plain, 1 direct jump, 2 indirect (ret, call/jmp through a register or memory),
- * 3 system call or interrupt, 4 direct call. "Entered by lookup": the previous block on that vCPU ended in an
+ * 3 system call or interrupt, 4 direct call, 5 return. "Entered by lookup": the previous block on that vCPU ended in an
  * indirect jump or started on another page, so TCG could not chain the two blocks and went
  * through its jump-cache lookup; "jump-cache misses": such lookups (or returns from the kernel)
  * that a model of TCG's per-vCPU jump cache says went on to the global hash table. Kernel work (and I/O) is charged to the user block that
@@ -22,8 +22,10 @@
  * with the guest's /proc/kallsyms read in the same boot; and PROF.LABEL.calls, "caller callee
  * count" for every direct call between kernel blocks (caller = the calling block's start,
  * callee = the called function's first block) plus, when the guest has created a file named
- * watch.HEXADDR in DIR, every entry into the 256 bytes from HEXADDR from outside them, the
- * caller's address then with bit 0 set (e.g. the kernel's __memset, reached by tail jumps).
+ * watch.HEXADDR in DIR, one record per block executed in the 256 bytes from HEXADDR (e.g. the
+ * kernel's __memset and memset_erms, whose `rep stosb` TCG runs one block per byte): the
+ * calling blocks two and three levels down a shadow call stack, the first with bit 63
+ * cleared. For memset reached from the slab allocator that is (allocator, allocation site).
  *
  * Build: gcc -O2 -shared -fPIC -fvisibility=hidden -o tcg-count.so testbed/tcg-count.c -lpthread
  * Run:   testbed/rxe-vm.sh --accel tcg --plugin ./tcg-count.so,dir=DIR,out=OUT,prof=PROF ...
@@ -70,7 +72,7 @@ void qemu_plugin_outs(const char *);
 __attribute__((visibility("default"))) int qemu_plugin_version = 1;
 
 #define NV 16
-enum { K_NONE, K_DIRECT, K_INDIRECT, K_SYS, K_CALL };
+enum { K_NONE, K_DIRECT, K_INDIRECT, K_SYS, K_CALL, K_RET };
 struct tbinfo { struct tbinfo *next; uint64_t cnt, ncin, ldst, kentry, ktbs, kinsns, io, jcmiss; uint64_t vaddr, endv; uint32_t n; uint8_t kind; uint16_t lock, fence, pause, rdtsc, xchg, cpuid; };
 enum { C_TB, C_INSN, C_NONCHAIN, C_XPAGE, C_IND, C_MODESW, C_LD, C_ST, C_IO, C_M256, C_M1024, C_LOCK, C_FENCE,
        C_PAUSE, C_RDTSC, C_XCHG, C_CPUID, C_DPG, C_CPG, C_JCMISS, C_N };
@@ -78,7 +80,7 @@ static const char *cname[C_N] = {"tbs","insns","nonchain","xpage","indirect","mo
   "tlbmiss256","tlbmiss1024","lock","fence","pause","rdtsc","xchgmem","cpuid","datapages","codepages","jcmiss"};
 #define HS (1u << 16)
 struct tlb { uint64_t m[1024]; uint64_t v[8]; unsigned vi; };
-struct vst { uint64_t c[2][C_N]; struct tbinfo *prev, *lastuser; int mode;
+struct vst { uint64_t c[2][C_N]; struct tbinfo *prev, *lastuser; int mode; uint64_t stk[64]; int depth;
   struct tlb t256[2], t1024[2]; uint64_t set[HS]; uint64_t jc[4096]; } __attribute__((aligned(64)));
 static struct vst *V;
 static volatile int enabled;
@@ -146,15 +148,28 @@ static void on_tb(unsigned vcpu, void *u) {
   struct tbinfo *p = s->prev;
   if (p) {
     int pm = p->vaddr >= 0xffff800000000000ull;
-    int lookup = pm != m || p->kind == K_INDIRECT || p->kind == K_SYS || ((p->vaddr ^ t->vaddr) >> 12);
+    int lookup = pm != m || p->kind == K_INDIRECT || p->kind == K_SYS || p->kind == K_RET || ((p->vaddr ^ t->vaddr) >> 12);
     if (lookup && jc_lookup(s, t->vaddr)) { c[C_JCMISS]++; __atomic_fetch_add(&t->jcmiss, 1, __ATOMIC_RELAXED); }
     if (pm != m) { c[C_MODESW]++; if (!pm) { s->lastuser = p; __atomic_fetch_add(&p->kentry, 1, __ATOMIC_RELAXED); } else s->lastuser = NULL; }
-    else if (p->kind == K_INDIRECT || p->kind == K_SYS) { c[C_NONCHAIN]++; c[C_IND]++; __atomic_fetch_add((uint64_t *)&t->ncin, 1, __ATOMIC_RELAXED); }
+    else if (p->kind == K_INDIRECT || p->kind == K_SYS || p->kind == K_RET) { c[C_NONCHAIN]++; c[C_IND]++; __atomic_fetch_add((uint64_t *)&t->ncin, 1, __ATOMIC_RELAXED); }
     else if ((p->vaddr ^ t->vaddr) >> 12) { c[C_NONCHAIN]++; c[C_XPAGE]++; __atomic_fetch_add((uint64_t *)&t->ncin, 1, __ATOMIC_RELAXED); }
   }
   if (m && s->lastuser) { __atomic_fetch_add(&s->lastuser->ktbs, 1, __ATOMIC_RELAXED); __atomic_fetch_add(&s->lastuser->kinsns, t->n, __ATOMIC_RELAXED); }
-  if (m && p && p->kind == K_CALL && p->vaddr >= 0xffff800000000000ull) edge(p->vaddr, t->vaddr);
-  else if (m && p && t->vaddr >= watch_lo && t->vaddr < watch_hi && !(p->vaddr >= watch_lo && p->vaddr < watch_hi)) edge(p->vaddr | 1, t->vaddr);
+  /* A shadow call stack of kernel calls (reset at each kernel entry), for the watch records. */
+  if (m && (!p || p->vaddr < 0xffff800000000000ull)) s->depth = 0;
+  if (m && p && p->kind == K_CALL && p->vaddr >= 0xffff800000000000ull) {
+    edge(p->vaddr, t->vaddr);
+    if (s->depth < 64) s->stk[s->depth] = p->vaddr;
+    s->depth++;
+  } else if (m && p && p->kind == K_RET && s->depth > 0) s->depth--;
+  if (m && t->vaddr >= watch_lo && t->vaddr < watch_hi) {
+    /* A block of the watched range: charged to the two calls below the innermost one (for
+     * memset, reached by a tail jump from the allocator's helper: the allocator's caller and
+     * its caller), marked by bit 63 cleared. */
+    int d = s->depth < 64 ? s->depth : 64;
+    uint64_t c2 = d >= 2 ? s->stk[d - 2] : 0, c3 = d >= 3 ? s->stk[d - 3] : 0;
+    edge(c2 & ~(1ull << 63), c3);
+  }
   s->prev = t; s->mode = m;
   c[C_CPG] += touch(s, ((t->vaddr >> 12) << 2) | 2 | (uint64_t)m);
   if ((t->endv ^ t->vaddr) >> 12) c[C_CPG] += touch(s, ((t->endv >> 12) << 2) | 2 | (uint64_t)m);
@@ -168,7 +183,8 @@ static void classify(const uint8_t *b, size_t n, struct tbinfo *t, uint8_t *kind
   *kind = K_NONE; if (i >= n) return;
   uint8_t op = b[i]; uint8_t nx = i + 1 < n ? b[i + 1] : 0; uint8_t nx2 = i + 2 < n ? b[i + 2] : 0;
   t->lock += lock;
-  if (op == 0xC3 || op == 0xC2 || op == 0xCF) *kind = K_INDIRECT;
+  if (op == 0xC3 || op == 0xC2) *kind = K_RET;
+  else if (op == 0xCF) *kind = K_INDIRECT;
   else if (op == 0xFF && ((nx >> 3) & 7) >= 2 && ((nx >> 3) & 7) <= 5) *kind = K_INDIRECT;
   else if (op == 0xE8) *kind = K_CALL;
   else if (op == 0xE9 || op == 0xEB || (op >= 0x70 && op <= 0x7F) || (op >= 0xE0 && op <= 0xE3)) *kind = K_DIRECT;
