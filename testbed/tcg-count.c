@@ -9,13 +9,14 @@
  * window is written to PROF.LABEL, one per line (hex):
  *   start end-of-last-insn, then decimal: insns kind executions entered-by-lookup
  *   kernel-entries kernel-blocks kernel-insns io-accesses jump-cache-misses
- * kind: 0 plain, 1 direct jump, 2 indirect (ret, call/jmp through a register or memory),
- * 3 system call or interrupt, 4 direct call, 5 return. "Entered by lookup": the previous block on that vCPU ended in an
- * indirect jump or started on another page, so TCG could not chain the two blocks and went
- * through its jump-cache lookup; "jump-cache misses": such lookups (or returns from the kernel)
- * that a model of TCG's per-vCPU jump cache says went on to the global hash table. Kernel work (and I/O) is charged to the user block that
- * entered the kernel. Map the block addresses to libraries with /proc/PID/maps read in the
- * guest during the run.
+ * kind: 0 plain, 1 direct jump, 2 indirect (iret, call/jmp through a register or memory),
+ * 3 system call or interrupt, 4 direct call, 5 return. "Entered by lookup": the previous block
+ * on that vCPU ended in an indirect jump or return or started on another page, so TCG could
+ * not chain the two blocks and went through its jump-cache lookup; "jump-cache misses": such
+ * lookups (or returns from the kernel) that a model of TCG's per-vCPU jump cache says went on
+ * to the global hash table. Kernel work (and I/O) is charged to the user block that entered
+ * the kernel. Map the block addresses to libraries with /proc/PID/maps read in the guest
+ * during the run.
  *
  * Two more files per window: PROF.LABEL.kernel, the kernel blocks (hex start, then decimal:
  * insns kind executions jump-cache-misses pause-insns lock-insns), to be mapped to functions
