@@ -62,7 +62,6 @@ uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *);
 bool qemu_plugin_mem_is_store(qemu_plugin_meminfo_t);
 struct qemu_plugin_hwaddr *qemu_plugin_get_hwaddr(qemu_plugin_meminfo_t, uint64_t);
 bool qemu_plugin_hwaddr_is_io(const struct qemu_plugin_hwaddr *);
-void qemu_plugin_outs(const char *);
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +73,7 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 1;
 
 #define NV 16
 enum { K_NONE, K_DIRECT, K_INDIRECT, K_SYS, K_CALL, K_RET };
-struct tbinfo { struct tbinfo *next; uint64_t cnt, ncin, ldst, kentry, ktbs, kinsns, io, jcmiss; uint64_t vaddr, endv; uint32_t n; uint8_t kind; uint16_t lock, fence, pause, rdtsc, xchg, cpuid; };
+struct tbinfo { struct tbinfo *next; uint64_t cnt, ncin, kentry, ktbs, kinsns, io, jcmiss; uint64_t vaddr, endv; uint32_t n; uint8_t kind; uint16_t lock, fence, pause, rdtsc, xchg, cpuid; };
 enum { C_TB, C_INSN, C_NONCHAIN, C_XPAGE, C_IND, C_MODESW, C_LD, C_ST, C_IO, C_M256, C_M1024, C_LOCK, C_FENCE,
        C_PAUSE, C_RDTSC, C_XCHG, C_CPUID, C_DPG, C_CPG, C_JCMISS, C_N };
 static const char *cname[C_N] = {"tbs","insns","nonchain","xpage","indirect","modesw","loads","stores","io",
@@ -125,9 +124,15 @@ static void edge(uint64_t from, uint64_t to) {
     if (f == from && __atomic_load_n(&ekey[i][1], __ATOMIC_ACQUIRE) == to) { __atomic_fetch_add(&ecnt[i], 1, __ATOMIC_RELAXED); return; }
   }
 }
+/* Distinct pages per window; a full set stops counting new ones rather than probe forever. */
 static int touch(struct vst *s, uint64_t key) {
   uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 48;
-  for (;;) { uint64_t *e = &s->set[h & (HS - 1)]; if (*e == key + 1) return 0; if (!*e) { *e = key + 1; return 1; } h++; }
+  for (unsigned n = 0; n < HS; n++, h++) {
+    uint64_t *e = &s->set[h & (HS - 1)];
+    if (*e == key + 1) return 0;
+    if (!*e) { *e = key + 1; return 1; }
+  }
+  return 0;
 }
 static void on_mem(unsigned vcpu, qemu_plugin_meminfo_t info, uint64_t va, void *u) {
   (void)u; if (!enabled || vcpu >= NV) return;
