@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole rucx test suite, as the README and CI run it:
 #   1. installs the system packages it needs (scripts/install-deps.sh, idempotent);
-#   2. builds everything and runs every crate's unit and integration tests on the host
-#      (RDMA tests skip themselves there: the host kernel has no InfiniBand);
+#   2. builds everything (the testbed's TCG plugins included) and runs every crate's unit and
+#      integration tests on the host (RDMA tests skip themselves there: the host kernel has
+#      no InfiniBand);
 #   3. runs the release demo, the network-namespace multi-host tests and the fuzz bodies;
 #   4. boots the soft-RoCE VM (testbed/) and runs the verbs transports' tests and demos there.
 # Ends with one line `N passed, N failed` summing every test run, and exits non-zero if any
@@ -53,6 +54,9 @@ step deps bash scripts/install-deps.sh
 command -v bc >/dev/null || apt-get install -y -qq bc >/dev/null
 step build cargo build --workspace --all-targets
 step test cargo test --workspace --no-fail-fast
+# the testbed's TCG plugins (diagnostics, not run here) must keep compiling
+step plugins bash -c 'for f in testbed/tcg-count.c testbed/tcg-syscall-times.c; do
+  cc -O2 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden -o /dev/null "$f" -lpthread || exit 1; done'
 if [ $EXTRA = 1 ]; then
   step demo cargo run --release --example uct_hello_world -- -l
   [ -f scripts/netns-test.sh ] && step netns bash scripts/netns-test.sh

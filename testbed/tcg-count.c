@@ -33,43 +33,7 @@
  * A diagnostic tool: not part of the test suite. Counts from concurrently running vCPUs are
  * added without locks, so they may be off by a few.
  */
-/* The plugin API as far as this file uses it (QEMU 7.2, version 1), declared from its documentation. */
-#include <stdint.h>
-#include <stdbool.h>
-#include <stddef.h>
-typedef uint64_t qemu_plugin_id_t;
-typedef struct { const char *target_name; struct { int min, cur; } version; bool system_emulation;
-  union { struct { int smp_vcpus, max_vcpus; } system; }; } qemu_info_t;
-struct qemu_plugin_tb; struct qemu_plugin_insn; struct qemu_plugin_hwaddr;
-typedef uint32_t qemu_plugin_meminfo_t;
-enum qemu_plugin_cb_flags { CB_NO_REGS, CB_R_REGS, CB_RW_REGS };
-enum qemu_plugin_mem_rw { MEM_R = 1, MEM_W, MEM_RW };
-enum qemu_plugin_op { INLINE_ADD_U64 };
-typedef void (*tb_trans_cb)(qemu_plugin_id_t, struct qemu_plugin_tb *);
-typedef void (*vcpu_udata_cb)(unsigned int, void *);
-typedef void (*vcpu_mem_cb)(unsigned int, qemu_plugin_meminfo_t, uint64_t, void *);
-typedef void (*udata_cb)(qemu_plugin_id_t, void *);
-void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t, tb_trans_cb);
-void qemu_plugin_register_vcpu_tb_exec_cb(struct qemu_plugin_tb *, vcpu_udata_cb, enum qemu_plugin_cb_flags, void *);
-void qemu_plugin_register_vcpu_mem_cb(struct qemu_plugin_insn *, vcpu_mem_cb, enum qemu_plugin_cb_flags, enum qemu_plugin_mem_rw, void *);
-void qemu_plugin_register_atexit_cb(qemu_plugin_id_t, udata_cb, void *);
-size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *);
-uint64_t qemu_plugin_tb_vaddr(const struct qemu_plugin_tb *);
-struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *, size_t);
-const void *qemu_plugin_insn_data(const struct qemu_plugin_insn *);
-size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *);
-uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *);
-bool qemu_plugin_mem_is_store(qemu_plugin_meminfo_t);
-struct qemu_plugin_hwaddr *qemu_plugin_get_hwaddr(qemu_plugin_meminfo_t, uint64_t);
-bool qemu_plugin_hwaddr_is_io(const struct qemu_plugin_hwaddr *);
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <pthread.h>
-#include <dirent.h>
-#include <unistd.h>
-
-__attribute__((visibility("default"))) int qemu_plugin_version = 1;
+#include "tcg-plugin.h"
 
 #define NV 16
 enum { K_NONE, K_DIRECT, K_INDIRECT, K_SYS, K_CALL, K_RET };
@@ -87,7 +51,7 @@ static volatile int enabled;
 static uint64_t translations;
 static struct tbinfo *all; static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static const char *prof = "/tmp/tcg-count.prof";
-static const char *dir = "/tmp/tcg-count", *out = "/tmp/tcg-count.out";
+static const char *out = "/tmp/tcg-count.out";
 
 static int sim(struct tlb *t, unsigned bits, uint64_t pg) {
   unsigned i = pg & ((1u << bits) - 1);
@@ -247,47 +211,36 @@ static void report(const char *label) {
             (unsigned long)t->jcmiss, t->pause, t->lock);
   pthread_mutex_unlock(&mu); fclose(p);
 }
-static void *poller(void *a) {
-  (void)a; char seen[256][128]; int ns = 0;
-  for (;;) {
-    DIR *d = opendir(dir);
-    if (d) { struct dirent *e;
-      while ((e = readdir(d))) {
-        if (!strncmp(e->d_name, "watch.", 6)) { uint64_t a = strtoull(e->d_name + 6, NULL, 16); watch_hi = a + 0x100; watch_lo = a; continue; }
-        if (strncmp(e->d_name, "on.", 3) && strncmp(e->d_name, "off.", 4)) continue;
-        int old = 0; for (int i = 0; i < ns; i++) if (!strcmp(seen[i], e->d_name)) old = 1;
-        if (old || ns >= 256) continue;
-        snprintf(seen[ns++], sizeof seen[0], "%.127s", e->d_name);
-        if (e->d_name[1] == 'n') {
-          enabled = 0; usleep(2000);
-          for (int v = 0; v < NV; v++) {
-            memset(V[v].c, 0, sizeof V[v].c);
-            memset(V[v].set, 0, sizeof V[v].set);
-            memset(V[v].jc, 0, sizeof V[v].jc);
-            V[v].prev = V[v].lastuser = NULL;
-          }
-          pthread_mutex_lock(&mu);
-          for (struct tbinfo *t = all; t; t = t->next) t->cnt = t->ncin = t->kentry = t->ktbs = t->kinsns = t->io = t->jcmiss = 0;
-          pthread_mutex_unlock(&mu);
-          memset(ekey, 0, sizeof ekey); memset(ecnt, 0, sizeof ecnt);
-          translations = 0; __atomic_thread_fence(__ATOMIC_SEQ_CST); enabled = 1;
-        } else { enabled = 0; usleep(2000); report(e->d_name + 4); }
-      }
-      closedir(d); }
-    usleep(2000);
-  }
-  return NULL;
+static void watch_file(const char *name) {
+  if (!strncmp(name, "watch.", 6)) { uint64_t a = strtoull(name + 6, NULL, 16); watch_hi = a + 0x100; watch_lo = a; }
 }
+static void window_open(void) {
+  enabled = 0; usleep(2000);
+  for (int v = 0; v < NV; v++) {
+    memset(V[v].c, 0, sizeof V[v].c);
+    memset(V[v].set, 0, sizeof V[v].set);
+    memset(V[v].jc, 0, sizeof V[v].jc);
+    V[v].prev = V[v].lastuser = NULL;
+  }
+  pthread_mutex_lock(&mu);
+  for (struct tbinfo *t = all; t; t = t->next) t->cnt = t->ncin = t->kentry = t->ktbs = t->kinsns = t->io = t->jcmiss = 0;
+  pthread_mutex_unlock(&mu);
+  memset(ekey, 0, sizeof ekey); memset(ecnt, 0, sizeof ecnt);
+  translations = 0; __atomic_thread_fence(__ATOMIC_SEQ_CST); enabled = 1;
+}
+static void window_close(const char *label) { enabled = 0; usleep(2000); report(label); }
+static struct window_hooks hooks = { .open = window_open, .close = window_close, .other = watch_file };
 __attribute__((visibility("default")))
 int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv) {
   (void)info;
   for (int i = 0; i < argc; i++) {
-    if (!strncmp(argv[i], "dir=", 4)) dir = argv[i] + 4;
+    if (!strncmp(argv[i], "dir=", 4)) hooks.dir = argv[i] + 4;
     else if (!strncmp(argv[i], "out=", 4)) out = argv[i] + 4;
     else if (!strncmp(argv[i], "prof=", 5)) prof = argv[i] + 5;
   }
   V = aligned_alloc(64, sizeof(struct vst) * NV); memset(V, 0, sizeof(struct vst) * NV);
   qemu_plugin_register_vcpu_tb_trans_cb(id, on_trans);
-  pthread_t th; pthread_create(&th, NULL, poller, NULL); pthread_detach(th);
+  if (!hooks.dir) hooks.dir = "/tmp/tcg-count";
+  window_start(&hooks);
   return 0;
 }
