@@ -16,6 +16,8 @@ static TSC: AtomicBool = AtomicBool::new(false);
 
 struct Calib {
     base: Instant,
+    /// [`mono_ns`] at `base`: the slow tick clock counts from here.
+    base_ns: u64,
     tsc: bool,
     ticks_per_sec: f64,
 }
@@ -24,11 +26,13 @@ fn calib() -> &'static Calib {
     static C: OnceLock<Calib> = OnceLock::new();
     C.get_or_init(|| {
         let base = Instant::now();
+        let base_ns = mono_ns().unwrap_or(0);
         let tsc = invariant_tsc();
         let ticks_per_sec = if tsc { measure_tsc_rate() } else { 1e9 };
         TSC.store(tsc, Ordering::Relaxed);
         Calib {
             base,
+            base_ns,
             tsc,
             ticks_per_sec,
         }
@@ -93,8 +97,25 @@ fn ticks_slow() -> u64 {
     if c.tsc {
         raw_tsc()
     } else {
-        c.base.elapsed().as_nanos() as u64
+        match mono_ns() {
+            Some(ns) => ns.wrapping_sub(c.base_ns),
+            // Not on Linux (the clock always exists); keep counting rather than stop.
+            None => c.base.elapsed().as_nanos() as u64,
+        }
     }
+}
+
+/// CLOCK_MONOTONIC (what `Instant` reads) in nanoseconds, read straight: per iteration without
+/// an invariant TSC (e.g. in the soft-RoCE VM) `Instant::elapsed`'s checked arithmetic was a
+/// dozen extra code blocks on the ping-pong's critical path (docs/benchmarks.md).
+#[inline(always)]
+fn mono_ns() -> Option<u64> {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).ok()?;
+    Some(
+        (ts.tv_sec() as u64)
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(ts.tv_nsec() as u64),
+    )
 }
 
 /// Ticks per second of [`ticks`].
@@ -137,5 +158,17 @@ mod tests {
             "tick clock {secs} s vs accurate {real} s"
         );
         assert_eq!(ticks_from_sec(f64::INFINITY), u64::MAX);
+    }
+
+    #[test]
+    fn monotonic_nanoseconds_follow_real_time() {
+        let a = mono_ns().expect("CLOCK_MONOTONIC");
+        let i = Instant::now();
+        std::thread::sleep(Duration::from_millis(20));
+        let b = mono_ns().expect("CLOCK_MONOTONIC");
+        let real = i.elapsed().as_nanos() as u64;
+        assert!(b - a >= 20_000_000, "{} ns", b - a);
+        // Generous: a loaded VM may deschedule between the reads.
+        assert!((b - a).abs_diff(real) < 10_000_000, "{} ns vs {real} ns", b - a);
     }
 }
