@@ -13,6 +13,12 @@
  * Map pcs to libraries with /proc/PID/maps read in the guest during the window. A return is
  * seen only when its block is translated after the `syscall` block, which is the normal case.
  *
+ * trace=N also stamps the first N user blocks each vCPU runs after every system call return
+ * (bit 62 set on their pc): the user path from one system call to the next, block by block
+ * (e.g. from the clock read to the doorbell `write` of a ping-pong). Every user block then
+ * carries a callback, which slows user code about twofold: read block lists and counts from
+ * such a run, and durations only relative to each other.
+ *
  * Build: gcc -O2 -shared -fPIC -fvisibility=hidden -o tcg-syscall-times.so testbed/tcg-syscall-times.c -lpthread
  * Run:   testbed/rxe-vm.sh --accel tcg --plugin ./tcg-syscall-times.so,dir=DIR,prof=PROF ...
  * A diagnostic tool, not part of the test suite.
@@ -23,11 +29,14 @@
 #define NV 16
 #define RING (1u << 21) /* events per vCPU and window; later ones are dropped */
 #define ENTRY (1ull << 63)
+#define TRACED (1ull << 62)
 struct event { uint64_t ns, pc; };
 static struct event *ring[NV];
 static unsigned ring_len[NV];
 static volatile int enabled;
 static const char *prof = "/tmp/tcg-syscall-times";
+static unsigned trace_n;        /* trace=N */
+static unsigned trace_left[NV]; /* blocks still to stamp after the last return, per vCPU */
 
 /* Addresses right after a `syscall` instruction (return points): a lock-free read, locked insert. */
 #define RS (1u << 16)
@@ -60,6 +69,12 @@ static void on_exec(unsigned vcpu, void *udata) {
   ring[vcpu][i].ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
   ring[vcpu][i].pc = (uint64_t)(uintptr_t)udata;
   ring_len[vcpu] = i + 1;
+  if (!((uint64_t)(uintptr_t)udata & (ENTRY | TRACED))) trace_left[vcpu] = trace_n;
+}
+static void on_user_block(unsigned vcpu, void *udata) {
+  if (!enabled || vcpu >= NV || !trace_left[vcpu]) return;
+  trace_left[vcpu]--;
+  on_exec(vcpu, (void *)((uintptr_t)udata | TRACED));
 }
 static void on_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
   (void)id;
@@ -73,10 +88,11 @@ static void on_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
     qemu_plugin_register_vcpu_tb_exec_cb(tb, on_exec, CB_NO_REGS, (void *)(uintptr_t)(after | ENTRY));
   }
   if (is_return_point(va)) qemu_plugin_register_vcpu_tb_exec_cb(tb, on_exec, CB_NO_REGS, (void *)(uintptr_t)va);
+  else if (trace_n) qemu_plugin_register_vcpu_tb_exec_cb(tb, on_user_block, CB_NO_REGS, (void *)(uintptr_t)va);
 }
 static void window_open(void) {
   enabled = 0; usleep(2000);
-  for (int v = 0; v < NV; v++) ring_len[v] = 0;
+  for (int v = 0; v < NV; v++) ring_len[v] = trace_left[v] = 0;
   __atomic_thread_fence(__ATOMIC_SEQ_CST); enabled = 1;
 }
 static void window_close(const char *label) {
@@ -96,6 +112,7 @@ int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, 
   for (int i = 0; i < argc; i++) {
     if (!strncmp(argv[i], "dir=", 4)) hooks.dir = argv[i] + 4;
     else if (!strncmp(argv[i], "prof=", 5)) prof = argv[i] + 5;
+    else if (!strncmp(argv[i], "trace=", 6)) trace_n = (unsigned)strtoul(argv[i] + 6, NULL, 10);
   }
   for (int v = 0; v < NV; v++)
     if (!(ring[v] = malloc(sizeof(struct event) * RING))) return -1;
