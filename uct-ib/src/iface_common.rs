@@ -82,13 +82,19 @@ pub fn buf_sge(buf: &PoolBuf, off: usize, len: usize) -> Sge {
     )
 }
 
+/// The posted buffers of an [`RxRing`] by wr_id (the slot index), and the unused wr_ids.
+struct RxSlots {
+    bufs: Vec<Option<PoolBuf>>,
+    free: Vec<u32>,
+}
+
 /// Receive buffers posted to a receive queue (an SRQ, or a UD QP), found again by `wr_id`.
 pub struct RxRing {
-    /// Posted buffers by wr_id (the slot index). Declared before `pool` so they are returned
+    /// Posted buffers by wr_id and the free wr_ids, behind one borrow (a receive takes a
+    /// buffer and frees its id together). Declared before `pool` so the buffers are returned
     /// to it before it is dropped (no leak report at close).
-    slots: RefCell<Vec<Option<PoolBuf>>>,
+    slots: RefCell<RxSlots>,
     pool: MemPool,
-    free: RefCell<Vec<u32>>,
     posted: Cell<u32>,
     capacity: u32,
     batch: usize,
@@ -112,8 +118,10 @@ impl RxRing {
         }
         Ok(RxRing {
             pool,
-            slots: RefCell::new((0..capacity).map(|_| None).collect()),
-            free: RefCell::new((0..capacity).rev().collect()),
+            slots: RefCell::new(RxSlots {
+                bufs: (0..capacity).map(|_| None).collect(),
+                free: (0..capacity).rev().collect(),
+            }),
             posted: Cell::new(0),
             capacity,
             batch: batch.clamp(1, MAX_RECV_BATCH),
@@ -152,13 +160,12 @@ impl RxRing {
             let mut got = 0;
             {
                 let mut slots = self.slots.borrow_mut();
-                let mut free = self.free.borrow_mut();
                 while got < n {
                     let Ok(buf) = self.pool.get() else { break };
-                    let Some(id) = free.pop() else { break };
+                    let Some(id) = slots.free.pop() else { break };
                     sges[got] = buf_sge(&buf, self.sge_off, self.sge_len);
                     ids[got] = id;
-                    slots[id as usize] = Some(buf);
+                    slots.bufs[id as usize] = Some(buf);
                     got += 1;
                 }
             }
@@ -173,10 +180,9 @@ impl RxRing {
                 let posted = e.posted.min(got);
                 self.posted.set(self.posted.get() + posted as u32);
                 let mut slots = self.slots.borrow_mut();
-                let mut free = self.free.borrow_mut();
                 for &id in &ids[posted..got] {
-                    slots[id as usize] = None;
-                    free.push(id);
+                    slots.bufs[id as usize] = None;
+                    slots.free.push(id);
                 }
                 return Err(e.status);
             }
@@ -191,8 +197,11 @@ impl RxRing {
     /// Takes the buffer of a completed receive (`None` for an unknown `wr_id`).
     #[inline]
     pub fn take(&self, wr_id: u64) -> Option<PoolBuf> {
-        let buf = self.slots.borrow_mut().get_mut(wr_id as usize)?.take()?;
-        self.free.borrow_mut().push(wr_id as u32);
+        let mut slots = self.slots.borrow_mut();
+        let buf = slots.bufs.get_mut(wr_id as usize)?.take()?;
+        // never grows: at most `capacity` ids, and the vector was created with all of them
+        slots.free.push(wr_id as u32);
+        drop(slots);
         self.posted.set(self.posted.get() - 1);
         Some(buf)
     }
@@ -216,7 +225,7 @@ impl SendCqPacing {
     #[inline]
     pub fn poll_now(&self, received: u32, wanted: bool) -> bool {
         let skipped = self.skipped.get();
-        if received == 0 || wanted || skipped >= SEND_CQ_SKIP_MAX {
+        if (received == 0) | wanted | (skipped >= SEND_CQ_SKIP_MAX) {
             self.skipped.set(0);
             true
         } else {

@@ -8,21 +8,26 @@
 //! tagged with the `sn` of their last request) are done. Sequence numbers start at a
 //! per-endpoint base, so completions of a destroyed QP whose number was reused are recognised
 //! as stale.
+//!
+//! The counters are `Cell`s and only the operation queue is a `RefCell` (borrowed inside one
+//! method at a time): a send checks and commits its slot without a borrow flag to test and
+//! set, as UCX's plain-C counters do (docs/benchmarks.md, "the user path of a round trip").
 
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 
 /// The accounting of one send queue; `Op` is what waits for a completion.
 pub struct TxQueue<Op> {
     /// Send-queue slots left.
-    available: u32,
+    available: Cell<u32>,
     /// Last posted sequence number.
-    pi: u64,
+    pi: Cell<u64>,
     /// Last completed sequence number.
-    ci: u64,
+    ci: Cell<u64>,
     /// Requests posted since the last signaled one.
-    unsignaled: u32,
+    unsignaled: Cell<u32>,
     moderation: u32,
-    ops: VecDeque<(u64, Op)>,
+    ops: RefCell<VecDeque<(u64, Op)>>,
 }
 
 impl<Op> TxQueue<Op> {
@@ -30,101 +35,108 @@ impl<Op> TxQueue<Op> {
     /// every `moderation`-th request.
     pub fn new(slots: u32, moderation: u32, base: u64) -> TxQueue<Op> {
         TxQueue {
-            available: slots,
-            pi: base,
-            ci: base,
-            unsignaled: 0,
+            available: Cell::new(slots),
+            pi: Cell::new(base),
+            ci: Cell::new(base),
+            unsignaled: Cell::new(0),
             moderation: moderation.max(1),
             // Grows on demand (to at most `slots`) and keeps its capacity: an idle ep costs
             // nothing here, a busy one stops allocating once warmed up.
-            ops: VecDeque::new(),
+            ops: RefCell::new(VecDeque::new()),
         }
     }
 
     /// True when a request can be posted.
     #[inline]
     pub fn has_room(&self) -> bool {
-        self.available > 0
+        self.available.get() > 0
     }
 
     /// Slots left.
     #[inline]
     pub fn available(&self) -> u32 {
-        self.available
+        self.available.get()
     }
 
     /// The `wr_id` of the next request and whether it must be signaled (`force`, or the
     /// moderation count is reached).
     #[inline]
     pub fn next(&self, force: bool) -> (u64, bool) {
-        (self.pi + 1, force || self.unsignaled + 1 >= self.moderation)
+        (
+            self.pi.get() + 1,
+            force | (self.unsignaled.get() + 1 >= self.moderation),
+        )
     }
 
     /// The request from [`TxQueue::next`] was posted.
     #[inline]
-    pub fn posted(&mut self, signaled: bool) {
-        self.pi += 1;
-        self.available -= 1;
-        self.unsignaled = if signaled { 0 } else { self.unsignaled + 1 };
+    pub fn posted(&self, signaled: bool) {
+        self.pi.set(self.pi.get() + 1);
+        self.available.set(self.available.get() - 1);
+        self.unsignaled
+            .set(if signaled { 0 } else { self.unsignaled.get() + 1 });
     }
 
     /// Queues `op` to finish when the last posted request completes.
     #[inline]
-    pub fn push_op(&mut self, op: Op) {
-        self.ops.push_back((self.pi, op));
+    pub fn push_op(&self, op: Op) {
+        self.ops.borrow_mut().push_back((self.pi.get(), op));
     }
 
     /// A completion for `sn` arrived: returns how many requests it completed (0 for a stale or
     /// repeated one).
     #[inline]
-    pub fn complete(&mut self, sn: u64) -> u32 {
-        if sn <= self.ci || sn > self.pi {
+    pub fn complete(&self, sn: u64) -> u32 {
+        let ci = self.ci.get();
+        if sn <= ci || sn > self.pi.get() {
             return 0;
         }
-        let n = (sn - self.ci) as u32;
-        self.ci = sn;
-        self.available += n;
+        let n = (sn - ci) as u32;
+        self.ci.set(sn);
+        self.available.set(self.available.get() + n);
         n
     }
 
     /// The next operation whose requests are all complete.
     #[inline]
-    pub fn pop_done(&mut self) -> Option<Op> {
-        match self.ops.front() {
-            Some(&(sn, _)) if sn <= self.ci => self.ops.pop_front().map(|(_, op)| op),
+    pub fn pop_done(&self) -> Option<Op> {
+        let mut ops = self.ops.borrow_mut();
+        match ops.front() {
+            Some(&(sn, _)) if sn <= self.ci.get() => ops.pop_front().map(|(_, op)| op),
             _ => None,
         }
     }
 
     /// The next operation whose requests all completed before the last completed one (after an
     /// error completion: those succeeded).
-    pub fn pop_done_before_last(&mut self) -> Option<Op> {
-        match self.ops.front() {
-            Some(&(sn, _)) if sn < self.ci => self.ops.pop_front().map(|(_, op)| op),
+    pub fn pop_done_before_last(&self) -> Option<Op> {
+        let mut ops = self.ops.borrow_mut();
+        match ops.front() {
+            Some(&(sn, _)) if sn < self.ci.get() => ops.pop_front().map(|(_, op)| op),
             _ => None,
         }
     }
 
     /// The next waiting operation, complete or not (to fail or cancel it).
-    pub fn pop_any(&mut self) -> Option<Op> {
-        self.ops.pop_front().map(|(_, op)| op)
+    pub fn pop_any(&self) -> Option<Op> {
+        self.ops.borrow_mut().pop_front().map(|(_, op)| op)
     }
 
     /// Requests posted and not completed yet.
     #[inline]
     pub fn outstanding(&self) -> u64 {
-        self.pi - self.ci
+        self.pi.get() - self.ci.get()
     }
 
     /// Requests posted since the last signaled one (a flush must signal to see them complete).
     pub fn unsignaled(&self) -> u32 {
-        self.unsignaled
+        self.unsignaled.get()
     }
 
     /// Last posted sequence number.
     #[cfg(test)]
     pub fn last_sn(&self) -> u64 {
-        self.pi
+        self.pi.get()
     }
 }
 
@@ -132,7 +144,7 @@ impl<Op> TxQueue<Op> {
 mod tests {
     use super::*;
 
-    fn post<Op>(q: &mut TxQueue<Op>, force: bool) -> (u64, bool) {
+    fn post<Op>(q: &TxQueue<Op>, force: bool) -> (u64, bool) {
         let (sn, sig) = q.next(force);
         q.posted(sig);
         (sn, sig)
@@ -140,24 +152,24 @@ mod tests {
 
     #[test]
     fn moderation_signals_every_nth_and_forced() {
-        let mut q: TxQueue<()> = TxQueue::new(16, 4, 1000);
-        let sig: Vec<bool> = (0..8).map(|_| post(&mut q, false).1).collect();
+        let q: TxQueue<()> = TxQueue::new(16, 4, 1000);
+        let sig: Vec<bool> = (0..8).map(|_| post(&q, false).1).collect();
         assert_eq!(sig, vec![false, false, false, true, false, false, false, true]);
-        assert!(post(&mut q, true).1, "forced");
+        assert!(post(&q, true).1, "forced");
         assert_eq!(q.unsignaled(), 0);
-        assert!(!post(&mut q, false).1, "the count restarts after a forced signal");
+        assert!(!post(&q, false).1, "the count restarts after a forced signal");
         assert_eq!((q.available(), q.outstanding(), q.last_sn()), (6, 10, 1010));
     }
 
     #[test]
     fn one_completion_completes_everything_up_to_it() {
-        let mut q: TxQueue<&str> = TxQueue::new(8, 64, 0);
-        post(&mut q, false);
+        let q: TxQueue<&str> = TxQueue::new(8, 64, 0);
+        post(&q, false);
         q.push_op("a");
-        post(&mut q, false);
-        post(&mut q, true);
+        post(&q, false);
+        post(&q, true);
         q.push_op("c");
-        post(&mut q, false);
+        post(&q, false);
         q.push_op("d");
         assert_eq!(q.available(), 4);
         assert_eq!(q.pop_done(), None, "nothing completed yet");
@@ -177,10 +189,10 @@ mod tests {
 
     #[test]
     fn exhaustion() {
-        let mut q: TxQueue<()> = TxQueue::new(3, 2, 0);
+        let q: TxQueue<()> = TxQueue::new(3, 2, 0);
         for _ in 0..3 {
             assert!(q.has_room());
-            post(&mut q, false);
+            post(&q, false);
         }
         assert!(!q.has_room());
         // the last signaled one was #2: its completion frees two slots

@@ -208,6 +208,7 @@ impl PoolBuf {
 
     /// Gives up ownership without returning the element; recover it with [`PoolBuf::from_raw`].
     /// Used to pass descriptors through C-style interfaces.
+    #[inline]
     pub fn into_raw(self) -> NonNull<u8> {
         let this = std::mem::ManuallyDrop::new(self);
         let data = this.data;
@@ -227,6 +228,8 @@ impl PoolBuf {
     ///
     /// # Safety
     /// `data` must come from `into_raw` and must not have been passed to `from_raw` before.
+    // inline: transports return every received buffer through here (no cross-crate call)
+    #[inline]
     pub unsafe fn from_raw(data: NonNull<u8>) -> PoolBuf {
         // SAFETY: per the contract, the link slot holds the pointer stored by `into_raw`.
         let pool = unsafe {

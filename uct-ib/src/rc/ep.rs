@@ -29,16 +29,54 @@ pub(crate) enum Conn {
     Failed(Status),
 }
 
+/// An endpoint's pending requests. Their number is a `Cell`, so a send learns that none wait
+/// without a borrow.
+#[derive(Default)]
+pub(crate) struct PendingQueue {
+    reqs: RefCell<VecDeque<PendingReq>>,
+    len: Cell<usize>,
+}
+
+impl PendingQueue {
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len.get() == 0
+    }
+
+    pub fn push_back(&self, req: PendingReq) {
+        self.reqs.borrow_mut().push_back(req);
+        self.len.set(self.len.get() + 1);
+    }
+
+    /// Puts back a request that could not run.
+    pub fn push_front(&self, req: PendingReq) {
+        self.reqs.borrow_mut().push_front(req);
+        self.len.set(self.len.get() + 1);
+    }
+
+    pub fn pop_front(&self) -> Option<PendingReq> {
+        let req = self.reqs.borrow_mut().pop_front();
+        self.len.set(self.len.get() - req.is_some() as usize);
+        req
+    }
+
+    /// Every request, in order (purge).
+    pub fn take_all(&self) -> VecDeque<PendingReq> {
+        self.len.set(0);
+        self.reqs.take()
+    }
+}
+
 /// The endpoint's state, shared by the host's handle and the interface (completions by QP
 /// number, dispatch schedule).
 pub(crate) struct EpState {
     pub iface: Rc<IfaceShared>,
     pub qp: QueuePair,
-    pub tx: RefCell<TxQueue<TxOp>>,
+    pub tx: TxQueue<TxOp>,
     pub fc: Cell<FcState>,
     pub conn: Cell<Conn>,
     pub handle: Cell<EpHandle>,
-    pub pending: RefCell<VecDeque<PendingReq>>,
+    pub pending: PendingQueue,
     /// A pending request of this endpoint is running: its sends may pass the queue.
     pub dispatching: Cell<bool>,
     /// On the interface's dispatch schedule.
@@ -55,13 +93,14 @@ impl EpState {
     /// True when pending requests must go first.
     #[inline]
     pub fn pending_blocks(&self) -> bool {
-        !self.dispatching.get() && !self.pending.borrow().is_empty()
+        // `&`, not `&&`: two flags, no branch (the send fast path)
+        !self.dispatching.get() & !self.pending.is_empty()
     }
 
     /// Completes every waiting operation with `status` (destroy, cancel, interface close).
     pub fn cancel_all(&self, status: Status) {
         loop {
-            let op = self.tx.borrow_mut().pop_any();
+            let op = self.tx.pop_any();
             match op {
                 Some(op) => op.finish(status),
                 None => break,
@@ -119,15 +158,11 @@ impl RcEp {
     pub(crate) fn create(iface: &Rc<IfaceShared>) -> Result<RcEp> {
         let qp = iface.create_qp()?;
         let st = Rc::new(EpState {
-            tx: RefCell::new(TxQueue::new(
-                iface.caps.tx_qlen,
-                iface.caps.moderation,
-                iface.next_sn_base(),
-            )),
+            tx: TxQueue::new(iface.caps.tx_qlen, iface.caps.moderation, iface.next_sn_base()),
             fc: Cell::new(FcState::new(&iface.fc)),
             conn: Cell::new(Conn::Idle),
             handle: Cell::new(EpHandle(0)),
-            pending: RefCell::new(VecDeque::new()),
+            pending: PendingQueue::default(),
             dispatching: Cell::new(false),
             scheduled: Cell::new(false),
             fence: Cell::new(false),
@@ -147,7 +182,7 @@ impl Drop for RcEp {
         let s = &st.iface;
         st.destroyed.set(true);
         s.deschedule(st);
-        if st.tx.borrow().outstanding() == 0 {
+        if st.tx.outstanding() == 0 {
             st.cancel_all(Status::Canceled);
             s.eps.borrow_mut().remove(&st.qp.qp_num());
         } else {
@@ -172,7 +207,7 @@ impl Ep for RcEp {
     fn connect_to_ep(&self, dev: &[u8], ep_addr: &[u8]) -> Result<()> {
         self.st.connect(dev, ep_addr)?;
         // sends that waited for the connection may go now
-        if !self.st.pending.borrow().is_empty() {
+        if !self.st.pending.is_empty() {
             self.st.iface.schedule(&self.st);
         }
         Ok(())
@@ -267,10 +302,10 @@ impl Ep for RcEp {
         if let Conn::Failed(s) = st.conn.get() {
             return Err(s);
         }
-        if st.pending.borrow().is_empty() && st.has_tx_resources() && st.fc.get().can_send(&st.iface.fc) {
+        if st.pending.is_empty() && st.has_tx_resources() && st.fc.get().can_send(&st.iface.fc) {
             return Err(Status::Busy);
         }
-        st.pending.borrow_mut().push_back(req);
+        st.pending.push_back(req);
         if st.conn.get() == Conn::Connected {
             st.iface.schedule(st);
         }
@@ -278,7 +313,7 @@ impl Ep for RcEp {
     }
 
     fn pending_purge(&self, purge: PurgeCb) {
-        let reqs: Vec<PendingReq> = self.st.pending.borrow_mut().drain(..).collect();
+        let reqs = self.st.pending.take_all();
         self.st.iface.deschedule(&self.st);
         for r in reqs {
             purge.purge(r);

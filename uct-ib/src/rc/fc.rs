@@ -65,24 +65,18 @@ impl FcState {
     /// True when an AM may be sent.
     #[inline]
     pub fn can_send(&self, p: &FcParams) -> bool {
-        !p.enabled || self.wnd > 0
+        !p.enabled | (self.wnd > 0)
     }
 
     /// The flags of the next AM (call [`FcState::sent`] once it is posted).
     #[inline]
     pub fn tx_flags(&self, p: &FcParams) -> u8 {
-        let mut f = 0;
-        if p.enabled {
-            if self.wnd == p.hard {
-                f |= FC_HARD_REQ;
-            } else if self.wnd == p.soft {
-                f |= FC_SOFT_REQ;
-            }
-        }
-        if self.grant_owed {
-            f |= FC_GRANT;
-        }
-        f
+        // arithmetic on flags, no branches (every AM computes this); hard < soft, so at most
+        // one request flag is set
+        let on = p.enabled as u8;
+        let hard = (on & (self.wnd == p.hard) as u8) * FC_HARD_REQ;
+        let soft = (on & (self.wnd == p.soft) as u8) * FC_SOFT_REQ;
+        hard | soft | (self.grant_owed as u8 * FC_GRANT)
     }
 
     /// An AM with `flags` was posted.
@@ -231,6 +225,36 @@ mod tests {
             let f = s.tx_flags(&p);
             assert_eq!(f & (FC_SOFT_REQ | FC_HARD_REQ), 0);
             s.sent(&p, f);
+        }
+    }
+
+    /// Every window position, with and without FC and an owed grant: the request flag at the
+    /// thresholds only, the grant flag whenever one is owed.
+    #[test]
+    fn flags_of_every_state() {
+        for enabled in [true, false] {
+            let p = FcParams::new(enabled, 8, 0.5, 0.25);
+            for wnd in -1..=9 {
+                for grant_owed in [false, true] {
+                    let s = FcState {
+                        wnd,
+                        grant_owed,
+                        pure_grant_due: false,
+                    };
+                    let mut want = if grant_owed { FC_GRANT } else { 0 };
+                    if enabled && wnd == p.hard {
+                        want |= FC_HARD_REQ;
+                    } else if enabled && wnd == p.soft {
+                        want |= FC_SOFT_REQ;
+                    }
+                    assert_eq!(
+                        s.tx_flags(&p),
+                        want,
+                        "enabled {enabled} wnd {wnd} owed {grant_owed}"
+                    );
+                    assert_eq!(s.can_send(&p), !enabled || wnd > 0);
+                }
+            }
         }
     }
 }

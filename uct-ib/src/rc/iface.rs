@@ -361,6 +361,8 @@ impl Iface for RcIface {
         DeviceAddr::unpack(dev).is_ok_and(|d| self.shared.port.can_reach(&d))
     }
 
+    // inlined into the worker's progress callback (one call, not two, per progress)
+    #[inline]
     fn progress(&self) -> u32 {
         self.shared.progress()
     }

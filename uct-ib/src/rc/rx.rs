@@ -11,29 +11,33 @@ const MAX_POLL: usize = 32;
 impl IfaceShared {
     /// One round of progress: receives, then send completions (see
     /// [`SendCqPacing`](crate::iface_common::SendCqPacing)), then
-    /// pending requests.
+    /// pending requests. Inlined into the worker's progress callback.
+    #[inline]
     pub fn progress(&self) -> u32 {
         let rx = self.progress_rx();
-        let n = if self.tx_pacing.poll_now(rx, self.tx_wanted()) {
-            rx + self.progress_tx()
-        } else {
-            rx
-        };
-        if !self.sched.borrow().is_empty() {
+        // the schedule is read once per call unless send completions ran user callbacks
+        let mut scheduled = !self.sched.borrow().is_empty();
+        let mut n = rx;
+        if self.tx_pacing.poll_now(rx, self.tx_wanted(scheduled)) {
+            n += self.progress_tx();
+            scheduled = !self.sched.borrow().is_empty();
+        }
+        if scheduled {
             self.dispatch_pending();
         }
         n
     }
 
     /// Sends wait for send completions: one was refused since the last poll (`tx_wanted`),
-    /// requests are pending, or the send CQ is half used.
+    /// requests are pending (`scheduled`), or the send CQ is half used.
     #[inline]
-    fn tx_wanted(&self) -> bool {
-        self.tx_wanted.get()
-            || !self.sched.borrow().is_empty()
-            || self.cq_available.get() < self.cfg.tx_cq_len / 2
+    fn tx_wanted(&self, scheduled: bool) -> bool {
+        // `|`, not `||`: three flags, no branches
+        self.tx_wanted.get() | scheduled | (self.cq_available.get() < self.cfg.tx_cq_len / 2)
     }
 
+    // always: the receive loop is the fast path of `progress`, which is itself inlined
+    #[inline(always)]
     fn progress_rx(&self) -> u32 {
         let mut batch = WcBatch::<MAX_POLL>::new();
         let Ok(wcs) = self.cqs.rx.poll_into(self.cfg.rx_max_poll, &mut batch) else {
@@ -78,7 +82,7 @@ impl IfaceShared {
         if a.send_pure_grant && ep.send_pure_grant().is_err() {
             self.schedule(&ep);
         }
-        if a.granted && !ep.pending.borrow().is_empty() {
+        if a.granted && !ep.pending.is_empty() {
             self.schedule(&ep);
         }
     }

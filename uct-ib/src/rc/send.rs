@@ -39,7 +39,7 @@ impl EpState {
     /// True when one work request can be posted now.
     #[inline]
     pub fn has_tx_resources(&self) -> bool {
-        self.conn.get() == Conn::Connected && self.tx.borrow().has_room() && self.iface.cq_available.get() > 0
+        self.conn.get() == Conn::Connected && self.tx.has_room() && self.iface.cq_available.get() > 0
     }
 
     /// Connected, not behind its pending queue, and room for one work request.
@@ -50,7 +50,8 @@ impl EpState {
             Conn::Failed(s) => return Err(s),
             Conn::Idle => return Err(Status::NoResource),
         }
-        if self.pending_blocks() || !self.tx.borrow().has_room() || self.iface.cq_available.get() == 0 {
+        // `|`, not `||`: Cell reads only, one branch
+        if self.pending_blocks() | !self.tx.has_room() | (self.iface.cq_available.get() == 0) {
             self.iface.tx_wanted.set(true);
             return Err(Status::NoResource);
         }
@@ -76,7 +77,7 @@ impl EpState {
         extra: SendFlags,
         post: impl FnOnce(u64, SendFlags) -> Result<()>,
     ) -> Result<()> {
-        let (sn, sig) = self.tx.borrow().next(force);
+        let (sn, sig) = self.tx.next(force);
         let mut flags = extra;
         if sig {
             flags = flags | SendFlags::SIGNALED;
@@ -86,7 +87,7 @@ impl EpState {
         }
         post(sn, flags)?;
         self.fence.set(false);
-        self.tx.borrow_mut().posted(sig);
+        self.tx.posted(sig);
         let s = &self.iface;
         s.cq_available.set(s.cq_available.get() - 1);
         Ok(())
@@ -94,7 +95,7 @@ impl EpState {
 
     #[inline]
     fn push_op(&self, op: TxOp) {
-        self.tx.borrow_mut().push_op(op);
+        self.tx.push_op(op);
     }
 
     #[inline]
@@ -151,10 +152,8 @@ impl EpState {
         let mut head = [0u8; AM_HDR_LEN + 8];
         head[0] = am_hdr(id, flags);
         head[AM_HDR_LEN..].copy_from_slice(&header.to_le_bytes());
-        let both = [&head[..], payload];
-        let pieces = if payload.is_empty() { &both[..1] } else { &both[..] };
         self.post(false, SendFlags::SOLICITED, |wr_id, f| {
-            self.qp.post_send_inline(wr_id, pieces, SendOp::Send, f, None)
+            self.qp.post_inline_send(wr_id, &head, payload, f)
         })?;
         self.fc_sent(flags);
         Ok(())
@@ -466,12 +465,12 @@ impl EpState {
     pub fn flush(&self, flags: FlushFlags, op: TxOp) -> Result<Status> {
         match self.conn.get() {
             Conn::Failed(st) => return Err(st),
-            Conn::Idle if self.pending.borrow().is_empty() => return Ok(Status::Ok),
+            Conn::Idle if self.pending.is_empty() => return Ok(Status::Ok),
             Conn::Idle => return Err(Status::NoResource),
             Conn::Connected => {}
         }
         if flags.contains(FlushFlags::CANCEL) {
-            if self.tx.borrow().outstanding() == 0 {
+            if self.tx.outstanding() == 0 {
                 return Ok(Status::Ok);
             }
             self.canceled.set(true);
@@ -483,10 +482,7 @@ impl EpState {
         if self.pending_blocks() {
             return Err(Status::NoResource);
         }
-        let (outstanding, unsignaled) = {
-            let tx = self.tx.borrow();
-            (tx.outstanding(), tx.unsignaled())
-        };
+        let (outstanding, unsignaled) = (self.tx.outstanding(), self.tx.unsignaled());
         if outstanding == 0 {
             return Ok(Status::Ok);
         }

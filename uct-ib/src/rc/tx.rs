@@ -105,7 +105,7 @@ impl EpState {
     /// Finishes the waiting operations whose requests completed.
     fn finish_done(&self, status: Status) {
         loop {
-            let op = self.tx.borrow_mut().pop_done();
+            let op = self.tx.pop_done();
             match op {
                 Some(op) => op.finish(status),
                 None => break,
@@ -163,7 +163,7 @@ impl IfaceShared {
         for wc in wcs {
             let ep = self.eps.borrow().get(&wc.qp_num()).cloned();
             let Some(ep) = ep else { continue };
-            let freed = ep.tx.borrow_mut().complete(wc.wr_id());
+            let freed = ep.tx.complete(wc.wr_id());
             self.cq_available.set(self.cq_available.get() + freed);
             if wc.is_success() {
                 // ops on a failed endpoint were already finished
@@ -175,7 +175,7 @@ impl IfaceShared {
                 }
                 ep.on_error(wc, st);
             }
-            if ep.destroyed.get() && ep.tx.borrow().outstanding() == 0 {
+            if ep.destroyed.get() && ep.tx.outstanding() == 0 {
                 ep.cancel_all(Status::Canceled);
                 self.eps.borrow_mut().remove(&wc.qp_num());
             }
@@ -207,7 +207,7 @@ impl IfaceShared {
                 if !ep.has_tx_resources() || !ep.fc.get().can_send(&self.fc) {
                     break;
                 }
-                let req = ep.pending.borrow_mut().pop_front();
+                let req = ep.pending.pop_front();
                 let Some(req) = req else { break };
                 ep.dispatching.set(true);
                 let r = req.dispatch();
@@ -215,12 +215,12 @@ impl IfaceShared {
                 match r {
                     PendingResult::Done => continue,
                     PendingResult::InProgress | PendingResult::Stop => {
-                        ep.pending.borrow_mut().push_front(req);
+                        ep.pending.push_front(req);
                         break;
                     }
                 }
             }
-            let more = ep.fc.get().pure_grant_due || !ep.pending.borrow().is_empty();
+            let more = ep.fc.get().pure_grant_due || !ep.pending.is_empty();
             if more && matches!(ep.conn.get(), Conn::Connected) {
                 self.schedule(&ep);
             }
@@ -271,7 +271,7 @@ impl EpState {
     /// After an error completion freed requests: those before the failed one succeeded.
     fn finish_done_before_last(&self, _status: Status) {
         loop {
-            let op = self.tx.borrow_mut().pop_done_before_last();
+            let op = self.tx.pop_done_before_last();
             match op {
                 Some(op) => op.finish(Status::Ok),
                 None => break,

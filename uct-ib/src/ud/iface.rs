@@ -225,7 +225,8 @@ impl UdShared {
     }
 
     /// One round of progress: receives, send completions (see [`SendCqPacing`]), control
-    /// packets, timers, pending requests.
+    /// packets, timers, pending requests. Inlined into the worker's progress callback.
+    #[inline]
     fn progress(&self) -> u32 {
         let mut work = self.poll_rx();
         if self.tx_pacing.poll_now(work, self.tx_wanted()) {
@@ -361,6 +362,8 @@ impl Iface for UdIface {
         iface.len() >= IFACE_ADDR_LEN && DeviceAddr::unpack(dev).is_ok_and(|d| self.sh.port.can_reach(&d))
     }
 
+    // inlined into the worker's progress callback (one call, not two, per progress)
+    #[inline]
     fn progress(&self) -> u32 {
         self.sh.progress()
     }

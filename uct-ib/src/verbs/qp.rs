@@ -369,6 +369,40 @@ impl QueuePair {
         self.post_raw(&mut wr)
     }
 
+    /// Posts an inline SEND of `head` followed by `payload` (which may be empty) on a connected
+    /// QP: [`QueuePair::post_send_inline`] for the commonest case, an AM with its header,
+    /// with only the checks that case needs (the size) and no opcode dispatch.
+    #[inline]
+    pub fn post_inline_send(&self, wr_id: u64, head: &[u8], payload: &[u8], flags: SendFlags) -> Result<()> {
+        if self.qp_type == QpType::Ud {
+            return self.post_send_inline(wr_id, &[head, payload], SendOp::Send, flags, None);
+        }
+        let total = head.len() + payload.len();
+        if total > self.caps.max_inline_data as usize {
+            return Err(invalid(
+                "QueuePair::post_inline_send",
+                format_args!(
+                    "{total} bytes exceed max_inline_data {}; use a registered buffer",
+                    self.caps.max_inline_data
+                ),
+                Status::ExceedsLimit,
+            ));
+        }
+        let mut sges = [
+            Sge::new(head.as_ptr() as u64, head.len() as u32, 0),
+            Sge::new(payload.as_ptr() as u64, payload.len() as u32, 0),
+        ];
+        let mut wr = zeroed_send_wr();
+        wr.wr_id = wr_id;
+        wr.sg_list = sges.as_mut_ptr().cast::<ibv_sge>();
+        // an empty payload is no piece at all (a zero-length SGE is legal but costs a loop)
+        wr.num_sge = 1 + !payload.is_empty() as i32;
+        wr.send_flags = flags.bits() | ibv_send_flags::IBV_SEND_INLINE.0;
+        wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        // the provider reads the inline pieces during the call; they are live slices
+        self.post_raw(&mut wr)
+    }
+
     /// Posts one receive (QPs without an SRQ). `Err(NoResource)` when the queue is full.
     #[inline]
     pub fn post_recv(&self, req: &RecvRequest<'_>) -> Result<()> {
