@@ -345,9 +345,24 @@ impl QueuePair {
             ));
         }
         let total: usize = data.iter().map(|d| d.len()).sum();
+        self.check_inline_len("QueuePair::post_send_inline", total)?;
+        let mut sges = [Sge::new(0, 0, 0); MAX_INLINE_PIECES];
+        for (s, d) in sges.iter_mut().zip(data) {
+            *s = Sge::new(d.as_ptr() as u64, d.len() as u32, 0);
+        }
+        let mut wr = inline_wr(wr_id, &mut sges, data.len(), flags);
+        fill_send_wr(&mut wr, op, ud);
+        // the provider reads the inline pieces during the call; they are live slices
+        self.post_raw(&mut wr)
+    }
+
+    /// `Err(ExceedsLimit)` (logged as from `call`) when `total` inline bytes exceed what the QP
+    /// was granted.
+    #[inline]
+    fn check_inline_len(&self, call: &str, total: usize) -> Result<()> {
         if total > self.caps.max_inline_data as usize {
             return Err(invalid(
-                "QueuePair::post_send_inline",
+                call,
                 format_args!(
                     "{total} bytes exceed max_inline_data {}; use a registered buffer",
                     self.caps.max_inline_data
@@ -355,18 +370,7 @@ impl QueuePair {
                 Status::ExceedsLimit,
             ));
         }
-        let mut sges = [Sge::new(0, 0, 0); MAX_INLINE_PIECES];
-        for (s, d) in sges.iter_mut().zip(data) {
-            *s = Sge::new(d.as_ptr() as u64, d.len() as u32, 0);
-        }
-        let mut wr = zeroed_send_wr();
-        wr.wr_id = wr_id;
-        wr.sg_list = sges.as_mut_ptr().cast::<ibv_sge>();
-        wr.num_sge = data.len() as i32;
-        wr.send_flags = flags.bits() | ibv_send_flags::IBV_SEND_INLINE.0;
-        fill_send_wr(&mut wr, op, ud);
-        // the provider reads the inline pieces during the call; they are live slices
-        self.post_raw(&mut wr)
+        Ok(())
     }
 
     /// Posts an inline SEND of `head` followed by `payload` (which may be empty) on a connected
@@ -377,27 +381,13 @@ impl QueuePair {
         if self.qp_type == QpType::Ud {
             return self.post_send_inline(wr_id, &[head, payload], SendOp::Send, flags, None);
         }
-        let total = head.len() + payload.len();
-        if total > self.caps.max_inline_data as usize {
-            return Err(invalid(
-                "QueuePair::post_inline_send",
-                format_args!(
-                    "{total} bytes exceed max_inline_data {}; use a registered buffer",
-                    self.caps.max_inline_data
-                ),
-                Status::ExceedsLimit,
-            ));
-        }
+        self.check_inline_len("QueuePair::post_inline_send", head.len() + payload.len())?;
         let mut sges = [
             Sge::new(head.as_ptr() as u64, head.len() as u32, 0),
             Sge::new(payload.as_ptr() as u64, payload.len() as u32, 0),
         ];
-        let mut wr = zeroed_send_wr();
-        wr.wr_id = wr_id;
-        wr.sg_list = sges.as_mut_ptr().cast::<ibv_sge>();
         // an empty payload is no piece at all (a zero-length SGE is legal but costs a loop)
-        wr.num_sge = 1 + !payload.is_empty() as i32;
-        wr.send_flags = flags.bits() | ibv_send_flags::IBV_SEND_INLINE.0;
+        let mut wr = inline_wr(wr_id, &mut sges, 1 + !payload.is_empty() as usize, flags);
         wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
         // the provider reads the inline pieces during the call; they are live slices
         self.post_raw(&mut wr)
@@ -452,4 +442,16 @@ impl std::fmt::Debug for QueuePair {
             .field("caps", &self.caps)
             .finish()
     }
+}
+
+/// An inline send WR (opcode still to set) over the first `n` of `sges`, which the caller keeps
+/// alive until the post returns.
+#[inline]
+fn inline_wr(wr_id: u64, sges: &mut [Sge], n: usize, flags: SendFlags) -> ibv_send_wr {
+    let mut wr = zeroed_send_wr();
+    wr.wr_id = wr_id;
+    wr.sg_list = sges.as_mut_ptr().cast::<ibv_sge>();
+    wr.num_sge = n as i32;
+    wr.send_flags = flags.bits() | ibv_send_flags::IBV_SEND_INLINE.0;
+    wr
 }
