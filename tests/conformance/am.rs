@@ -265,10 +265,81 @@ fn am_order_many(s: &Setup) {
     assert_eq!(next, seqs, "[{n}] messages lost");
 }
 
+/// am_short sent from inside an AM handler (UCX allows sends from callbacks) at sizes around
+/// the self transport's stack-assembly limits (16 and 64 bytes with the header): the nested
+/// message arrives intact, and the message the handler is reading does not change while the
+/// nested send runs (self delivers a nested send at once, into the same interface).
+fn am_short_from_handler(s: &Setup) {
+    const NESTED: u8 = 8;
+    let p = s.pair();
+    let n = p.name();
+    if !p.supports(IfaceFlags::AM_SHORT, "am_short_from_handler") {
+        return;
+    }
+    let ep = p.ep().clone();
+    let max = p.attr().am.max_short - 8;
+    let rec = p.record_am(NESTED);
+    // Sends the transport refused inside the handler (NoResource: no progress allowed there),
+    // made by the test after the handler returned.
+    type Deferred = Rc<RefCell<Vec<(u64, Vec<u8>)>>>;
+    let deferred: Deferred = Rc::default();
+    let problems: Rc<RefCell<Vec<String>>> = Rc::default();
+    let (d, pr, weak) = (deferred.clone(), problems.clone(), Rc::downgrade(&ep));
+    p.rx.iface
+        .set_am_handler(ID, p.am_flags(), move |m| {
+            let before = m.data().to_vec();
+            let Some(e) = weak.upgrade() else { return };
+            match e.am_short(NESTED, m.header(), &before[8..]) {
+                Ok(()) => {}
+                Err(Status::NoResource) => d.borrow_mut().push((m.header(), before[8..].to_vec())),
+                Err(err) => pr
+                    .borrow_mut()
+                    .push(format!("nested send of {}: {err}", before.len())),
+            }
+            if m.data() != &before[..] {
+                pr.borrow_mut().push(format!(
+                    "message of {} bytes changed by a nested send",
+                    before.len()
+                ));
+            }
+        })
+        .unwrap();
+    let mut lens: Vec<usize> = [0, 1, 8, 9, 56, 57, 200, max]
+        .into_iter()
+        .filter(|&l| l <= max)
+        .collect();
+    lens.dedup();
+    for (i, &len) in lens.iter().enumerate() {
+        let data = pattern(len, 100 + i as u64);
+        let hdr = 0x5A5A_0000 | i as u64;
+        p.retry("am_short", || ep.am_short(ID, hdr, &data))
+            .unwrap_or_else(|e| panic!("[{n}] am_short of {len} payload bytes: {e}"));
+        p.wait_for("the nested send", || {
+            rec.borrow().len() + deferred.borrow().len() > i
+        });
+        let later: Vec<_> = deferred.borrow_mut().drain(..).collect();
+        for (h, d) in later {
+            p.retry("deferred am_short", || ep.am_short(NESTED, h, &d))
+                .unwrap_or_else(|e| panic!("[{n}] deferred am_short: {e}"));
+        }
+        p.wait_msgs(&rec, i + 1, "nested");
+        let got = &rec.borrow()[i];
+        assert_eq!(
+            got[..8],
+            hdr.to_le_bytes(),
+            "[{n}] nested am_short header ({len} bytes)"
+        );
+        assert_bytes(&format!("[{n}] nested am_short of {len} bytes"), &got[8..], &data);
+    }
+    let pr = problems.borrow();
+    assert!(pr.is_empty(), "[{n}] {pr:?}");
+}
+
 conformance_test!(
     am_short_sizes,
     am_short_iov_sizes,
     am_bcopy_sizes,
     am_zcopy_layouts,
-    am_order_many
+    am_order_many,
+    am_short_from_handler
 );
