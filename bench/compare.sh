@@ -332,7 +332,9 @@ ci() { # kind ref ratios...
             printf "%.2f-%.2f %s %.0f\n", lo, hi, good ? "ahead" : (bad ? "behind" : "parity"), 100 * cov
         }'
 }
-# The target's verdict on the ratio of medians, with the sign test's word on the rounds.
+# The target's verdict on the median per-round ratio (each round's two runs were seconds apart;
+# the ratio of the two tools' medians compares different machine speeds when their medians fall
+# in different rounds), with the CI's word on the rounds.
 verdict() { # kind ratio side
     local met
     met=$(awk -v k="$1" -v r="$2" 'BEGIN { if (r == "n/a") print "n/a"; else if ((k == "lat" && r <= 1) || (k != "lat" && r >= 1)) print "met"; else print "missed" }')
@@ -381,9 +383,9 @@ TABLE=$(
         else
             unit="MB/s (higher is better)"; up="-"; rp="-"
         fi
-        rt=$(ratio "$u6" "$r6"); read -r range side _ <<<"$(ci "$kind" 1 ${RR[$id]:-})"
+        rt=$(ratio "$u6" "$r6"); rr=$(median 6 ${RR[$id]:-}); read -r range side _ <<<"$(ci "$kind" 1 ${RR[$id]:-})"
         stl="$(median 1 ${STL[$id,ucx]:-}) / $(median 1 ${STL[$id,rucx]:-})"; [ "$IN_VM" = 1 ] && stl="-"
-        echo "| $label | $unit | $u | $r | $rt | $(median 2 ${RR[$id]:-}) | $range | $(ahead "$kind" ${RR[$id]:-}) | $(verdict "$kind" "$rt" "$side") | $up | $rp | $stl |"
+        echo "| $label | $unit | $u | $r | $rt | $(median 2 ${RR[$id]:-}) | $range | $(ahead "$kind" ${RR[$id]:-}) | $(verdict "$kind" "$rr" "$side") | $up | $rp | $stl |"
     done
     if [ ${#VERBS_ROWS[@]} -gt 0 ]; then
         printf '%s\n' "${VERBS_ROWS[@]}"
@@ -416,7 +418,7 @@ TABLE=$(
     fi
 )
 MACHINE="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) CPUs, $(uname -sr), load avg $(cut -d' ' -f1-3 /proc/loadavg)"
-HEAD="Run $(date -u '+%Y-%m-%d %H:%M UTC') on: $MACHINE; $(rustc --version 2>/dev/null); $ROUNDS rounds per case, medians; latency = overall average (RTT/2), bandwidth = overall MB/s (MiB/s); per-round rucx/UCX = median of each round's ratio; per-round CI = a distribution-free $(ci bw 1 $(seq 1 "$ROUNDS") | cut -d' ' -f3)% confidence interval of that median (order statistics of the rounds' ratios); target = met or missed by rucx/UCX, with where the CI lies against 1.0 (ahead, parity: contains 1.0, behind); host steal = median share of all CPUs' time the hypervisor took during each tool's runs$([ "$NICE" = 2 ] && echo "; measured processes SCHED_FIFO (--rt)")."
+HEAD="Run $(date -u '+%Y-%m-%d %H:%M UTC') on: $MACHINE; $(rustc --version 2>/dev/null); $ROUNDS rounds per case, medians; latency = overall average (RTT/2), bandwidth = overall MB/s (MiB/s); per-round rucx/UCX = median of each round's ratio; per-round CI = a distribution-free $(ci bw 1 $(seq 1 "$ROUNDS") | cut -d' ' -f3)% confidence interval of that median (order statistics of the rounds' ratios); target = met or missed by the per-round rucx/UCX, with where the CI lies against 1.0 (ahead, parity: contains 1.0, behind); host steal = median share of all CPUs' time the hypervisor took during each tool's runs$([ "$NICE" = 2 ] && echo "; measured processes SCHED_FIFO (--rt)")."
 echo
 echo "$HEAD"
 echo
