@@ -210,8 +210,8 @@ mod tests {
 
     /// `recv_frame` over what a peer may send: a random length (sometimes past the limit or
     /// huge), all, part or none of the bytes, then the peer closes. The frame, or an error naming
-    /// the cause; never a panic or an allocation of the announced size. Run with
-    /// `cargo test --example uct_hello_world`.
+    /// the cause; never a panic or an allocation of the announced size. Built into
+    /// tests/hello_world_oob.rs: `cargo test --test hello_world_oob`.
     #[test]
     fn recv_frame_survives_random_truncated_and_oversized_input() {
         let mut rng: u64 = 0x0bad_5eed_1234_5678;
