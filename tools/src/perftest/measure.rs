@@ -11,6 +11,7 @@ pub const TIMING_QUEUE_SIZE: usize = 2048;
 
 /// Counters at one point in time.
 #[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
 pub struct Snapshot {
     pub msgs: u64,
     pub bytes: u64,
@@ -37,16 +38,22 @@ pub struct PerfResult {
 }
 
 /// One run's measurement state.
+///
+/// `update` writes `current`, `prev_time` and `head` every iteration: they come first, in one
+/// cache line. After a long copy (bandwidth tests) each store waits for the store queue to
+/// drain, and stores spread over several lines drain slower than stores within one
+/// (docs/benchmarks.md, "self am_bw").
+#[repr(C, align(64))]
 pub struct Perf {
+    pub current: Snapshot,
+    prev_time: u64,
+    head: usize,
     pub max_iter: u64,
     report_interval: u64,
     start_time_acc: f64,
-    prev_time: u64,
-    pub current: Snapshot,
     pub prev: Snapshot,
     timing: Box<[u64; TIMING_QUEUE_SIZE]>,
     scratch: Box<[u64; TIMING_QUEUE_SIZE]>,
-    head: usize,
     /// 2 for ping-pong (results are per half round trip), else 1.
     factor: f64,
     rank: f64,
@@ -57,15 +64,15 @@ impl Perf {
     /// A fresh state (UCX's `ucx_perf_test_init`).
     pub fn new(max_iter: u64, report_interval: f64, pingpong: bool, rank: f64, printer: Printer) -> Perf {
         let mut p = Perf {
+            current: Snapshot::default(),
+            prev_time: 0,
+            head: 0,
             max_iter: 0,
             report_interval: 0,
             start_time_acc: 0.0,
-            prev_time: 0,
-            current: Snapshot::default(),
             prev: Snapshot::default(),
             timing: Box::new([0; TIMING_QUEUE_SIZE]),
             scratch: Box::new([0; TIMING_QUEUE_SIZE]),
-            head: 0,
             factor: if pingpong { 2.0 } else { 1.0 },
             rank,
             printer,

@@ -6,7 +6,7 @@
 //! (UCX uses a template for the same reason): inside the loop there is no allocation, no
 //! logging, no formatting, only the send call, a worker progress and the counters.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use ucs::{Result, Status};
@@ -16,7 +16,7 @@ use super::clock;
 use super::measure::Perf;
 use super::params::{cmd, layout, Params, TestType};
 use super::rte::Rte;
-use super::setup::{buffer_size, recv_pattern, send_pattern, Setup, AM_ID};
+use super::setup::{buffer_size, recv_pattern, send_pattern, LoopCounters, Setup, AM_ID};
 
 /// How many successful sends between two progress calls (UCX's `N_SEND_B_PER_PROGRESS`).
 const SENDS_PER_PROGRESS: u32 = 16;
@@ -93,7 +93,7 @@ pub struct Bench<'s> {
     get_buf: Rc<RefCell<AlignedBuf>>,
     result: AtomicResult,
     comp: Completion,
-    am_sn: Rc<Cell<u8>>,
+    counters: Rc<LoopCounters>,
     test_cmd: u8,
     data: u8,
     ty: TestType,
@@ -106,7 +106,6 @@ pub struct Bench<'s> {
     validate: bool,
     max_outstanding: i32,
     fc_window: u8,
-    send_b_count: u32,
 }
 
 fn read_byte(m: Option<&Mem>, off: usize) -> u8 {
@@ -181,7 +180,7 @@ impl<'s> Bench<'s> {
             get_buf: Rc::new(RefCell::new(AlignedBuf::new(size.max(1)))),
             result: AtomicResult::new(),
             comp: Completion::counter(),
-            am_sn: setup.am_sn.clone(),
+            counters: setup.counters.clone(),
             test_cmd: t.cmd,
             data: p.layout,
             ty: t.ty,
@@ -198,7 +197,6 @@ impl<'s> Bench<'s> {
             validate: p.validate,
             max_outstanding: p.max_outstanding.min(i32::MAX as u32) as i32,
             fc_window: p.fc_window.min(255) as u8,
-            send_b_count: 0,
         };
         Ok(b)
     }
@@ -230,8 +228,8 @@ impl<'s> Bench<'s> {
             };
         }
         // A new runner in UCX: last received sn and send counter start from zero.
-        self.am_sn.set(0);
-        self.send_b_count = 0;
+        self.counters.am_sn.set(0);
+        self.counters.send_b_count.set(0);
         if self.one_sided {
             by_cmd!(true)
         } else {
@@ -281,7 +279,7 @@ impl<'s> Bench<'s> {
     #[inline(always)]
     fn read_sn<const DATA: u8>(&self, src: SnSrc) -> u8 {
         match src {
-            SnSrc::Am => self.am_sn.get(),
+            SnSrc::Am => self.counters.am_sn.get(),
             SnSrc::Recv(off) => read_byte(self.recv_mem, off),
             SnSrc::Local => match DATA {
                 layout::ZCOPY => read_byte(self.send_mem, 0),
@@ -293,7 +291,7 @@ impl<'s> Bench<'s> {
 
     fn set_recv_sn(&self, src: SnSrc, v: u8) {
         match src {
-            SnSrc::Am => self.am_sn.set(v),
+            SnSrc::Am => self.counters.am_sn.set(v),
             SnSrc::Recv(off) => write_byte(self.recv_mem, off, v),
             SnSrc::Local => {}
         }
@@ -428,8 +426,8 @@ impl<'s> Bench<'s> {
         match r? {
             Status::InProgress => self.progress(),
             _ => {
-                let c = self.send_b_count;
-                self.send_b_count = c.wrapping_add(1);
+                let c = self.counters.send_b_count.get();
+                self.counters.send_b_count.set(c.wrapping_add(1));
                 if c.is_multiple_of(SENDS_PER_PROGRESS) {
                     // 1 in 16: kept out of the loop's straight line, as in UCX's build.
                     std::hint::cold_path();

@@ -35,10 +35,22 @@ pub struct Setup {
     pub send_mem: Option<Mem>,
     pub recv_mem: Option<Mem>,
     pub peer: Option<Peer>,
-    /// Set by the AM handler: the first byte of the last message (UCX's `m_last_recvd_sn`).
-    pub am_sn: Rc<Cell<u8>>,
+    /// The AM handler's sequence number and the loop's send count.
+    pub counters: Rc<LoopCounters>,
     /// AM payloads that failed validation (`-V`).
     pub am_bad: Rc<Cell<u64>>,
+}
+
+/// What the test loop writes every iteration besides its measurement, as UCX keeps both in
+/// its runner object: one allocation, so that the two stores share a cache line. In a
+/// bandwidth test each store after the message copy waits for the store queue to drain, and
+/// stores spread over lines drain slower (docs/benchmarks.md, "self am_bw").
+#[derive(Debug, Default)]
+pub struct LoopCounters {
+    /// Set by the AM handler: the first byte of the last message (UCX's `m_last_recvd_sn`).
+    pub am_sn: Cell<u8>,
+    /// Sends `send_b` completed, for its progress pacing (UCX's `m_send_b_count`).
+    pub send_b_count: Cell<u32>,
 }
 
 /// The byte at offset `i` of a sender's buffer under `-V`.
@@ -320,9 +332,9 @@ impl Setup {
         } else {
             (None, None)
         };
-        let am_sn = Rc::new(Cell::new(0u8));
+        let counters = Rc::new(LoopCounters::default());
         let am_bad = Rc::new(Cell::new(0u64));
-        install_am_handler(&iface, p, &am_sn, &am_bad)?;
+        install_am_handler(&iface, p, &counters, &am_bad)?;
         iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
         let mut s = Setup {
             worker,
@@ -332,7 +344,7 @@ impl Setup {
             send_mem,
             recv_mem,
             peer: None,
-            am_sn,
+            counters,
             am_bad,
         };
         s.connect(rte)?;
@@ -439,12 +451,17 @@ impl Setup {
 
 /// The handler: remembers the first byte (the sequence number); under `-V` also checks the
 /// length and the payload against [`send_pattern`].
-fn install_am_handler(iface: &Iface, p: &Params, sn: &Rc<Cell<u8>>, bad: &Rc<Cell<u64>>) -> Result<()> {
-    let sn = sn.clone();
+fn install_am_handler(
+    iface: &Iface,
+    p: &Params,
+    counters: &Rc<LoopCounters>,
+    bad: &Rc<Cell<u64>>,
+) -> Result<()> {
+    let c = counters.clone();
     if !p.validate {
         return iface.set_am_handler(AM_ID, AmCbFlags::SYNC, move |m| {
             if let Some(&b) = m.data().first() {
-                sn.set(b);
+                c.am_sn.set(b);
             }
         });
     }
@@ -456,7 +473,7 @@ fn install_am_handler(iface: &Iface, p: &Params, sn: &Rc<Cell<u8>>, bad: &Rc<Cel
     iface.set_am_handler(AM_ID, AmCbFlags::SYNC, move |m| {
         let d = m.data();
         if let Some(&b) = d.first() {
-            sn.set(b);
+            c.am_sn.set(b);
         }
         if d.len() != len || d[skip..] != expect[..] {
             bad.set(bad.get() + 1);
