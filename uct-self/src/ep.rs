@@ -124,21 +124,13 @@ impl Ep for SelfEp {
             .map(|_| ())
     }
 
-    /// Written out like `am_short`, in one frame with the pack call inlined: after a long
-    /// copy the CPU's store queue is full, and every store the path makes after it (calls'
-    /// return addresses, spills, flags) waits its turn; stores that hop between cache lines
-    /// drain slower than stores within one (docs/benchmarks.md, "self am_bw").
+    /// Inlined into the ABI export, with `deliver` and the pack call: one frame from the export
+    /// to the copy. After a long copy the CPU's store queue is full, and every store the path
+    /// makes after it (calls' return addresses, pushes, spills) waits its turn; stores that hop
+    /// between cache lines drain slower than stores within one (docs/benchmarks.md, "self
+    /// am_bw").
     #[inline]
     fn am_bcopy(&self, id: u8, pack: PackCb, _flags: u32) -> Result<usize> {
-        let t = &*self.target;
-        if !t.closed.get() {
-            if let Ok(mut b) = t.buf.try_borrow_mut() {
-                let buf = b.get();
-                let n = pack.pack(buf)?;
-                t.am.invoke(id, &buf[..n], None)?;
-                return Ok(n);
-            }
-        }
         self.deliver(id, 0, |buf| pack.pack(buf))
     }
 

@@ -11,7 +11,6 @@ pub const TIMING_QUEUE_SIZE: usize = 2048;
 
 /// Counters at one point in time.
 #[derive(Clone, Copy, Debug, Default)]
-#[repr(C)]
 pub struct Snapshot {
     pub msgs: u64,
     pub bytes: u64,
