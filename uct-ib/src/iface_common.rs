@@ -16,8 +16,8 @@ use crate::config::IbConfig;
 use crate::device::{parse_dev_name, PortInfo};
 use crate::md::IbMd;
 use crate::verbs::{
-    AccessFlags, CompletionChannel, CompletionQueue, MrChunkAllocator, ProtectionDomain, RecvPostError,
-    RecvRequest, RxLoan, Sge, WcBatch, WorkCompletion, MAX_RECV_BATCH, RX_DESC_HDR,
+    AccessFlags, CompletionChannel, CompletionQueue, MrChunkAllocator, ProtectionDomain, RecvChain,
+    RecvPostError, RxLoan, Sge, WcBatch, WorkCompletion, MAX_RECV_BATCH, RX_DESC_HDR,
 };
 
 /// Offset of the payload in receive and send buffers: after the lending header, 64-byte
@@ -94,6 +94,8 @@ pub struct RxRing {
     /// buffer and frees its id together). Declared before `pool` so the buffers are returned
     /// to it before it is dropped (no leak report at close).
     slots: RefCell<RxSlots>,
+    /// The receive WRs a refill fills and posts, `batch` of them, linked once.
+    chain: RefCell<RecvChain>,
     pool: MemPool,
     posted: Cell<u32>,
     capacity: u32,
@@ -116,7 +118,9 @@ impl RxRing {
             );
             return Err(Status::InvalidParam);
         }
+        let batch = batch.clamp(1, MAX_RECV_BATCH);
         Ok(RxRing {
+            chain: RefCell::new(RecvChain::new(batch)),
             pool,
             slots: RefCell::new(RxSlots {
                 bufs: (0..capacity).map(|_| None).collect(),
@@ -124,7 +128,7 @@ impl RxRing {
             }),
             posted: Cell::new(0),
             capacity,
-            batch: batch.clamp(1, MAX_RECV_BATCH),
+            batch,
             sge_off,
             sge_len,
         })
@@ -141,46 +145,42 @@ impl RxRing {
         (self.capacity - self.posted.get()) as usize >= self.batch
     }
 
-    /// Posts receives in batches through `post` until the ring is full (or the pool is empty);
-    /// returns how many were posted. When a batch fails part way, the requests the provider
-    /// took count as posted and keep their buffers; the others go back to the pool.
+    /// Posts receives in batches through `post` (an SRQ's or QP's `post_*chain`) until the
+    /// ring is full (or the pool is empty); returns how many were posted. When a batch fails
+    /// part way, the requests the provider took count as posted and keep their buffers; the
+    /// others go back to the pool.
     pub fn refill(
         &self,
-        post: impl Fn(&[RecvRequest<'_>]) -> std::result::Result<(), RecvPostError>,
+        post: impl Fn(&mut RecvChain) -> std::result::Result<(), RecvPostError>,
     ) -> Result<u32> {
         let mut total = 0;
+        let mut chain = self.chain.borrow_mut();
         loop {
             let room = (self.capacity - self.posted.get()) as usize;
             let n = room.min(self.batch);
             if n == 0 {
                 return Ok(total);
             }
-            let mut sges = [Sge::new(0, 0, 0); MAX_RECV_BATCH];
-            let mut ids = [0u32; MAX_RECV_BATCH];
-            let mut got = 0;
+            chain.clear();
             {
                 let mut slots = self.slots.borrow_mut();
-                while got < n {
+                while chain.len() < n {
                     let Ok(buf) = self.pool.get() else { break };
                     let Some(id) = slots.free.pop() else { break };
-                    sges[got] = buf_sge(&buf, self.sge_off, self.sge_len);
-                    ids[got] = id;
+                    chain.push(id as u64, buf_sge(&buf, self.sge_off, self.sge_len));
                     slots.bufs[id as usize] = Some(buf);
-                    got += 1;
                 }
             }
+            let got = chain.len();
             if got == 0 {
                 return Ok(total);
             }
-            let reqs: [RecvRequest<'_>; MAX_RECV_BATCH] = std::array::from_fn(|i| RecvRequest {
-                wr_id: ids[i] as u64,
-                sges: std::slice::from_ref(&sges[i]),
-            });
-            if let Err(e) = post(&reqs[..got]) {
+            if let Err(e) = post(&mut chain) {
                 let posted = e.posted.min(got);
                 self.posted.set(self.posted.get() + posted as u32);
                 let mut slots = self.slots.borrow_mut();
-                for &id in &ids[posted..got] {
+                for i in posted..got {
+                    let id = chain.wr_id(i) as u32;
                     slots.bufs[id as usize] = None;
                     slots.free.push(id);
                 }
@@ -402,13 +402,12 @@ mod tests {
         let ring = RxRing::new(heap_pool(100), 10, 4, BUF_DATA_OFFSET, 128).unwrap();
         let batches = RefCell::new(Vec::new());
         let n = ring
-            .refill(|reqs| {
+            .refill(|chain| {
                 batches
                     .borrow_mut()
-                    .push(reqs.iter().map(|r| r.wr_id).collect::<Vec<_>>());
-                assert!(reqs
-                    .iter()
-                    .all(|r| r.sges.len() == 1 && r.sges[0].length() == 128));
+                    .push((0..chain.len()).map(|i| chain.wr_id(i)).collect::<Vec<_>>());
+                assert_eq!(chain.capacity(), 4, "one batch per post");
+                assert!((0..chain.len()).all(|i| chain.sge(i).length() == 128));
                 Ok(())
             })
             .unwrap();
@@ -430,7 +429,7 @@ mod tests {
         assert!(ring.needs_refill());
         // a post that fails at once counts nothing and returns the buffers
         let fail_at = |posted| {
-            move |_: &[RecvRequest<'_>]| {
+            move |_: &mut RecvChain| {
                 Err(RecvPostError {
                     posted,
                     status: Status::NoResource,
@@ -441,9 +440,9 @@ mod tests {
         assert_eq!(ring.posted(), 5);
         // one that fails part way counts the requests the provider took
         let taken = RefCell::new(Vec::new());
-        let r = ring.refill(|reqs| {
-            taken.borrow_mut().extend(reqs[..2].iter().map(|r| r.wr_id));
-            fail_at(2)(reqs)
+        let r = ring.refill(|chain| {
+            taken.borrow_mut().extend((0..2).map(|i| chain.wr_id(i)));
+            fail_at(2)(chain)
         });
         assert_eq!(r, Err(Status::NoResource));
         assert_eq!(ring.posted(), 7);

@@ -2,7 +2,7 @@
 //! endpoint; attributes derived from the port; progress, flush, events.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::CStr;
 use std::os::fd::RawFd;
 use std::rc::Rc;
@@ -17,6 +17,7 @@ use uct::types::*;
 
 use super::ep::{EpState, RcEp};
 use super::fc::FcParams;
+use super::qp_map::QpMap;
 use super::wire::{AM_HDR_LEN, EP_ADDR_LEN};
 use crate::config::IbConfig;
 use crate::device::{DeviceAddr, IbDevice, PortInfo, DEV_ADDR_LEN};
@@ -106,7 +107,7 @@ pub(crate) struct IfaceShared {
     /// When progress polls the send CQ.
     pub tx_pacing: SendCqPacing,
     /// Endpoints by local QP number (including destroyed ones still draining).
-    pub eps: RefCell<HashMap<u32, Rc<EpState>>>,
+    pub eps: RefCell<QpMap<Rc<EpState>>>,
     /// Endpoints with pending requests or pure grants to send, in dispatch order.
     pub sched: RefCell<VecDeque<Rc<EpState>>>,
     next_serial: Cell<u64>,
@@ -182,7 +183,7 @@ impl IfaceShared {
             tx_pool,
             am: params.am,
             err: params.err_handler,
-            eps: RefCell::new(HashMap::new()),
+            eps: RefCell::new(QpMap::default()),
             sched: RefCell::new(VecDeque::new()),
             next_serial: Cell::new(1),
         });
@@ -223,7 +224,7 @@ impl IfaceShared {
 
     /// Posts receive buffers until the SRQ is full.
     pub fn refill_rx(&self) -> Result<u32> {
-        self.rx.refill(|reqs| self.srq.post_recv_batch(reqs))
+        self.rx.refill(|chain| self.srq.post_chain(chain))
     }
 
     /// Adds `ep` to the dispatch schedule (once).

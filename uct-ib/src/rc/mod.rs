@@ -5,6 +5,7 @@
 //! - `send`: the send fast path and every operation
 //! - `tx`: send completions, failures, pending dispatch, flush
 //! - `rx`: receive completions and AM delivery
+//! - `qp_map`: endpoints by local QP number
 //! - `txq`: send-queue accounting with completion moderation
 //! - `fc`: AM flow-control credits
 //! - `wire`: header byte and endpoint address
@@ -12,6 +13,7 @@
 mod ep;
 mod fc;
 mod iface;
+mod qp_map;
 mod rx;
 mod send;
 mod tx;

@@ -144,7 +144,7 @@ impl UdShared {
             BUF_DATA_OFFSET,
             GRH_LEN + seg,
         )?;
-        rx.refill(|reqs| qp.post_recv_batch(reqs))?;
+        rx.refill(|chain| qp.post_recv_chain(chain))?;
         let tx_pool = buffer_pool(&dev.pd, "ud_verbs tx", seg, 128, cfg.tx_bufs, ibcfg.thp)?;
         let tx = TxPool::new(
             tx_pool,
@@ -282,7 +282,7 @@ impl UdShared {
             self.receive(buf, len, wc.src_qp());
         }
         if self.rx.needs_refill() {
-            if let Err(e) = self.rx.refill(|reqs| self.qp.post_recv_batch(reqs)) {
+            if let Err(e) = self.rx.refill(|chain| self.qp.post_recv_chain(chain)) {
                 tracing::warn!("ud_verbs: cannot repost receive buffers: {e}");
             }
         }

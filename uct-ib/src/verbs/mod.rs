@@ -23,6 +23,7 @@ mod mr;
 mod pd;
 mod qp;
 mod qp_params;
+mod recv_chain;
 mod srq;
 mod wc;
 mod wr;
@@ -41,6 +42,7 @@ pub use qp_params::{
     qp_timeout_from_secs, rnr_timer_from_secs, InitParams, QpCaps, QpInitAttr, QpState, QpType, RtrParams,
     RtsParams,
 };
+pub use recv_chain::RecvChain;
 pub use srq::SharedReceiveQueue;
 pub use wc::{WcBatch, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{

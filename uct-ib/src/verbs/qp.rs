@@ -5,6 +5,7 @@ use super::cq::CompletionQueue;
 use super::error::{fail, invalid, last_errno, rc_errno, CallKind};
 use super::pd::ProtectionDomain;
 use super::qp_params::{InitParams, QpCaps, QpInitAttr, QpState, QpType, RtrParams, RtsParams};
+use super::recv_chain::RecvChain;
 use super::srq::{post_recv_chain, SharedReceiveQueue};
 use super::wr::{
     fill_send_wr, zeroed_send_wr, RecvPostError, RecvRequest, SendFlags, SendOp, SendRequest, Sge, UdDest,
@@ -414,6 +415,26 @@ impl QueuePair {
         }
         post_recv_chain(reqs, "ibv_post_recv", |wr, bad| {
             // SAFETY: valid QP; `wr` is a well-formed chain whose SGE arrays outlive the call.
+            unsafe { ibv_post_recv(self.qp.as_ptr(), wr, bad) }
+        })
+    }
+
+    /// Posts the filled entries of `chain` with one call (the receive refill's path); like
+    /// [`post_recv_batch`](Self::post_recv_batch), not on a QP that receives from an SRQ.
+    #[inline]
+    pub fn post_recv_chain(&self, chain: &mut RecvChain) -> std::result::Result<(), RecvPostError> {
+        if self.srq.is_some() {
+            return Err(RecvPostError {
+                posted: 0,
+                status: invalid(
+                    "QueuePair::post_recv_chain",
+                    format_args!("qp {:#x} receives from an SRQ; post to the SRQ", self.qp_num),
+                    Status::InvalidParam,
+                ),
+            });
+        }
+        chain.post("ibv_post_recv", |wr, bad| {
+            // SAFETY: valid QP; `wr` is the chain's null-terminated list of registered SGEs.
             unsafe { ibv_post_recv(self.qp.as_ptr(), wr, bad) }
         })
     }

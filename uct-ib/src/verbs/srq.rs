@@ -2,6 +2,7 @@
 
 use super::error::{fail, invalid, last_errno, rc_errno, CallKind};
 use super::pd::ProtectionDomain;
+use super::recv_chain::RecvChain;
 use super::wr::{RecvPostError, RecvRequest, MAX_RECV_BATCH};
 use rdma_sys::*;
 use std::ptr::NonNull;
@@ -87,6 +88,15 @@ impl SharedReceiveQueue {
     pub fn post_recv_batch(&self, reqs: &[RecvRequest<'_>]) -> std::result::Result<(), RecvPostError> {
         post_recv_chain(reqs, "ibv_post_srq_recv", |wr, bad| {
             // SAFETY: valid SRQ; `wr` is a well-formed chain whose SGE arrays outlive the call.
+            unsafe { ibv_post_srq_recv(self.srq.as_ptr(), wr, bad) }
+        })
+    }
+
+    /// Posts the filled entries of `chain` with one call (the receive refill's path).
+    #[inline]
+    pub fn post_chain(&self, chain: &mut RecvChain) -> std::result::Result<(), RecvPostError> {
+        chain.post("ibv_post_srq_recv", |wr, bad| {
+            // SAFETY: valid SRQ; `wr` is the chain's null-terminated list of registered SGEs.
             unsafe { ibv_post_srq_recv(self.srq.as_ptr(), wr, bad) }
         })
     }
