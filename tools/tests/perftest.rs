@@ -54,7 +54,9 @@ fn am_lat_prints_ucx_table_and_final_row() {
     assert!(v[1..].iter().all(|x| x.is_finite() && *x >= 0.0), "{fin}");
     // Message rate and bandwidth follow from the latency as UCX computes them (8-byte messages).
     let (lat_us, bw, mr) = (v[3], v[5], v[7]);
-    assert!((mr * lat_us / 1e6 - 1.0).abs() < 0.02, "{fin}");
+    // The latency is printed with 3 decimals: on a fast host (self: ~0.005 us) that rounding
+    // alone is up to 10%, so it widens the tolerance.
+    assert!((mr * lat_us / 1e6 - 1.0).abs() < 0.02 + 0.0005 / lat_us, "{fin}");
     assert!((bw * 1024.0 * 1024.0 / mr - 8.0).abs() < 0.1, "{fin}");
 }
 
