@@ -6,4 +6,5 @@ pub mod context;
 pub mod ep;
 pub mod iface;
 pub mod mem;
+mod transport_progress;
 pub mod worker;

@@ -1,11 +1,12 @@
 //! The worker: the progress engine of one thread (`uct_worker_h`).
 //!
-//! `progress()` first runs async events queued for this worker (fd readiness and timers, detected
-//! by the async context's background thread and handed over through its queue, so none is lost
-//! while the owner is busy), then every progress callback (the ifaces' progress functions and
-//! one-shot callbacks). With nothing to do this is two loads: no allocation, lock or syscall. The
-//! async context wakes the progress list when it queues an event; in poll mode, polling the
-//! context is itself a progress callback.
+//! `progress()` first calls the ifaces' progress functions (straight, one indirect call each:
+//! `transport_progress`), then runs async events queued for this worker (fd readiness and
+//! timers, detected by the async context's background thread and handed over through its
+//! queue, so none is lost while the owner is busy) and the other callbacks (one-shot and
+//! application ones). With nothing to do this is two loads: no allocation, lock or syscall.
+//! The async context wakes the callback queue when it queues an event; in poll mode, polling
+//! the context is itself a callback there.
 
 use std::cell::RefCell;
 use std::ffi::c_void;
@@ -17,6 +18,7 @@ use ucs::async_ctx::{AsyncContext, AsyncMode, Events, HandlerId};
 use ucs::callbackq::{CallbackId, CallbackQueue};
 use ucs::{Result, Status};
 
+use super::transport_progress::TransportProgress;
 use crate::abi::host::{CbGuard, EvGuard, WORKER_API};
 use crate::abi::RawWorker;
 
@@ -30,22 +32,25 @@ pub enum ThreadMode {
 }
 
 pub(crate) struct WorkerInner {
+    /// The transports' progress functions, called first and straight.
+    transports: TransportProgress,
     cbq: CallbackQueue,
     async_ctx: AsyncContext,
-    /// Progress callback ids handed to transports (slab index + 1) → callbackq ids.
-    progress_ids: RefCell<Slab<CallbackId>>,
+    /// Progress callback ids handed to transports (slab index + 1) → `transports` ids.
+    progress_ids: RefCell<Slab<u64>>,
     /// Async handler ids handed to transports (slab index + 1) → async ids.
     async_ids: RefCell<Slab<HandlerId>>,
 }
 
 impl WorkerInner {
+    /// Async events, one-shot and application callbacks.
     #[inline(never)]
-    fn progress_all(&self) -> u32 {
+    fn progress_queue(&self) -> u32 {
         self.cbq.dispatch_with(|| self.async_ctx.dispatch_queued() as u32)
     }
 
     pub(crate) fn progress_add(&self, cb: CbGuard) -> u64 {
-        let id = self.cbq.add(move || cb.call());
+        let id = self.transports.add(cb);
         self.progress_ids.borrow_mut().insert(id) as u64 + 1
     }
 
@@ -53,9 +58,9 @@ impl WorkerInner {
         let Some(idx) = (id as usize).checked_sub(1) else {
             return;
         };
-        let cid = self.progress_ids.borrow_mut().try_remove(idx);
-        if let Some(cid) = cid {
-            self.cbq.remove(cid);
+        let tid = self.progress_ids.borrow_mut().try_remove(idx);
+        if let Some(tid) = tid {
+            self.transports.remove(tid);
         }
     }
 
@@ -144,6 +149,7 @@ impl Worker {
         }
         Ok(Worker {
             inner: Rc::new(WorkerInner {
+                transports: TransportProgress::new(),
                 cbq,
                 async_ctx,
                 progress_ids: RefCell::new(Slab::new()),
@@ -152,17 +158,22 @@ impl Worker {
         })
     }
 
-    /// Runs async events and progress callbacks; returns the amount of work done. With nothing
-    /// registered and nothing queued this is two loads and a branch, inlined.
+    /// Runs the transports' progress functions, then async events and the other callbacks;
+    /// returns the amount of work done. With nothing registered and nothing queued this is
+    /// two loads and two branches, inlined.
     #[inline(always)]
     pub fn progress(&self) -> u32 {
-        if self.inner.cbq.is_idle() {
-            return 0;
+        let inner = &*self.inner;
+        let mut n = 0;
+        if !inner.transports.is_empty() {
+            n = inner.transports.dispatch();
         }
-        // Layout only: the idle check stays the caller's straight line (a busy worker pays one
-        // jump next to its transports' system calls).
-        std::hint::cold_path();
-        self.inner.progress_all()
+        if !inner.cbq.is_idle() {
+            // Layout only: async events and application callbacks are the rarer case.
+            std::hint::cold_path();
+            n = n.wrapping_add(inner.progress_queue());
+        }
+        n
     }
 
     /// The async context (its `event_fd` is readable while async events wait for `progress`).
