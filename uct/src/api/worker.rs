@@ -4,7 +4,7 @@
 //! `transport_progress`), then runs async events queued for this worker (fd readiness and
 //! timers, detected by the async context's background thread and handed over through its
 //! queue, so none is lost while the owner is busy) and the other callbacks (one-shot and
-//! application ones). With nothing to do this is two loads: no allocation, lock or syscall.
+//! application ones). With nothing to do this is one load: no allocation, lock or syscall.
 //! The async context wakes the callback queue when it queues an event; in poll mode, polling
 //! the context is itself a callback there.
 
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use slab::Slab;
 use ucs::async_ctx::{AsyncContext, AsyncMode, Events, HandlerId};
-use ucs::callbackq::{CallbackId, CallbackQueue};
+use ucs::callbackq::{CallbackId, CallbackQueue, QueueState};
 use ucs::{Result, Status};
 
 use super::transport_progress::TransportProgress;
@@ -43,14 +43,24 @@ pub(crate) struct WorkerInner {
 }
 
 impl WorkerInner {
-    /// Async events, one-shot and application callbacks.
+    /// The transports' progress functions (`st.held()`), then async events, one-shot and
+    /// application callbacks (`st.has_work()`, the rarer case).
     #[inline(never)]
-    fn progress_queue(&self) -> u32 {
-        self.cbq.dispatch_with(|| self.async_ctx.dispatch_queued() as u32)
+    fn progress_busy(&self, st: QueueState) -> u32 {
+        let mut n = 0;
+        if st.held() {
+            n = self.transports.dispatch();
+        }
+        if st.has_work() {
+            std::hint::cold_path();
+            n = n.wrapping_add(self.cbq.dispatch_with(|| self.async_ctx.dispatch_queued() as u32));
+        }
+        n
     }
 
     pub(crate) fn progress_add(&self, cb: CbGuard) -> u64 {
         let id = self.transports.add(cb);
+        self.cbq.set_held(true);
         self.progress_ids.borrow_mut().insert(id) as u64 + 1
     }
 
@@ -61,6 +71,7 @@ impl WorkerInner {
         let tid = self.progress_ids.borrow_mut().try_remove(idx);
         if let Some(tid) = tid {
             self.transports.remove(tid);
+            self.cbq.set_held(!self.transports.is_empty());
         }
     }
 
@@ -159,21 +170,16 @@ impl Worker {
     }
 
     /// Runs the transports' progress functions, then async events and the other callbacks;
-    /// returns the amount of work done. With nothing registered and nothing queued this is
-    /// two loads and two branches, inlined.
+    /// returns the amount of work done. With nothing registered and nothing queued this is one
+    /// load and a branch, inlined; the rest is one direct call (`progress_busy`), which keeps
+    /// the callers' loops as small as an idle check.
     #[inline(always)]
     pub fn progress(&self) -> u32 {
-        let inner = &*self.inner;
-        let mut n = 0;
-        if !inner.transports.is_empty() {
-            n = inner.transports.dispatch();
+        let st = self.inner.cbq.state();
+        if st.is_idle() {
+            return 0;
         }
-        if !inner.cbq.is_idle() {
-            // Layout only: async events and application callbacks are the rarer case.
-            std::hint::cold_path();
-            n = n.wrapping_add(inner.progress_queue());
-        }
-        n
+        self.inner.progress_busy(st)
     }
 
     /// The async context (its `event_fd` is readable while async events wait for `progress`).
