@@ -16,8 +16,8 @@ use crate::config::IbConfig;
 use crate::device::{parse_dev_name, PortInfo};
 use crate::md::IbMd;
 use crate::verbs::{
-    AccessFlags, CompletionChannel, CompletionQueue, MrChunkAllocator, ProtectionDomain, RecvChain,
-    RecvPostError, RxLoan, Sge, WcBatch, WorkCompletion, MAX_RECV_BATCH, RX_DESC_HDR,
+    touch_posted, AccessFlags, CompletionChannel, CompletionQueue, MrChunkAllocator, ProtectionDomain,
+    RecvChain, RecvPostError, RxLoan, Sge, WcBatch, WorkCompletion, MAX_RECV_BATCH, RX_DESC_HDR,
 };
 
 /// Offset of the payload in receive and send buffers: after the lending header, 64-byte
@@ -82,10 +82,76 @@ pub fn buf_sge(buf: &PoolBuf, off: usize, len: usize) -> Sge {
     )
 }
 
-/// The posted buffers of an [`RxRing`] by wr_id (the slot index), and the unused wr_ids.
+/// The posted buffers of an [`RxRing`] by wr_id (the slot index), the unused wr_ids, and the
+/// posted ones in the order they were posted (a receive queue completes in that order).
 struct RxSlots {
     bufs: Vec<Option<PoolBuf>>,
     free: Vec<u32>,
+    order: PostOrder,
+}
+
+/// The wr_ids posted and not yet completed, oldest first: a ring as long as the receive ring.
+/// A completion normally takes the oldest; one out of order is taken out where it is.
+struct PostOrder {
+    ids: Vec<u32>,
+    head: usize,
+    len: usize,
+}
+
+impl PostOrder {
+    fn new(capacity: usize) -> PostOrder {
+        PostOrder {
+            ids: vec![0; capacity.max(1)],
+            head: 0,
+            len: 0,
+        }
+    }
+
+    #[inline]
+    fn at(&self, i: usize) -> usize {
+        let p = self.head + i;
+        if p >= self.ids.len() {
+            p - self.ids.len()
+        } else {
+            p
+        }
+    }
+
+    /// The oldest posted id.
+    #[inline]
+    fn oldest(&self) -> Option<u32> {
+        (self.len > 0).then(|| self.ids[self.head])
+    }
+
+    /// `id` was posted (the ring never holds more ids than it has slots).
+    #[inline]
+    fn push(&mut self, id: u32) {
+        if self.len < self.ids.len() {
+            let p = self.at(self.len);
+            self.ids[p] = id;
+            self.len += 1;
+        }
+    }
+
+    /// `id` completed.
+    #[inline]
+    fn remove(&mut self, id: u32) {
+        if self.len == 0 {
+            return;
+        }
+        if self.ids[self.head] != id {
+            let Some(i) = (1..self.len).find(|&i| self.ids[self.at(i)] == id) else {
+                return;
+            };
+            // out of order (rare): the older ones move up one place, keeping their order
+            for j in (1..=i).rev() {
+                let (to, from) = (self.at(j), self.at(j - 1));
+                self.ids[to] = self.ids[from];
+            }
+        }
+        self.head = self.at(1);
+        self.len -= 1;
+    }
 }
 
 /// Receive buffers posted to a receive queue (an SRQ, or a UD QP), found again by `wr_id`.
@@ -98,6 +164,8 @@ pub struct RxRing {
     chain: RefCell<RecvChain>,
     pool: MemPool,
     posted: Cell<u32>,
+    /// The next buffer to complete has been touched since the last completion.
+    warm: Cell<bool>,
     capacity: u32,
     batch: usize,
     /// Where the receive SGE starts in a buffer, and its length.
@@ -125,8 +193,10 @@ impl RxRing {
             slots: RefCell::new(RxSlots {
                 bufs: (0..capacity).map(|_| None).collect(),
                 free: (0..capacity).rev().collect(),
+                order: PostOrder::new(capacity as usize),
             }),
             posted: Cell::new(0),
+            warm: Cell::new(false),
             capacity,
             batch,
             sge_off,
@@ -169,6 +239,7 @@ impl RxRing {
                     let Some(id) = slots.free.pop() else { break };
                     chain.push(id as u64, buf_sge(&buf, self.sge_off, self.sge_len));
                     slots.bufs[id as usize] = Some(buf);
+                    slots.order.push(id);
                 }
             }
             let got = chain.len();
@@ -183,6 +254,7 @@ impl RxRing {
                     let id = chain.wr_id(i) as u32;
                     slots.bufs[id as usize] = None;
                     slots.free.push(id);
+                    slots.order.remove(id);
                 }
                 return Err(e.status);
             }
@@ -201,9 +273,29 @@ impl RxRing {
         let buf = slots.bufs.get_mut(wr_id as usize)?.take()?;
         // never grows: at most `capacity` ids, and the vector was created with all of them
         slots.free.push(wr_id as u32);
+        slots.order.remove(wr_id as u32);
         drop(slots);
         self.posted.set(self.posted.get() - 1);
+        self.warm.set(false);
         Some(buf)
+    }
+
+    /// With nothing received: reads a byte of the buffer the next completion will most likely
+    /// carry (the oldest posted), once per completion, so that its first read when it arrives
+    /// does not wait for the CPU's page translation ([`touch_posted`]).
+    #[inline]
+    pub fn touch_next(&self) {
+        if self.warm.replace(true) {
+            return;
+        }
+        let slots = self.slots.borrow();
+        if let Some(buf) = slots
+            .order
+            .oldest()
+            .and_then(|id| slots.bufs[id as usize].as_ref())
+        {
+            touch_posted(buf, self.sge_off);
+        }
     }
 }
 
@@ -452,6 +544,62 @@ mod tests {
         assert_eq!(ring.posted(), 5);
         assert_eq!(ring.refill(|_| Ok(())).unwrap(), 5);
         assert_eq!(ring.posted(), 10);
+    }
+
+    /// The posted ids come back oldest first; an out-of-order completion leaves the rest in
+    /// order, and the ring never holds more than its capacity.
+    #[test]
+    fn post_order_tracks_the_oldest_posted_id() {
+        let mut o = PostOrder::new(4);
+        assert_eq!(o.oldest(), None);
+        o.remove(7); // nothing posted: ignored
+        for id in [10, 11, 12, 13, 14] {
+            o.push(id); // 14 does not fit
+        }
+        assert_eq!(o.oldest(), Some(10));
+        o.remove(10);
+        assert_eq!(o.oldest(), Some(11));
+        o.remove(13); // out of order: 11 and 12 stay first, in order
+        assert_eq!(o.oldest(), Some(11));
+        o.remove(99); // unknown
+        o.push(20); // wraps around
+        let mut seen = Vec::new();
+        while let Some(id) = o.oldest() {
+            seen.push(id);
+            o.remove(id);
+        }
+        assert_eq!(seen, vec![11, 12, 20]);
+    }
+
+    /// `touch_next` reads the oldest posted buffer once per completion and copes with an
+    /// empty ring.
+    #[test]
+    fn touch_next_follows_the_post_order() {
+        let ring = RxRing::new(heap_pool(8), 4, 4, BUF_DATA_OFFSET, 128).unwrap();
+        ring.touch_next(); // nothing posted
+        let posted = RefCell::new(Vec::new());
+        ring.refill(|chain| {
+            posted
+                .borrow_mut()
+                .extend((0..chain.len()).map(|i| chain.wr_id(i)));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            ring.slots.borrow().order.oldest(),
+            Some(posted.borrow()[0] as u32)
+        );
+        ring.touch_next();
+        assert!(ring.warm.get());
+        let first = posted.borrow()[0];
+        drop(ring.take(first).unwrap());
+        assert!(!ring.warm.get(), "a completion makes the next buffer cold again");
+        assert_eq!(
+            ring.slots.borrow().order.oldest(),
+            Some(posted.borrow()[1] as u32)
+        );
+        ring.touch_next();
+        assert!(ring.warm.get());
     }
 
     #[test]

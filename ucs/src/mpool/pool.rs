@@ -198,6 +198,13 @@ impl PoolBuf {
         self.data.as_ptr()
     }
 
+    /// Bytes in the element (the pool's element size), without forming a slice over them
+    /// (a device may own them, e.g. a posted receive buffer).
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.pool.elem_size()
+    }
+
     /// The key of the chunk holding this element ([`RawChunk::key`]).
     #[inline]
     pub fn chunk_key(&self) -> u64 {

@@ -65,6 +65,10 @@ impl IfaceShared {
             // ids are 5 bits, so the table always accepts them; a handler's verdict needs no action
             let _ = deliver_am(&self.am, id, buf, OFF + AM_HDR_LEN, len - AM_HDR_LEN);
         }
+        if n == 0 {
+            // waiting: warm the buffer the next message lands in
+            self.rx.touch_next();
+        }
         if self.rx.needs_refill() {
             let _ = self.refill_rx();
         }

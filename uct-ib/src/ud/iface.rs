@@ -281,6 +281,10 @@ impl UdShared {
             let len = (wc.byte_len() as usize).saturating_sub(GRH_LEN);
             self.receive(buf, len, wc.src_qp());
         }
+        if n == 0 {
+            // waiting: warm the buffer the next packet lands in
+            self.rx.touch_next();
+        }
         if self.rx.needs_refill() {
             if let Err(e) = self.rx.refill(|chain| self.qp.post_recv_chain(chain)) {
                 tracing::warn!("ud_verbs: cannot repost receive buffers: {e}");

@@ -34,7 +34,7 @@ pub use cq::{CompletionChannel, CompletionQueue, CqId};
 pub use device::{Context, Device, DeviceList};
 pub use gid::{Gid, GidEntry, GidType};
 pub use host_mem::{register_host_memory, MrChunkAllocator};
-pub use lend::{RxLoan, RX_DESC_HDR};
+pub use lend::{touch_posted, RxLoan, RX_DESC_HDR};
 pub use mr::{AccessFlags, MemoryRegion, RegisteredBuffer};
 pub use pd::ProtectionDomain;
 pub use qp::QueuePair;
