@@ -10,6 +10,7 @@ pub mod fuzz;
 pub mod iface_common;
 pub mod md;
 pub mod rc;
+pub mod rx_ring;
 mod txq;
 pub mod ud;
 pub mod verbs;
