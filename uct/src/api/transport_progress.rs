@@ -125,6 +125,10 @@ mod tests {
         SLOTS.with(|s| s.borrow()[i].clone())
     }
 
+    /// A transport's progress function: counts the call and does what its slot says.
+    ///
+    /// # Safety
+    /// `arg` is an index into this thread's `SLOTS` (set up by `setup`).
     unsafe extern "C" fn call(arg: *mut c_void) -> u32 {
         let s = slot(arg as usize);
         s.calls.set(s.calls.get() + 1);
@@ -144,6 +148,10 @@ mod tests {
         1
     }
 
+    /// A transport's release function: records that its argument was released.
+    ///
+    /// # Safety
+    /// As for `call`.
     unsafe extern "C" fn release(arg: *mut c_void) {
         slot(arg as usize).released.set(true);
     }
