@@ -394,6 +394,22 @@ impl QueuePair {
         self.post_raw(&mut wr)
     }
 
+    /// Receives are posted to the QP itself only when it has no SRQ.
+    #[inline]
+    fn check_own_recv_queue(&self, call: &str) -> std::result::Result<(), RecvPostError> {
+        if self.srq.is_none() {
+            return Ok(());
+        }
+        Err(RecvPostError {
+            posted: 0,
+            status: invalid(
+                call,
+                format_args!("qp {:#x} receives from an SRQ; post to the SRQ", self.qp_num),
+                Status::InvalidParam,
+            ),
+        })
+    }
+
     /// Posts one receive (QPs without an SRQ). `Err(NoResource)` when the queue is full.
     #[inline]
     pub fn post_recv(&self, req: &RecvRequest<'_>) -> Result<()> {
@@ -403,16 +419,7 @@ impl QueuePair {
     /// Posts up to [`MAX_RECV_BATCH`](super::MAX_RECV_BATCH) receives in one call. On error
     /// the requests before the failing one are posted ([`RecvPostError::posted`]).
     pub fn post_recv_batch(&self, reqs: &[RecvRequest<'_>]) -> std::result::Result<(), RecvPostError> {
-        if self.srq.is_some() {
-            return Err(RecvPostError {
-                posted: 0,
-                status: invalid(
-                    "QueuePair::post_recv",
-                    format_args!("qp {:#x} receives from an SRQ; post to the SRQ", self.qp_num),
-                    Status::InvalidParam,
-                ),
-            });
-        }
+        self.check_own_recv_queue("QueuePair::post_recv")?;
         post_recv_chain(reqs, "ibv_post_recv", |wr, bad| {
             // SAFETY: valid QP; `wr` is a well-formed chain whose SGE arrays outlive the call.
             unsafe { ibv_post_recv(self.qp.as_ptr(), wr, bad) }
@@ -423,16 +430,7 @@ impl QueuePair {
     /// [`post_recv_batch`](Self::post_recv_batch), not on a QP that receives from an SRQ.
     #[inline]
     pub fn post_recv_chain(&self, chain: &mut RecvChain) -> std::result::Result<(), RecvPostError> {
-        if self.srq.is_some() {
-            return Err(RecvPostError {
-                posted: 0,
-                status: invalid(
-                    "QueuePair::post_recv_chain",
-                    format_args!("qp {:#x} receives from an SRQ; post to the SRQ", self.qp_num),
-                    Status::InvalidParam,
-                ),
-            });
-        }
+        self.check_own_recv_queue("QueuePair::post_recv_chain")?;
         chain.post("ibv_post_recv", |wr, bad| {
             // SAFETY: valid QP; `wr` is the chain's null-terminated list of registered SGEs.
             unsafe { ibv_post_recv(self.qp.as_ptr(), wr, bad) }

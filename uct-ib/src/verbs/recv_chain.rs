@@ -130,21 +130,34 @@ impl RecvChain {
         if rc == 0 {
             return Ok(());
         }
-        let idx = if bad.is_null() {
-            0
-        } else {
-            (bad as usize - base as usize) / std::mem::size_of::<ibv_recv_wr>()
-        };
-        let status = fail(
-            call,
-            format_args!("wr #{idx} of {}", self.len),
-            rc_errno(rc),
-            CallKind::Post,
-        );
-        Err(RecvPostError {
-            posted: idx.min(self.len),
-            status,
-        })
+        Err(recv_post_failed(call, base, bad, self.len, rc))
+    }
+}
+
+/// The error of an `ibv_post_*recv` (`call`) of `n` chained WRs at `base` that returned `rc`:
+/// the WRs before the one the provider stopped at (`bad`, null for none) are posted. Logged.
+#[cold]
+pub(crate) fn recv_post_failed(
+    call: &str,
+    base: *const ibv_recv_wr,
+    bad: *const ibv_recv_wr,
+    n: usize,
+    rc: i32,
+) -> RecvPostError {
+    let idx = if bad.is_null() {
+        0
+    } else {
+        (bad as usize - base as usize) / std::mem::size_of::<ibv_recv_wr>()
+    };
+    let status = fail(
+        call,
+        format_args!("wr #{idx} of {n}"),
+        rc_errno(rc),
+        CallKind::Post,
+    );
+    RecvPostError {
+        posted: idx.min(n),
+        status,
     }
 }
 

@@ -2,7 +2,7 @@
 
 use super::error::{fail, invalid, last_errno, rc_errno, CallKind};
 use super::pd::ProtectionDomain;
-use super::recv_chain::RecvChain;
+use super::recv_chain::{recv_post_failed, RecvChain};
 use super::wr::{RecvPostError, RecvRequest, MAX_RECV_BATCH};
 use rdma_sys::*;
 use std::ptr::NonNull;
@@ -144,21 +144,7 @@ pub(crate) fn post_recv_chain(
     let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
     let rc = post(base, &mut bad);
     if rc != 0 {
-        let idx = if bad.is_null() {
-            0
-        } else {
-            (bad as usize - base as usize) / std::mem::size_of::<ibv_recv_wr>()
-        };
-        let status = fail(
-            call,
-            format_args!("wr #{idx} of {}", reqs.len()),
-            rc_errno(rc),
-            CallKind::Post,
-        );
-        return Err(RecvPostError {
-            posted: idx.min(reqs.len()),
-            status,
-        });
+        return Err(recv_post_failed(call, base, bad, reqs.len(), rc));
     }
     Ok(())
 }

@@ -25,7 +25,6 @@ struct Entry {
 /// progress function changes another copy.
 pub(crate) struct TransportProgress {
     list: RefCell<Rc<Vec<Rc<Entry>>>>,
-    len: Cell<usize>,
     next_id: Cell<u64>,
 }
 
@@ -33,7 +32,6 @@ impl TransportProgress {
     pub fn new() -> TransportProgress {
         TransportProgress {
             list: RefCell::new(Rc::new(Vec::new())),
-            len: Cell::new(0),
             next_id: Cell::new(0),
         }
     }
@@ -48,9 +46,7 @@ impl TransportProgress {
             running: Cell::new(false),
             removed: Cell::new(false),
         });
-        let mut list = self.list.borrow_mut();
-        Rc::make_mut(&mut list).push(entry);
-        self.len.set(list.len());
+        Rc::make_mut(&mut self.list.borrow_mut()).push(entry);
         id
     }
 
@@ -63,7 +59,6 @@ impl TransportProgress {
             };
             let e = Rc::make_mut(&mut list).remove(pos);
             e.removed.set(true);
-            self.len.set(list.len());
             e
         };
         // released here unless a dispatch still holds it (then when that dispatch ends)
@@ -71,9 +66,8 @@ impl TransportProgress {
         true
     }
 
-    #[inline(always)]
     pub fn is_empty(&self) -> bool {
-        self.len.get() == 0
+        self.list.borrow().is_empty()
     }
 
     /// Calls every function once; returns the sum of their results.
