@@ -273,7 +273,44 @@ fn get_zcopy_sizes(s: &Setup) {
     }
 }
 
+/// Zero-copy put and get of a few MiB: copies this long take other paths than short ones
+/// (self copies from the L2 size up with the CPU's string copy, `ucs::arch`).
+fn zcopy_large(s: &Setup) {
+    let p = s.pair();
+    let (ep, n) = (p.ep(), p.name());
+    let a = p.attr();
+    if !p.supports(IfaceFlags::PUT_ZCOPY, "put_zcopy") || !p.supports(IfaceFlags::GET_ZCOPY, "get_zcopy") {
+        return;
+    }
+    let lens = [(1 << 20) - 1, 1 << 20, (2 << 20) + 3];
+    let max = lens
+        .into_iter()
+        .filter(|&l| l <= a.put.max_zcopy.min(a.get.max_zcopy))
+        .max();
+    let Some(max) = max else { return };
+    let r = target(&p, max);
+    for (i, len) in lens.into_iter().filter(|&l| l <= max).enumerate() {
+        let (off, data) = (GUARD + 1 + i, pattern(len, 77 + i as u64));
+        r.mem.fill(FILL);
+        let (_src, iov) = scattered(&p, &data, 1);
+        let what = format!("put_zcopy of {len} bytes");
+        p.complete(&what, |comp| ep.put_zcopy(&iov, r.addr(off), &r.rkey, Some(comp)));
+        wait_landed(&p, &r.mem, off, &data, &what);
+        let dst = p.local_mem(len + 2 * GUARD, FILL);
+        let what = format!("get_zcopy of {len} bytes");
+        let iov = [dst.iov(GUARD, len).unwrap()];
+        p.complete(&what, |comp| ep.get_zcopy(&iov, r.addr(off), &r.rkey, Some(comp)));
+        let all = dst.to_vec();
+        assert_bytes(&format!("[{n}] {what}"), &all[GUARD..GUARD + len], &data);
+        assert!(
+            all[..GUARD].iter().chain(&all[GUARD + len..]).all(|&b| b == FILL),
+            "[{n}] {what}: wrote outside the target entry"
+        );
+    }
+}
+
 conformance_test!(
+    zcopy_large,
     put_short_sizes,
     put_bcopy_sizes,
     put_zcopy_sizes,

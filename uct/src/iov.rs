@@ -81,8 +81,9 @@ impl<'a> Iov<'a> {
         }
         let n = src.len().min(self.raw.length - offset);
         // SAFETY: `offset + n <= length`; the host lent this buffer for writing until completion
-        // and does not access it meanwhile.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.raw.buffer.add(offset), n) };
+        // and does not access it meanwhile. `src` (registered memory of a get) may be the same
+        // bytes: the copy allows overlap.
+        unsafe { ucs::arch::copy_maybe_overlapping(src.as_ptr(), self.raw.buffer.add(offset), n) };
         n
     }
 

@@ -154,8 +154,9 @@ impl RegionTable {
     pub fn write(&self, key: u64, addr: u64, data: &[u8]) -> Result<()> {
         let p = self.check(key, addr, data.len(), MemAccess::REMOTE_PUT)?;
         // SAFETY: `p..p+len` lies in memory the host registered and keeps valid until
-        // deregistration, which cannot happen concurrently (single thread).
-        unsafe { std::ptr::copy(data.as_ptr(), p, data.len()) };
+        // deregistration, which cannot happen concurrently (single thread). `data` may be
+        // registered memory too, even the same range: the copy allows overlap.
+        unsafe { ucs::arch::copy_maybe_overlapping(data.as_ptr(), p, data.len()) };
         Ok(())
     }
 
@@ -163,7 +164,7 @@ impl RegionTable {
     pub fn read(&self, key: u64, addr: u64, out: &mut [u8]) -> Result<()> {
         let p = self.check(key, addr, out.len(), MemAccess::REMOTE_GET)?;
         // SAFETY: as in `write`.
-        unsafe { std::ptr::copy(p, out.as_mut_ptr(), out.len()) };
+        unsafe { ucs::arch::copy_maybe_overlapping(p, out.as_mut_ptr(), out.len()) };
         Ok(())
     }
 

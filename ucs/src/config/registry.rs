@@ -8,7 +8,8 @@ use once_cell::sync::{Lazy, OnceCell};
 use super::{ConfigField, ConfigKind, ConfigTable, ENV_PREFIX, GLOBAL_TABLE};
 use crate::{Result, Status};
 
-static TABLES: Lazy<RwLock<Vec<&'static ConfigTable>>> = Lazy::new(|| RwLock::new(vec![&GLOBAL_TABLE]));
+static TABLES: Lazy<RwLock<Vec<&'static ConfigTable>>> =
+    Lazy::new(|| RwLock::new(vec![&GLOBAL_TABLE, &crate::arch::ARCH_TABLE]));
 
 fn same(a: &ConfigTable, b: &ConfigTable) -> bool {
     std::ptr::eq(a, b) || (a.name == b.name && a.prefix == b.prefix)

@@ -1,0 +1,149 @@
+//! CPU-specific choices. For now one: the routine for bulk copies (UCX's built-in memcpy window
+//! in `ucs_memcpy_relaxed`).
+//!
+//! glibc (2.36 in Debian 12, through 2.39) copies with `rep movsb` on AMD only below the L2 cache
+//! size and with a vector loop above it. On AMD Zen 5 (family 1Ah) `rep movsb` is 8-37% faster
+//! from the L2 size (1 MiB) to 32 MiB, for every alignment tried (docs/benchmarks.md, "self
+//! put_bw: the copy"). [`copy`] and [`copy_maybe_overlapping`] use `rep movsb` for lengths in
+//! `[RUCX_ARCH_BUILTIN_MEMCPY_MIN, RUCX_ARCH_BUILTIN_MEMCPY_MAX)` and libc's memcpy/memmove
+//! otherwise.
+//!
+//! `auto` opens the window only where it was measured to win: AMD family 1Ah and later with
+//! ERMS, from the L2 size up. Everywhere else both limits are `inf` (libc only): on Zen 3/4
+//! glibc measured `rep movsb` up to 20x slower for some alignments (glibc bug 30994), and on
+//! Intel glibc already uses `rep movsb` up to its non-temporal threshold.
+
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+
+use once_cell::sync::Lazy;
+
+use crate::config::{ConfigField, ConfigKind, ConfigTable, MemUnits};
+
+/// `RUCX_ARCH_*` variables.
+pub static ARCH_TABLE: ConfigTable = ConfigTable {
+    name: "arch",
+    prefix: "ARCH_",
+    fields: &[
+        ConfigField::new(
+            "BUILTIN_MEMCPY_MIN",
+            "auto",
+            ConfigKind::MemUnits,
+            "Smallest RMA copy done by the CPU (self's put/get, software RMA on the target) \
+             with the string copy instruction (rep movsb) instead of libc's memcpy; inf turns it \
+             off. auto: the L2 cache size on AMD family 1Ah (Zen 5) and later, inf elsewhere.",
+        ),
+        ConfigField::new(
+            "BUILTIN_MEMCPY_MAX",
+            "auto",
+            ConfigKind::MemUnits,
+            "Bulk copies of this length and longer go back to libc's memcpy. auto: inf.",
+        ),
+    ],
+};
+
+/// Copy lengths `[min, max)` done with the CPU's string copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyWindow {
+    pub min: usize,
+    pub max: usize,
+}
+
+impl CopyWindow {
+    /// The window that copies nothing with the string copy.
+    pub const OFF: CopyWindow = CopyWindow {
+        min: usize::MAX,
+        max: usize::MAX,
+    };
+
+    #[inline]
+    fn contains(self, len: usize) -> bool {
+        len >= self.min && len < self.max
+    }
+}
+
+static WINDOW: Lazy<CopyWindow> = Lazy::new(|| read_window(&ARCH_TABLE, cpu_default()));
+
+/// The window in effect (configuration read on first use).
+pub fn copy_window() -> CopyWindow {
+    *WINDOW
+}
+
+/// What `auto` means on this CPU.
+pub fn cpu_default() -> CopyWindow {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86_64::default_window()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        CopyWindow::OFF
+    }
+}
+
+/// Reads the window from the environment; an invalid value is logged by the parser and leaves
+/// libc's memcpy in charge (never a wrong copy).
+fn read_window(table: &ConfigTable, auto: CopyWindow) -> CopyWindow {
+    let get = |name: &str, auto: usize| match table.get_memunits(name) {
+        Ok(m) => Some(to_len(m, auto)),
+        Err(_) => None,
+    };
+    match (
+        get("BUILTIN_MEMCPY_MIN", auto.min),
+        get("BUILTIN_MEMCPY_MAX", auto.max),
+    ) {
+        (Some(min), Some(max)) => CopyWindow { min, max },
+        _ => CopyWindow::OFF,
+    }
+}
+
+fn to_len(m: MemUnits, auto: usize) -> usize {
+    usize::try_from(m.bytes_or(auto as u64)).unwrap_or(usize::MAX)
+}
+
+/// Copies `src` into `dst` (equal lengths, as `copy_from_slice`; panics otherwise).
+#[inline]
+pub fn copy(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "ucs::arch::copy: lengths differ");
+    copy_in(*WINDOW, dst, src)
+}
+
+#[inline]
+fn copy_in(w: CopyWindow, dst: &mut [u8], src: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if w.contains(src.len()) {
+        return x86_64::string_copy(dst, src);
+    }
+    let _ = w;
+    dst.copy_from_slice(src)
+}
+
+/// Copies `len` bytes from `src` to `dst`; the ranges may overlap (then libc's memmove).
+///
+/// # Safety
+/// `src` must be valid for reads and `dst` for writes of `len` bytes, and nothing else may
+/// access `dst` meanwhile.
+#[inline]
+#[allow(unsafe_code)]
+pub unsafe fn copy_maybe_overlapping(src: *const u8, dst: *mut u8, len: usize) {
+    let (s, d) = (src as usize, dst as usize);
+    let disjoint = s.saturating_add(len) <= d || d.saturating_add(len) <= s;
+    let w = *WINDOW;
+    if disjoint && w.contains(len) {
+        // SAFETY: the caller's contract, and the ranges are disjoint (checked), so the two
+        // slices do not alias.
+        let (src, dst) = unsafe {
+            (
+                std::slice::from_raw_parts(src, len),
+                std::slice::from_raw_parts_mut(dst, len),
+            )
+        };
+        copy_in(w, dst, src)
+    } else {
+        // SAFETY: the caller's contract; memmove allows overlap.
+        unsafe { std::ptr::copy(src, dst, len) }
+    }
+}
+
+#[cfg(test)]
+mod tests;
