@@ -71,6 +71,13 @@ pub static IB_CONFIG: ConfigTable = ConfigTable {
             "Receive completions polled per progress call.",
         ),
         ConfigField::new(
+            "RX_HEADS",
+            "y",
+            ConfigKind::Bool,
+            "rc_verbs: the first 64 bytes of every receive land in one dense array (two SGEs per \
+             receive), so small messages share pages instead of each touching a buffer of its own.",
+        ),
+        ConfigField::new(
             "RX_MAX_BATCH",
             "16",
             ConfigKind::Uint,
@@ -172,6 +179,8 @@ pub struct IbConfig {
     pub tx_max_poll: usize,
     pub rx_max_poll: usize,
     pub rx_max_batch: usize,
+    /// rc receives start in a dense array of head slots (`RUCX_IB_RX_HEADS`).
+    pub rx_heads: bool,
     /// `None`: auto (`Context::select_gid`).
     pub gid_index: Option<u8>,
     /// `None`: the port's active MTU.
@@ -261,6 +270,7 @@ impl IbConfig {
             tx_max_poll: uint_in("TX_MAX_POLL", 1, 32)? as usize,
             rx_max_poll: uint_in("RX_MAX_POLL", 1, 32)? as usize,
             rx_max_batch: uint_in("RX_MAX_BATCH", 1, crate::verbs::MAX_RECV_BATCH as u64)? as usize,
+            rx_heads: IB_CONFIG.get_bool("RX_HEADS")?,
             gid_index: parse_auto_u8("GID_INDEX", &IB_CONFIG.get_str("GID_INDEX")?, 255)?,
             path_mtu: mtu,
             sl: uint_in("SL", 0, 15)? as u8,
@@ -297,6 +307,7 @@ mod tests {
             (8192, 256, 4096, 64)
         );
         assert_eq!((c.tx_cq_moderation, c.rx_max_batch, c.fc_wnd_size), (64, 16, 512));
+        assert!(c.rx_heads);
         assert_eq!((c.gid_index, c.path_mtu, c.max_rd_atomic), (None, None, None));
         assert_eq!(
             (c.timeout, c.rnr_timeout),

@@ -74,6 +74,20 @@ pub fn buffer_pool(
     MemPool::new(p)
 }
 
+/// A pool of one registered array of `bytes` bytes (for [`RxHeads`](crate::verbs::RxHeads)).
+pub fn array_pool(pd: &Arc<ProtectionDomain>, name: &str, bytes: usize) -> Result<MemPool> {
+    let mut p = MemPoolParams::new(name, bytes);
+    p.alignment = 64;
+    p.elems_per_chunk = 1;
+    p.max_elems = 1;
+    p.allocator = Some(Box::new(MrChunkAllocator::new(
+        pd,
+        AccessFlags::LOCAL_WRITE,
+        false,
+    )));
+    MemPool::new(p)
+}
+
 /// An SGE over `len` bytes at `off` of a pool buffer (the lkey is its chunk key).
 #[inline]
 pub fn buf_sge(buf: &PoolBuf, off: usize, len: usize) -> Sge {

@@ -21,9 +21,13 @@ use super::qp_map::QpMap;
 use super::wire::{AM_HDR_LEN, EP_ADDR_LEN};
 use crate::config::IbConfig;
 use crate::device::{DeviceAddr, IbDevice, PortInfo, DEV_ADDR_LEN};
-use crate::iface_common::{buffer_pool, open_port, EventCqs, RxRing, SendCqPacing, BUF_DATA_OFFSET};
+use crate::iface_common::{
+    array_pool, buffer_pool, open_port, EventCqs, RxRing, SendCqPacing, BUF_DATA_OFFSET,
+};
 use crate::md::IbMd;
-use crate::verbs::{AccessFlags, AtomicCap, Mtu, QpCaps, QpInitAttr, QpType, QueuePair, SharedReceiveQueue};
+use crate::verbs::{
+    AccessFlags, AtomicCap, Mtu, QpCaps, QpInitAttr, QpType, QueuePair, RxHeads, SharedReceiveQueue, RX_HEAD,
+};
 
 /// CPU cost of posting a send (UCX's rc_verbs figure).
 const OVERHEAD: f64 = 75e-9;
@@ -126,7 +130,9 @@ impl IfaceShared {
             );
         }
         let cqs = EventCqs::new(md, cfg.tx_cq_len + tx_qlen, rx_len)?;
-        let srq = SharedReceiveQueue::new(&dev.pd, rx_len, 1, 0)?;
+        // head slots need a second SGE per receive
+        let heads = cfg.rx_heads && a.max_srq_sge >= 2;
+        let srq = SharedReceiveQueue::new(&dev.pd, rx_len, if heads { 2 } else { 1 }, 0)?;
         // a probe QP tells what the device grants (inline size, SGEs), as UCX does
         let probe = QueuePair::new(
             &dev.pd,
@@ -160,7 +166,12 @@ impl IfaceShared {
             retry_count: retry_count(&dev, cfg.retry_count),
         };
         let rx_pool = buffer_pool(&dev.pd, "rc_verbs rx", cfg.seg_size, 256, usize::MAX, cfg.thp)?;
-        let rx = RxRing::new(rx_pool, rx_len, cfg.rx_max_batch, BUF_DATA_OFFSET, cfg.seg_size)?;
+        let mut rx = RxRing::new(rx_pool, rx_len, cfg.rx_max_batch, BUF_DATA_OFFSET, cfg.seg_size)?;
+        if heads {
+            let n = rx_len as usize;
+            let pool = array_pool(&dev.pd, "rc_verbs rx heads", n * RX_HEAD)?;
+            rx = rx.with_heads(RxHeads::new(pool, n)?)?;
+        }
         let tx_pool = buffer_pool(&dev.pd, "rc_verbs tx", cfg.seg_size, 128, usize::MAX, cfg.thp)?;
         let fc = FcParams::new(
             cfg.fc_enable,

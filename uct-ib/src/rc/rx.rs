@@ -1,8 +1,10 @@
-//! Receive progress: SRQ completions, flow-control flags, zero-copy AM delivery, SRQ refill.
+//! Receive progress: SRQ completions, flow-control flags, AM delivery (small messages from
+//! their head slot, others lent zero-copy), SRQ refill.
 
 use super::iface::IfaceShared;
 use super::wire::{parse_am_hdr, AM_HDR_LEN, FC_PURE_GRANT};
 use crate::iface_common::{deliver_am, BUF_DATA_OFFSET as OFF};
+use crate::rx_ring::Received;
 use crate::verbs::WcBatch;
 
 /// Completions polled per call at most (stack array).
@@ -45,17 +47,22 @@ impl IfaceShared {
         };
         let n = wcs.len();
         for wc in wcs {
-            let Some(buf) = self.rx.take(wc.wr_id()) else {
+            let ok = wc.is_success();
+            let len = wc.byte_len() as usize;
+            let Some(msg) = self.rx.take(wc.wr_id(), ok.then_some(len)) else {
                 continue;
             };
-            let len = wc.byte_len() as usize;
-            if !wc.is_success() || len < AM_HDR_LEN {
-                if !wc.is_success() {
+            if !ok || len < AM_HDR_LEN {
+                if !ok {
                     tracing::debug!(qp = wc.qp_num(), status = %wc.status_str(), "rc_verbs: receive failed");
                 }
                 continue;
             }
-            let (id, flags) = parse_am_hdr(buf[OFF]);
+            let first = match &msg {
+                Received::Head(h) => h.bytes()[0],
+                Received::Buf(buf) => buf[OFF],
+            };
+            let (id, flags) = parse_am_hdr(first);
             if flags != 0 {
                 self.rx_fc(wc.qp_num(), flags);
                 if flags == FC_PURE_GRANT {
@@ -63,7 +70,11 @@ impl IfaceShared {
                 }
             }
             // ids are 5 bits, so the table always accepts them; a handler's verdict needs no action
-            let _ = deliver_am(&self.am, id, buf, OFF + AM_HDR_LEN, len - AM_HDR_LEN);
+            let _ = match msg {
+                // a copy on the stack: a handler that keeps it gets another copy
+                Received::Head(h) => self.am.invoke(id, &h.bytes()[AM_HDR_LEN..], None),
+                Received::Buf(buf) => deliver_am(&self.am, id, buf, OFF + AM_HDR_LEN, len - AM_HDR_LEN),
+            };
         }
         if n == 0 {
             // waiting: warm the buffer the next message lands in

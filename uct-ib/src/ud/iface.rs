@@ -271,7 +271,7 @@ impl UdShared {
             .unwrap_or_default();
         let n = wcs.len();
         for wc in wcs {
-            let Some(buf) = self.rx.take(wc.wr_id()) else {
+            let Some(buf) = self.rx.take_buf(wc.wr_id()) else {
                 continue;
             };
             if !wc.is_success() {

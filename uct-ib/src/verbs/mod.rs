@@ -24,6 +24,7 @@ mod pd;
 mod qp;
 mod qp_params;
 mod recv_chain;
+mod rx_heads;
 mod srq;
 mod wc;
 mod wr;
@@ -43,6 +44,7 @@ pub use qp_params::{
     RtsParams,
 };
 pub use recv_chain::RecvChain;
+pub use rx_heads::{HeadCopy, RxHeads, RX_HEAD};
 pub use srq::SharedReceiveQueue;
 pub use wc::{WcBatch, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{

@@ -9,27 +9,37 @@ use super::wr::{RecvPostError, Sge, MAX_RECV_BATCH};
 use rdma_sys::{ibv_recv_wr, ibv_sge};
 use std::ptr::{null_mut, NonNull};
 
-/// Up to `capacity` receive WRs with one SGE each, filled with [`push`](Self::push) and posted
+/// Up to `capacity` receive WRs with one or two SGEs each (fixed at creation), filled with
+/// [`push`](Self::push) or [`push2`](Self::push2) and posted
 /// by [`SharedReceiveQueue::post_chain`](super::SharedReceiveQueue::post_chain) or
 /// [`QueuePair::post_recv_chain`](super::QueuePair::post_recv_chain).
 pub struct RecvChain {
-    /// `capacity` WRs; entry `i` points at SGE `i` and (but the last) at WR `i + 1`.
+    /// `capacity` WRs; entry `i` points at its `per_wr` SGEs from `i * per_wr` on and (but
+    /// the last) at WR `i + 1`.
     wrs: NonNull<ibv_recv_wr>,
     sges: NonNull<ibv_sge>,
     cap: usize,
+    per_wr: usize,
     len: usize,
 }
 
 impl RecvChain {
-    /// An empty chain of `capacity` entries (clamped to 1..=[`MAX_RECV_BATCH`]).
+    /// An empty chain of `capacity` entries (clamped to 1..=[`MAX_RECV_BATCH`]) of one SGE.
     pub fn new(capacity: usize) -> RecvChain {
+        RecvChain::with_sges(capacity, 1)
+    }
+
+    /// An empty chain of `capacity` entries (clamped to 1..=[`MAX_RECV_BATCH`]) of `per_wr`
+    /// SGEs each (clamped to 1..=2).
+    pub fn with_sges(capacity: usize, per_wr: usize) -> RecvChain {
         let cap = capacity.clamp(1, MAX_RECV_BATCH);
-        let sges: Box<[ibv_sge]> = vec![Sge::new(0, 0, 0).0; cap].into_boxed_slice();
+        let per_wr = per_wr.clamp(1, 2);
+        let sges: Box<[ibv_sge]> = vec![Sge::new(0, 0, 0).0; cap * per_wr].into_boxed_slice();
         let wr = ibv_recv_wr {
             wr_id: 0,
             next: null_mut(),
             sg_list: null_mut(),
-            num_sge: 1,
+            num_sge: per_wr as i32,
         };
         let wrs: Box<[ibv_recv_wr]> = vec![wr; cap].into_boxed_slice();
         // Both arrays are owned through raw pointers from here on (freed in Drop), so the
@@ -37,11 +47,11 @@ impl RecvChain {
         let sges = NonNull::from(Box::leak(sges)).cast::<ibv_sge>();
         let wrs = NonNull::from(Box::leak(wrs)).cast::<ibv_recv_wr>();
         for i in 0..cap {
-            // SAFETY: i < cap: WR i and SGE i are inside their arrays; i + 1 is only linked
-            // when it is too.
+            // SAFETY: i < cap: WR i and SGEs i * per_wr.. are inside their arrays; i + 1 is
+            // only linked when it is too.
             unsafe {
                 let w = wrs.as_ptr().add(i);
-                (*w).sg_list = sges.as_ptr().add(i);
+                (*w).sg_list = sges.as_ptr().add(i * per_wr);
                 (*w).next = if i + 1 < cap {
                     wrs.as_ptr().add(i + 1)
                 } else {
@@ -53,8 +63,14 @@ impl RecvChain {
             wrs,
             sges,
             cap,
+            per_wr,
             len: 0,
         }
+    }
+
+    /// SGEs per entry.
+    pub fn sges_per_wr(&self) -> usize {
+        self.per_wr
     }
 
     /// Entries it can hold.
@@ -79,16 +95,37 @@ impl RecvChain {
         self.len = 0;
     }
 
-    /// Appends a receive of `sge` returned with `wr_id`; `false` (nothing added) when full.
+    /// Appends a receive of `sge` returned with `wr_id` (a chain of one SGE per entry);
+    /// `false` (nothing added) when full or the chain has two SGEs per entry.
     #[inline]
     pub fn push(&mut self, wr_id: u64, sge: Sge) -> bool {
-        if self.len == self.cap {
+        if self.len == self.cap || self.per_wr != 1 {
             return false;
         }
-        // SAFETY: len < cap: entry `len` is inside both arrays, which only this chain uses.
+        // SAFETY: len < cap: entry `len` and its SGE are inside both arrays, which only this
+        // chain uses.
         unsafe {
             (*self.wrs.as_ptr().add(self.len)).wr_id = wr_id;
             *self.sges.as_ptr().add(self.len) = sge.0;
+        }
+        self.len += 1;
+        true
+    }
+
+    /// Appends a receive into `first`, then `rest`, returned with `wr_id` (a chain of two
+    /// SGEs per entry); `false` (nothing added) when full or the chain has one SGE per entry.
+    #[inline]
+    pub fn push2(&mut self, wr_id: u64, first: Sge, rest: Sge) -> bool {
+        if self.len == self.cap || self.per_wr != 2 {
+            return false;
+        }
+        // SAFETY: len < cap: entry `len` and its two SGEs (2 * len, 2 * len + 1) are inside
+        // both arrays, which only this chain uses.
+        unsafe {
+            (*self.wrs.as_ptr().add(self.len)).wr_id = wr_id;
+            let s = self.sges.as_ptr().add(2 * self.len);
+            *s = first.0;
+            *s.add(1) = rest.0;
         }
         self.len += 1;
         true
@@ -101,11 +138,20 @@ impl RecvChain {
         unsafe { (*self.wrs.as_ptr().add(i)).wr_id }
     }
 
-    /// The SGE of entry `i` (`i < len`).
+    /// The first SGE of entry `i` (`i < len`).
     pub fn sge(&self, i: usize) -> Sge {
-        assert!(i < self.len, "entry {i} of a chain of {}", self.len);
-        // SAFETY: i < len <= cap.
-        Sge(unsafe { *self.sges.as_ptr().add(i) })
+        self.sge_at(i, 0)
+    }
+
+    /// SGE `k` of entry `i` (`i < len`, `k < sges_per_wr`).
+    pub fn sge_at(&self, i: usize, k: usize) -> Sge {
+        assert!(
+            i < self.len && k < self.per_wr,
+            "SGE {k} of entry {i} of a chain of {}",
+            self.len
+        );
+        // SAFETY: i < len <= cap and k < per_wr.
+        Sge(unsafe { *self.sges.as_ptr().add(i * self.per_wr + k) })
     }
 
     /// Hands the filled entries to `post` (an `ibv_post_*recv` call) as one list: the last
@@ -163,8 +209,8 @@ pub(crate) fn recv_post_failed(
 
 impl Drop for RecvChain {
     fn drop(&mut self) {
-        // SAFETY: both pointers come from `Box::leak` of boxed slices of `cap` entries in `new`
-        // and are freed once, here.
+        // SAFETY: both pointers come from `Box::leak` of boxed slices of `cap` WRs and
+        // `cap * per_wr` SGEs in `with_sges`, and are freed once, here.
         unsafe {
             drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
                 self.wrs.as_ptr(),
@@ -172,7 +218,7 @@ impl Drop for RecvChain {
             )));
             drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
                 self.sges.as_ptr(),
-                self.cap,
+                self.cap * self.per_wr,
             )));
         }
     }
@@ -255,6 +301,41 @@ mod tests {
         });
         assert_eq!(r.unwrap_err().posted, 3);
         assert_eq!(c.wr_id(3), 103);
+    }
+
+    #[test]
+    fn two_sge_entries_point_at_their_own_pair() {
+        let mut c = RecvChain::with_sges(3, 2);
+        assert!(!c.push(1, Sge::new(0, 8, 0)), "one SGE into a two-SGE chain");
+        for i in 0..3u64 {
+            assert!(c.push2(i, Sge::new(0x100 * i, 64, 1), Sge::new(0x10000 * i, 4096, 2)));
+        }
+        assert!(!c.push2(9, Sge::new(0, 0, 0), Sge::new(0, 0, 0)), "full");
+        let mut seen = Vec::new();
+        c.post("test", |head, _| {
+            let mut w = head;
+            while !w.is_null() {
+                // SAFETY: the chain links only its own entries and ends with null; each has
+                // num_sge SGEs.
+                unsafe {
+                    let s = std::slice::from_raw_parts((*w).sg_list, (*w).num_sge as usize);
+                    seen.push((
+                        (*w).wr_id,
+                        s.iter().map(|g| (g.addr, g.length, g.lkey)).collect::<Vec<_>>(),
+                    ));
+                    w = (*w).next;
+                }
+            }
+            0
+        })
+        .unwrap();
+        assert_eq!(seen.len(), 3);
+        for (i, (id, sges)) in seen.iter().enumerate() {
+            let i = i as u64;
+            assert_eq!(*id, i);
+            assert_eq!(sges, &vec![(0x100 * i, 64, 1), (0x10000 * i, 4096, 2)]);
+        }
+        assert_eq!(c.sge_at(2, 1).length(), 4096);
     }
 
     fn libc_enomem() -> i32 {
