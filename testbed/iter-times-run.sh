@@ -6,10 +6,12 @@
 #   testbed/rxe-vm.sh --smp 2 --rw /tmp/it -- testbed/iter-times-run.sh /tmp/it/iter-times.so \
 #       /tmp/it/out 8 new=target/release old=/tmp/it/old
 #   testbed/iter-times.py pct /tmp/it/out
-# Each NAME=DIR is a rucx build: DIR holds rucx-perftest and the transport plugins.
+# Each NAME=DIR is a rucx build: DIR holds rucx-perftest and the transport plugins (build both:
+# `cargo build --release -p uct-ib -p rucx-tools`; a build at the workspace root leaves
+# libuct_ib.so as it was).
 # A diagnostic tool, not part of the test suite (docs/benchmarks.md).
 set -euo pipefail
-[ $# -ge 4 ] || { sed -n '2,11p' "$0"; exit 2; }
+[ $# -ge 4 ] || { sed -n '2,12p' "$0"; exit 2; }
 SHIM=$(realpath "$1"); OUT=$2; ROUNDS=$3; shift 3
 mkdir -p "$OUT"
 export UCX_IB_GID_INDEX=0 RUCX_IB_GID_INDEX=0 ITER_TIMES_DIR=$(realpath "$OUT")
