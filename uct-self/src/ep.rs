@@ -9,7 +9,9 @@ use uct::transport::{AtomicSize, Ep};
 use uct::types::{AtomicOp, FlushFlags, AM_ID_MAX};
 
 use crate::iface::Shared;
-use crate::md::REGIONS;
+use uct::rma::RegionTable;
+
+use crate::md::regions;
 
 /// Short messages up to 64 bytes, header included, are assembled on the sender's stack: no
 /// shared buffer to borrow and write back. Measured on AMD EPYC (8-byte ping-pong): the
@@ -20,11 +22,16 @@ struct StackMsg<const N: usize>([u8; N]);
 
 pub struct SelfEp {
     target: Rc<Shared>,
+    /// The thread's registrations, kept here so RMA needs no thread-local lookup.
+    regions: Rc<RegionTable>,
 }
 
 impl SelfEp {
     pub(crate) fn new(target: Rc<Shared>) -> SelfEp {
-        SelfEp { target }
+        SelfEp {
+            target,
+            regions: regions(),
+        }
     }
 
     #[inline]
@@ -145,14 +152,14 @@ impl Ep for SelfEp {
 
     #[inline]
     fn put_short(&self, data: &[u8], raddr: u64, rkey: u64) -> Result<()> {
-        REGIONS.with(|t| t.write(rkey, raddr, data))
+        self.regions.write(rkey, raddr, data)
     }
 
     fn put_bcopy(&self, pack: PackCb, raddr: u64, rkey: u64) -> Result<usize> {
         let t = self.target()?;
         t.with_buf(|buf| {
             let n = pack.pack(buf)?;
-            REGIONS.with(|r| r.write(rkey, raddr, &buf[..n]))?;
+            self.regions.write(rkey, raddr, &buf[..n])?;
             Ok(n)
         })
     }
@@ -160,14 +167,14 @@ impl Ep for SelfEp {
     fn put_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, _comp: Comp) -> Result<Status> {
         let mut addr = raddr;
         for e in iov {
-            REGIONS.with(|r| r.write(rkey, addr, e.bytes()))?;
+            self.regions.write(rkey, addr, e.bytes())?;
             addr += e.len() as u64;
         }
         Ok(Status::Ok)
     }
 
     fn get_short(&self, buf: &mut [u8], raddr: u64, rkey: u64) -> Result<()> {
-        REGIONS.with(|r| r.read(rkey, raddr, buf))
+        self.regions.read(rkey, raddr, buf)
     }
 
     fn get_bcopy(&self, unpack: UnpackCb, len: usize, raddr: u64, rkey: u64, _comp: Comp) -> Result<Status> {
@@ -183,24 +190,23 @@ impl Ep for SelfEp {
         }
         // The unpack callback runs while the buffer is lent to it; a nested send from inside it
         // gets a temporary buffer (see `with_buf`).
-        t.with_buf(
-            |buf| match REGIONS.with(|r| r.read(rkey, raddr, &mut buf[..len])) {
-                Ok(()) => {
-                    unpack.deliver(&buf[..len]);
-                    Ok(Status::Ok)
-                }
-                Err(e) => {
-                    unpack.cancel();
-                    Err(e)
-                }
-            },
-        )
+        t.with_buf(|buf| match self.regions.read(rkey, raddr, &mut buf[..len]) {
+            Ok(()) => {
+                unpack.deliver(&buf[..len]);
+                Ok(Status::Ok)
+            }
+            Err(e) => {
+                unpack.cancel();
+                Err(e)
+            }
+        })
     }
 
     fn get_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, _comp: Comp) -> Result<Status> {
         let mut addr = raddr;
         for e in iov {
-            REGIONS.with(|r| r.with_source(rkey, addr, e.len(), |src| e.write_at(0, src)))?;
+            self.regions
+                .with_source(rkey, addr, e.len(), |src| e.write_at(0, src))?;
             addr += e.len() as u64;
         }
         Ok(Status::Ok)
@@ -214,9 +220,7 @@ impl Ep for SelfEp {
             );
             return Err(Status::InvalidParam);
         }
-        REGIONS
-            .with(|r| r.atomic(rkey, raddr, size, op, value, 0))
-            .map(|_| ())
+        self.regions.atomic(rkey, raddr, size, op, value, 0).map(|_| ())
     }
 
     fn atomic_fetch(
@@ -232,7 +236,7 @@ impl Ep for SelfEp {
         if op == AtomicOp::Cswap {
             return Err(Status::InvalidParam);
         }
-        result.set(REGIONS.with(|r| r.atomic(rkey, raddr, size, op, value, 0))?);
+        result.set(self.regions.atomic(rkey, raddr, size, op, value, 0)?);
         Ok(Status::Ok)
     }
 
@@ -246,7 +250,10 @@ impl Ep for SelfEp {
         rkey: u64,
         _comp: Comp,
     ) -> Result<Status> {
-        result.set(REGIONS.with(|r| r.atomic(rkey, raddr, size, AtomicOp::Cswap, swap, compare))?);
+        result.set(
+            self.regions
+                .atomic(rkey, raddr, size, AtomicOp::Cswap, swap, compare)?,
+        );
         Ok(Status::Ok)
     }
 

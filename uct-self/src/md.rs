@@ -1,6 +1,8 @@
 //! The `self` component and memory domain: registrations go to a per-thread region table, since
 //! self endpoints only reach interfaces on their own thread.
 
+use std::rc::Rc;
+
 use std::ffi::CStr;
 
 use ucs::{Result, Status};
@@ -9,7 +11,14 @@ use uct::transport::{Component, Md};
 use uct::types::{LinearFunc, MdAttr, MdFlags, MemAccess};
 
 thread_local! {
-    pub(crate) static REGIONS: RegionTable = RegionTable::new();
+    /// The thread's registrations: self connects only within a thread, so every memory domain
+    /// of the thread shares them (an rkey of one MD works on an endpoint of another).
+    static REGIONS: Rc<RegionTable> = Rc::new(RegionTable::new());
+}
+
+/// The thread's registration table (endpoints keep it, so RMA needs no thread-local lookup).
+pub(crate) fn regions() -> Rc<RegionTable> {
+    REGIONS.with(Rc::clone)
 }
 
 pub struct SelfComponent;

@@ -13,8 +13,11 @@
 //! glibc measured `rep movsb` up to 20x slower for some alignments (glibc bug 30994), and on
 //! Intel glibc already uses `rep movsb` up to its non-temporal threshold.
 
+mod small;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use once_cell::sync::Lazy;
 
@@ -118,7 +121,8 @@ fn copy_in(w: CopyWindow, dst: &mut [u8], src: &[u8]) {
     dst.copy_from_slice(src)
 }
 
-/// Copies `len` bytes from `src` to `dst`; the ranges may overlap (then libc's memmove).
+/// Copies `len` bytes from `src` to `dst`; the ranges may overlap (then libc's memmove). Up to
+/// 16 bytes are copied inline; the window is checked with one relaxed load.
 ///
 /// # Safety
 /// `src` must be valid for reads and `dst` for writes of `len` bytes, and nothing else may
@@ -126,9 +130,31 @@ fn copy_in(w: CopyWindow, dst: &mut [u8], src: &[u8]) {
 #[inline]
 #[allow(unsafe_code)]
 pub unsafe fn copy_maybe_overlapping(src: *const u8, dst: *mut u8, len: usize) {
+    if len <= small::SMALL {
+        // SAFETY: the caller's contract.
+        return unsafe { small::copy_small(src, dst, len) };
+    }
+    if len >= WINDOW_MIN.load(Ordering::Relaxed) {
+        // SAFETY: the caller's contract.
+        return unsafe { copy_in_window(src, dst, len) };
+    }
+    // SAFETY: the caller's contract; memmove allows overlap.
+    unsafe { std::ptr::copy(src, dst, len) }
+}
+
+/// [`WINDOW`]'s `min`, for the fast check: 0 until the configuration is read (so the first
+/// copy longer than 16 bytes reads it).
+static WINDOW_MIN: AtomicUsize = AtomicUsize::new(0);
+
+/// # Safety
+/// As [`copy_maybe_overlapping`].
+#[inline(never)]
+#[allow(unsafe_code)]
+unsafe fn copy_in_window(src: *const u8, dst: *mut u8, len: usize) {
+    let w = *WINDOW;
+    WINDOW_MIN.store(w.min, Ordering::Relaxed);
     let (s, d) = (src as usize, dst as usize);
     let disjoint = s.saturating_add(len) <= d || d.saturating_add(len) <= s;
-    let w = *WINDOW;
     if disjoint && w.contains(len) {
         // SAFETY: the caller's contract, and the ranges are disjoint (checked), so the two
         // slices do not alias.

@@ -112,3 +112,17 @@ fn auto_is_off_or_starts_at_a_cache_size() {
         "{w:?}"
     );
 }
+
+#[test]
+fn short_copies_move_every_length_and_overlap() {
+    for len in 0..=20usize {
+        for (from, to) in [(0usize, 24usize), (24, 0), (0, 3), (3, 0), (5, 5)] {
+            let mut buf = pattern(48, len as u8);
+            let mut want = buf.clone();
+            want.copy_within(from..from + len, to);
+            // SAFETY: both ranges lie inside `buf` (at most 24 + 20 of 48 bytes).
+            unsafe { copy_maybe_overlapping(buf.as_ptr().add(from), buf.as_mut_ptr().add(to), len) };
+            assert_eq!(buf, want, "{len} bytes {from} -> {to}");
+        }
+    }
+}
