@@ -109,11 +109,7 @@ pub struct Bench<'s> {
 }
 
 fn read_byte(m: Option<&Mem>, off: usize) -> u8 {
-    let mut b = [0u8];
-    if let Some(m) = m {
-        let _ = m.read(off, &mut b);
-    }
-    b[0]
+    m.and_then(|m| m.load_u8(off)).unwrap_or(0)
 }
 
 fn write_byte(m: Option<&Mem>, off: usize, v: u8) {

@@ -127,6 +127,18 @@ impl Mem {
         Ok(())
     }
 
+    /// The byte at `offset`, read once from memory (for polling a byte a transport or a peer
+    /// writes, as perftests poll their sequence numbers); `None` past the end.
+    #[inline]
+    pub fn load_u8(&self, offset: usize) -> Option<u8> {
+        if offset >= self.inner.len {
+            return None;
+        }
+        // SAFETY: in bounds (checked). A volatile read: the byte may be written meanwhile by a
+        // transport or a device, and must be read again on every call.
+        Some(unsafe { std::ptr::read_volatile(self.inner.ptr.add(offset)) })
+    }
+
     /// Copies `data` to `offset`.
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check(offset, data.len())?;
