@@ -2,9 +2,10 @@
 //! in `ucs_memcpy_relaxed`).
 //!
 //! glibc (2.36 in Debian 12, through 2.39) copies with `rep movsb` on AMD only below the L2 cache
-//! size and with a vector loop above it. On AMD Zen 5 (family 1Ah) `rep movsb` is 8-37% faster
-//! from the L2 size (1 MiB) to 32 MiB, for every alignment tried (docs/benchmarks.md, "self
-//! put_bw: the copy"). [`copy`] and [`copy_maybe_overlapping`] use `rep movsb` for lengths in
+//! size and with a vector loop above it. On AMD Zen 5 (family 1Ah) `rep movsb` measured 2-37%
+//! faster from the L2 size (1 MiB) to 32 MiB, at 1 MiB for every alignment tried, and 3% slower
+//! in one case (32 MiB into a destination one byte off; docs/benchmarks.md, "self put_bw: the
+//! copy"). [`copy`] and [`copy_maybe_overlapping`] use `rep movsb` for lengths in
 //! `[RUCX_ARCH_BUILTIN_MEMCPY_MIN, RUCX_ARCH_BUILTIN_MEMCPY_MAX)` and libc's memcpy/memmove
 //! otherwise.
 //!
