@@ -5,12 +5,11 @@ use std::rc::Rc;
 use ucs::{Result, Status};
 use uct::callbacks::{Comp, PackCb, PendingReq, ResultPtr, UnpackCb};
 use uct::iov::{total_len, Iov};
+use uct::rma::RegionTable;
 use uct::transport::{AtomicSize, Ep};
 use uct::types::{AtomicOp, FlushFlags, AM_ID_MAX};
 
 use crate::iface::Shared;
-use uct::rma::RegionTable;
-
 use crate::md::regions;
 
 /// Short messages up to 64 bytes, header included, are assembled on the sender's stack: no

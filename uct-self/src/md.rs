@@ -1,9 +1,8 @@
 //! The `self` component and memory domain: registrations go to a per-thread region table, since
 //! self endpoints only reach interfaces on their own thread.
 
-use std::rc::Rc;
-
 use std::ffi::CStr;
+use std::rc::Rc;
 
 use ucs::{Result, Status};
 use uct::rma::{RegionTable, PACKED_RKEY_LEN};

@@ -5,7 +5,7 @@
 //! size and with a vector loop above it. On AMD Zen 5 (family 1Ah) `rep movsb` measured 2-37%
 //! faster from the L2 size (1 MiB) to 32 MiB, at 1 MiB for every alignment tried, and 3% slower
 //! in one case (32 MiB into a destination one byte off; docs/benchmarks.md, "self put_bw: the
-//! copy"). [`copy`] and [`copy_maybe_overlapping`] use `rep movsb` for lengths in
+//! copy"). [`copy_maybe_overlapping`] uses `rep movsb` for lengths in
 //! `[RUCX_ARCH_BUILTIN_MEMCPY_MIN, RUCX_ARCH_BUILTIN_MEMCPY_MAX)` and libc's memcpy/memmove
 //! otherwise.
 //!
@@ -68,13 +68,8 @@ impl CopyWindow {
 
 static WINDOW: Lazy<CopyWindow> = Lazy::new(|| read_window(&ARCH_TABLE, cpu_default()));
 
-/// The window in effect (configuration read on first use).
-pub fn copy_window() -> CopyWindow {
-    *WINDOW
-}
-
 /// What `auto` means on this CPU.
-pub fn cpu_default() -> CopyWindow {
+fn cpu_default() -> CopyWindow {
     #[cfg(target_arch = "x86_64")]
     {
         x86_64::default_window()
@@ -103,13 +98,6 @@ fn read_window(table: &ConfigTable, auto: CopyWindow) -> CopyWindow {
 
 fn to_len(m: MemUnits, auto: usize) -> usize {
     usize::try_from(m.bytes_or(auto as u64)).unwrap_or(usize::MAX)
-}
-
-/// Copies `src` into `dst` (equal lengths, as `copy_from_slice`; panics otherwise).
-#[inline]
-pub fn copy(dst: &mut [u8], src: &[u8]) {
-    assert_eq!(dst.len(), src.len(), "ucs::arch::copy: lengths differ");
-    copy_in(*WINDOW, dst, src)
 }
 
 #[inline]
