@@ -18,6 +18,8 @@ mod fixture;
 mod am;
 #[path = "conformance/atomic.rs"]
 mod atomic;
+#[path = "conformance/burst.rs"]
+mod burst;
 #[path = "conformance/errhandle.rs"]
 mod errhandle;
 #[path = "conformance/flush.rs"]

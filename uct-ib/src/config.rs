@@ -78,6 +78,15 @@ pub static IB_CONFIG: ConfigTable = ConfigTable {
              receive), so small messages share pages instead of each touching a buffer of its own.",
         ),
         ConfigField::new(
+            "TX_DB_BATCH",
+            "4",
+            ConfigKind::Uint,
+            "rc_verbs: bcopy sends of one burst (those after the first since the last progress \
+             call) are posted together, up to this many per ibv_post_send (one doorbell); progress, \
+             flush, any other operation or a full batch posts them. 1 posts every send at once \
+             (at most 16).",
+        ),
+        ConfigField::new(
             "RX_MAX_BATCH",
             "16",
             ConfigKind::Uint,
@@ -181,6 +190,8 @@ pub struct IbConfig {
     pub rx_max_batch: usize,
     /// rc receives start in a dense array of head slots (`RUCX_IB_RX_HEADS`).
     pub rx_heads: bool,
+    /// rc bcopy sends of a burst per doorbell (`RUCX_IB_TX_DB_BATCH`; 1: off).
+    pub tx_db_batch: usize,
     /// `None`: auto (`Context::select_gid`).
     pub gid_index: Option<u8>,
     /// `None`: the port's active MTU.
@@ -271,6 +282,7 @@ impl IbConfig {
             rx_max_poll: uint_in("RX_MAX_POLL", 1, 32)? as usize,
             rx_max_batch: uint_in("RX_MAX_BATCH", 1, crate::verbs::MAX_RECV_BATCH as u64)? as usize,
             rx_heads: IB_CONFIG.get_bool("RX_HEADS")?,
+            tx_db_batch: uint_in("TX_DB_BATCH", 1, crate::verbs::SEND_BATCH_MAX as u64)? as usize,
             gid_index: parse_auto_u8("GID_INDEX", &IB_CONFIG.get_str("GID_INDEX")?, 255)?,
             path_mtu: mtu,
             sl: uint_in("SL", 0, 15)? as u8,
@@ -308,6 +320,7 @@ mod tests {
         );
         assert_eq!((c.tx_cq_moderation, c.rx_max_batch, c.fc_wnd_size), (64, 16, 512));
         assert!(c.rx_heads);
+        assert_eq!(c.tx_db_batch, 4);
         assert_eq!((c.gid_index, c.path_mtu, c.max_rd_atomic), (None, None, None));
         assert_eq!(
             (c.timeout, c.rnr_timeout),

@@ -133,6 +133,15 @@ impl<Op> TxQueue<Op> {
         self.unsignaled.get()
     }
 
+    /// The last `n` requests accounted as posted were not posted after all (a refused
+    /// chain): their sequence numbers and slots are given back. Their operations stay queued
+    /// for the caller to fail.
+    pub fn unpost(&self, n: u32) {
+        let n = n.min((self.pi.get() - self.ci.get()) as u32);
+        self.pi.set(self.pi.get() - n as u64);
+        self.available.set(self.available.get() + n);
+    }
+
     /// Last posted sequence number.
     #[cfg(test)]
     pub fn last_sn(&self) -> u64 {
@@ -185,6 +194,27 @@ mod tests {
         assert_eq!(q.pop_any(), Some("d"));
         assert_eq!(q.complete(4), 1);
         assert_eq!((q.available(), q.outstanding()), (8, 0));
+    }
+
+    #[test]
+    fn unpost_gives_back_the_newest() {
+        let q: TxQueue<u32> = TxQueue::new(8, 64, 100);
+        for i in 0..5 {
+            post(&q, false);
+            q.push_op(i);
+        }
+        assert_eq!(q.complete(102), 2);
+        q.unpost(2);
+        assert_eq!((q.available(), q.outstanding(), q.last_sn()), (7, 1, 103));
+        assert_eq!(q.complete(104), 0, "an unposted request cannot complete");
+        assert_eq!(q.complete(103), 1);
+        q.unpost(5);
+        assert_eq!(
+            (q.available(), q.outstanding()),
+            (8, 0),
+            "never below the completed"
+        );
+        assert_eq!(q.next(false).0, 104, "the given-back numbers are used again");
     }
 
     #[test]

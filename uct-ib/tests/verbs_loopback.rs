@@ -294,6 +294,69 @@ fn rc_send_recv_with_gather_and_imm() {
     assert_eq!(&got[1000..], &p2[..]);
 }
 
+/// A chain of SENDs posted by one `ibv_post_send` (`SendBatch`, rc_verbs' doorbell batching)
+/// arrives whole and in order; a chain the provider refuses is reported with how many of its
+/// requests were not posted, and the batch is empty either way.
+#[test]
+fn rc_send_batch_chain_in_order_and_refused_chain() {
+    let Some(f) = setup() else { return };
+    let cq = f.cq();
+    let (a, b) = f.rc_pair(&cq);
+    const N: usize = 6;
+    const SLOT: usize = 4096;
+    let src = f.buf(N * SLOT);
+    let dst = f.buf(N * SLOT);
+    let lens = [1000u32, 17, 1024, 1025, 300, 4000];
+    let mut batch = SendBatch::default();
+    for (i, &len) in lens.iter().enumerate() {
+        src.write(i * SLOT, &pattern(len as usize, i as u8)).unwrap();
+        let rsge = [dst.sge(i * SLOT, SLOT as u32).unwrap()];
+        b.post_recv(&RecvRequest {
+            wr_id: 100 + i as u64,
+            sges: &rsge,
+        })
+        .unwrap();
+        let flags = if i == N - 1 {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::NONE
+        };
+        let sge = src.sge(i * SLOT, len).unwrap();
+        assert!(batch.push(i as u64, sge, SendOp::Send, flags));
+    }
+    assert_eq!(batch.len(), N);
+    batch.post(&a).expect("post a chain");
+    assert!(batch.is_empty());
+    let wcs = wait(&cq, N + 1);
+    let recvs: Vec<&Wc> = wcs.iter().filter(|w| w.opcode == WcOpcode::Recv).collect();
+    assert_eq!(recvs.len(), N);
+    for (i, w) in recvs.iter().enumerate() {
+        assert_eq!(
+            (w.wr_id, w.status, w.byte_len),
+            (100 + i as u64, WcStatus::Success, lens[i]),
+            "receive {i}: in order, whole"
+        );
+        let mut got = vec![0u8; lens[i] as usize];
+        dst.read(i * SLOT, &mut got).unwrap();
+        assert_eq!(got, pattern(lens[i] as usize, i as u8), "message {i}");
+    }
+    let send = wcs
+        .iter()
+        .find(|w| w.opcode == WcOpcode::Send)
+        .expect("send completion");
+    assert_eq!((send.wr_id, send.status), (N as u64 - 1, WcStatus::Success));
+
+    // a QP still in RESET refuses the chain
+    let reset = f.qp(&cq, QpType::Rc, None);
+    for i in 0..3 {
+        assert!(batch.push(i, src.sge(0, 8).unwrap(), SendOp::Send, SendFlags::NONE));
+    }
+    let err = batch.post(&reset).expect_err("a QP in RESET refuses sends");
+    assert!(err.status.is_err(), "{err:?}");
+    assert!((1..=3).contains(&err.unposted), "{err:?}");
+    assert!(batch.is_empty());
+}
+
 #[test]
 fn rc_rdma_write_and_read() {
     let Some(f) = setup() else { return };

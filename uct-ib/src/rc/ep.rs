@@ -180,6 +180,9 @@ impl Drop for RcEp {
     fn drop(&mut self) {
         let st = &self.st;
         let s = &st.iface;
+        // collected sends are accounted as posted: post them, so that they complete (or are
+        // flushed with the QP) and the accounting below stays exact
+        s.ring();
         st.destroyed.set(true);
         s.deschedule(st);
         if st.tx.outstanding() == 0 {

@@ -15,6 +15,7 @@ use uct::callbacks::{Comp, ErrHandler};
 use uct::transport::{Iface, IfaceParams, Transport};
 use uct::types::*;
 
+use super::doorbell::Doorbell;
 use super::ep::{EpState, RcEp};
 use super::fc::FcParams;
 use super::qp_map::QpMap;
@@ -110,6 +111,8 @@ pub(crate) struct IfaceShared {
     pub tx_wanted: Cell<bool>,
     /// When progress polls the send CQ.
     pub tx_pacing: SendCqPacing,
+    /// bcopy sends of a burst waiting for one doorbell.
+    pub db: Doorbell,
     /// Endpoints by local QP number (including destroyed ones still draining).
     pub eps: RefCell<QpMap<Rc<EpState>>>,
     /// Endpoints with pending requests or pure grants to send, in dispatch order.
@@ -187,6 +190,7 @@ impl IfaceShared {
             cq_available: Cell::new(cfg.tx_cq_len),
             tx_wanted: Cell::new(false),
             tx_pacing: SendCqPacing::default(),
+            db: Doorbell::new(cfg.tx_db_batch),
             cfg,
             cqs,
             srq,
@@ -388,6 +392,8 @@ impl Iface for RcIface {
     }
 
     fn event_arm(&self, events: ArmEvents) -> Result<()> {
+        // a waiting send must be on the wire before the caller sleeps on its answer
+        self.shared.ring();
         self.shared.cqs.arm(events)
     }
 

@@ -3,6 +3,7 @@
 //! - `iface`: interface, attributes, SRQ + CQs, transport entry points
 //! - `ep`: endpoint state, connection (INIT -> RTR -> RTS), pending queue
 //! - `send`: the send fast path and every operation
+//! - `doorbell`: bcopy bursts posted as chains (one doorbell per chain)
 //! - `tx`: send completions, failures, pending dispatch, flush
 //! - `rx`: receive completions and AM delivery
 //! - `qp_map`: endpoints by local QP number
@@ -10,6 +11,7 @@
 //! - `fc`: AM flow-control credits
 //! - `wire`: header byte and endpoint address
 
+mod doorbell;
 mod ep;
 mod fc;
 mod iface;

@@ -27,6 +27,7 @@ impl IfaceShared {
         if scheduled {
             self.dispatch_pending();
         }
+        self.progress_doorbell();
         n
     }
 

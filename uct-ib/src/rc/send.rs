@@ -77,6 +77,13 @@ impl EpState {
         extra: SendFlags,
         post: impl FnOnce(u64, SendFlags) -> Result<()>,
     ) -> Result<()> {
+        if self.iface.db.waiting() {
+            // collected sends go first (order on this QP; prompt delivery on another)
+            self.iface.ring();
+            if let Conn::Failed(st) = self.conn.get() {
+                return Err(st);
+            }
+        }
         let (sn, sig) = self.tx.next(force);
         let mut flags = extra;
         if sig {
@@ -202,6 +209,9 @@ impl EpState {
                 self.qp
                     .post_send_inline(wr_id, &[&buf[OFF..OFF + len]], SendOp::Send, f, None)
             })?;
+        } else if s.db.collects(self.qp.qp_num()) {
+            self.collect(buf_sge(&buf, OFF, len), SendFlags::SOLICITED);
+            self.push_op(TxOp::Buf(buf));
         } else {
             let sge = [buf_sge(&buf, OFF, len)];
             self.post(false, SendFlags::SOLICITED, |wr_id, f| {
@@ -463,6 +473,8 @@ impl EpState {
 
     /// Flush: `op` completes once everything posted so far completed.
     pub fn flush(&self, flags: FlushFlags, op: TxOp) -> Result<Status> {
+        // collected sends are posted (and counted below as outstanding)
+        self.iface.ring();
         match self.conn.get() {
             Conn::Failed(st) => return Err(st),
             Conn::Idle if self.pending.is_empty() => return Ok(Status::Ok),

@@ -12,7 +12,7 @@ use uct::types::FlushFlags;
 use super::ep::{Conn, EpState};
 use super::iface::IfaceShared;
 use crate::iface_common::BUF_DATA_OFFSET as OFF;
-use crate::verbs::{WcBatch, WcStatus, WorkCompletion};
+use crate::verbs::{ChainRefused, WcBatch, WcStatus, WorkCompletion};
 
 /// Completions polled per call at most (stack array).
 const MAX_POLL: usize = 32;
@@ -268,6 +268,37 @@ impl IfaceShared {
 }
 
 impl EpState {
+    /// The provider refused (part of) a chain of collected requests (see `doorbell`): the
+    /// unposted ones are taken back from the accounting (they are the newest of this
+    /// endpoint), and the endpoint fails as on an error completion; the posted ones complete
+    /// (flushed) as usual.
+    pub(crate) fn post_failed(self: &Rc<Self>, refused: ChainRefused) {
+        let s = &self.iface;
+        let status = refused.status;
+        let n = refused.unposted as u32;
+        self.tx.unpost(n);
+        s.cq_available.set(s.cq_available.get() + n);
+        let first = !matches!(self.conn.get(), Conn::Failed(_));
+        if first {
+            self.conn.set(Conn::Failed(status));
+            let _ = self.qp.modify_to_error();
+            s.deschedule(self);
+        }
+        self.cancel_all(status);
+        if first && !self.canceled.get() && !self.destroyed.get() && !s.err.report(self.handle.get(), status)
+        {
+            tracing::error!(
+                "rc_verbs: endpoint (qp {:#x}) failed: posting its sends failed: {}; no error \
+                 handler took it",
+                self.qp.qp_num(),
+                status.name()
+            );
+        }
+        if self.destroyed.get() && self.tx.outstanding() == 0 {
+            s.eps.borrow_mut().remove(&self.qp.qp_num());
+        }
+    }
+
     /// After an error completion freed requests: those before the failed one succeeded.
     fn finish_done_before_last(&self, _status: Status) {
         loop {

@@ -25,6 +25,7 @@ mod qp;
 mod qp_params;
 mod recv_chain;
 mod rx_heads;
+mod send_batch;
 mod srq;
 mod wc;
 mod wr;
@@ -45,6 +46,7 @@ pub use qp_params::{
 };
 pub use recv_chain::RecvChain;
 pub use rx_heads::{HeadCopy, RxHeads, RX_HEAD};
+pub use send_batch::{ChainRefused, SendBatch, SEND_BATCH_MAX};
 pub use srq::SharedReceiveQueue;
 pub use wc::{WcBatch, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{

@@ -97,6 +97,12 @@ impl QueuePair {
         })
     }
 
+    /// The provider's QP (for calls made elsewhere in this module tree, e.g. a send batch).
+    #[inline]
+    pub(crate) fn as_ptr(&self) -> *mut ibv_qp {
+        self.qp.as_ptr()
+    }
+
     /// QP number (what the peer puts in `dest_qp_num` / `remote_qpn`).
     pub fn qp_num(&self) -> u32 {
         self.qp_num
