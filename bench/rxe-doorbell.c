@@ -1,5 +1,5 @@
 /*
- * The measurement behind RUCX_IB_TX_DB_BATCH: the time per 8000-byte RC SEND when K send
+ * The measurement behind RUCX_IB_TX_DB_BATCH: the time per RC SEND (8000 bytes) when K send
  * requests share one ibv_post_send (one doorbell), on the first verbs device. One process, two
  * RC QPs connected to each other (a stream as in rc_verbs am_bw: every 64th request signaled,
  * up to 192 in flight, receives reposted as they complete). On Soft-RoCE every ibv_post_send
@@ -10,6 +10,7 @@
  *   testbed/rxe-vm.sh -- sh -c 'for k in 1 2 4 8 1 2 4 8; do /tmp/rxe-doorbell $k; done'
  *
  * Arguments: K [MESSAGES (20000)] [PATH_MTU as ibv_mtu (3 = 1024, the VM's active MTU)]
+ *            [SIZE (8000, at most 8192)]
  */
 #include <infiniband/verbs.h>
 #include <stdio.h>
@@ -17,7 +18,6 @@
 #include <string.h>
 #include <time.h>
 
-#define SZ 8000
 #define NBUF 256
 #define NRECV 1024
 #define RSZ 8192
@@ -89,7 +89,8 @@ int main(int argc, char **argv)
     int k = atoi(argv[1]);
     long n = argc > 2 ? atol(argv[2]) : 20000;
     int mtu = argc > 3 ? atoi(argv[3]) : IBV_MTU_1024;
-    if (k < 1 || k > 16 || n < 1)
+    long SZ = argc > 4 ? atol(argv[4]) : 8000;
+    if (k < 1 || k > 16 || n < 1 || SZ < 1 || SZ > RSZ)
         return 2;
     struct ibv_device **dl = ibv_get_device_list(NULL);
     if (!dl || !dl[0])
@@ -145,7 +146,7 @@ int main(int argc, char **argv)
             struct ibv_sge s[16];
             for (int j = 0; j < k; j++) {
                 uint64_t id = sn + j;
-                s[j] = (struct ibv_sge){(uintptr_t)(sb + SZ * (id % NBUF)), SZ, smr->lkey};
+                s[j] = (struct ibv_sge){(uintptr_t)(sb + SZ * (id % NBUF)), (uint32_t)SZ, smr->lkey};
                 memset(&w[j], 0, sizeof w[j]);
                 w[j].wr_id = id;
                 w[j].sg_list = &s[j];
@@ -179,7 +180,7 @@ int main(int argc, char **argv)
         }
     }
     double t = now() - t0;
-    printf("k=%d mtu=%d messages=%ld per_message_us=%.2f MBps=%.1f\n", k, mtu, n, t / n * 1e6,
+    printf("k=%d mtu=%d size=%ld messages=%ld per_message_us=%.2f MBps=%.1f\n", k, mtu, SZ, n, t / n * 1e6,
            n * (double)SZ / t / 1048576);
     return 0;
 }
