@@ -81,7 +81,7 @@ impl IfaceShared {
             // waiting: warm the buffer the next message lands in
             self.rx.touch_next();
         }
-        if self.rx.needs_refill() {
+        if self.rx.needs_refill(n > 0) {
             let _ = self.refill_rx();
         }
         n as u32

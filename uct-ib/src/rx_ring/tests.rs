@@ -31,7 +31,7 @@ fn ring_refills_in_batches_and_finds_buffers_by_wr_id() {
         batches.borrow().iter().map(|b| b.len()).collect::<Vec<_>>(),
         vec![4, 4, 2]
     );
-    assert!(!ring.needs_refill());
+    assert!(!ring.needs_refill(false) && !ring.needs_refill(true));
     let first = batches.borrow()[0][0];
     let buf = ring.take_buf(first).unwrap();
     assert!(ring.take_buf(first).is_none(), "a wr_id completes once");
@@ -41,7 +41,8 @@ fn ring_refills_in_batches_and_finds_buffers_by_wr_id() {
         ring.take_buf(id).unwrap();
     }
     assert_eq!(ring.posted(), 5);
-    assert!(ring.needs_refill());
+    // half this small ring missing: also a poll that delivered messages reposts
+    assert!(ring.needs_refill(false) && ring.needs_refill(true));
     // a post that fails at once counts nothing and returns the buffers
     let fail_at = |posted| {
         move |_: &mut RecvChain| {
@@ -67,6 +68,37 @@ fn ring_refills_in_batches_and_finds_buffers_by_wr_id() {
     assert_eq!(ring.posted(), 5);
     assert_eq!(ring.refill(|_| Ok(())).unwrap(), 5);
     assert_eq!(ring.posted(), 10);
+}
+
+/// A poll that delivered messages leaves the repost to a poll that finds nothing until four
+/// batches (at most half the ring) are missing.
+#[test]
+fn refill_after_deliveries_waits_for_four_batches() {
+    let ring = RxRing::new(heap_pool(100), 64, 4, BUF_DATA_OFFSET, 128).unwrap();
+    let ids = RefCell::new(Vec::new());
+    ring.refill(|chain| {
+        ids.borrow_mut().extend((0..chain.len()).map(|i| chain.wr_id(i)));
+        Ok(())
+    })
+    .unwrap();
+    let ids = ids.into_inner();
+    for (taken, id) in ids.iter().enumerate() {
+        let missing = taken;
+        assert_eq!(
+            ring.needs_refill(false),
+            missing >= 4,
+            "{missing} missing, idle poll"
+        );
+        assert_eq!(
+            ring.needs_refill(true),
+            missing >= 16,
+            "{missing} missing, after deliveries"
+        );
+        if missing == 20 {
+            break;
+        }
+        ring.take_buf(*id).unwrap();
+    }
 }
 
 /// The posted ids come back oldest first; an out-of-order completion leaves the rest in

@@ -285,7 +285,7 @@ impl UdShared {
             // waiting: warm the buffer the next packet lands in
             self.rx.touch_next();
         }
-        if self.rx.needs_refill() {
+        if self.rx.needs_refill(n > 0) {
             if let Err(e) = self.rx.refill(|chain| self.qp.post_recv_chain(chain)) {
                 tracing::warn!("ud_verbs: cannot repost receive buffers: {e}");
             }
