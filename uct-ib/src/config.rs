@@ -81,10 +81,10 @@ pub static IB_CONFIG: ConfigTable = ConfigTable {
             "TX_DB_BATCH",
             "4",
             ConfigKind::Uint,
-            "rc_verbs: bcopy sends of one burst (those after the first since the last progress \
-             call) are posted together, up to this many per ibv_post_send (one doorbell); progress, \
-             flush, any other operation or a full batch posts them. 1 posts every send at once \
-             (at most 16).",
+            "Sends from a buffer of one burst (rc_verbs bcopy, ud_verbs AM packets not inline; \
+             those after the first since the last progress call) are posted together, up to this \
+             many per ibv_post_send (one doorbell); progress, flush, any other operation or a full \
+             batch posts them. 1 posts every send at once (at most 16).",
         ),
         ConfigField::new(
             "RX_MAX_BATCH",
@@ -190,7 +190,7 @@ pub struct IbConfig {
     pub rx_max_batch: usize,
     /// rc receives start in a dense array of head slots (`RUCX_IB_RX_HEADS`).
     pub rx_heads: bool,
-    /// rc bcopy sends of a burst per doorbell (`RUCX_IB_TX_DB_BATCH`; 1: off).
+    /// rc bcopy sends / ud AM packets of a burst per doorbell (`RUCX_IB_TX_DB_BATCH`; 1: off).
     pub tx_db_batch: usize,
     /// `None`: auto (`Context::select_gid`).
     pub gid_index: Option<u8>,

@@ -134,12 +134,26 @@ impl<Op> TxQueue<Op> {
     }
 
     /// The last `n` requests accounted as posted were not posted after all (a refused
-    /// chain): their sequence numbers and slots are given back. Their operations stay queued
-    /// for the caller to fail.
-    pub fn unpost(&self, n: u32) {
+    /// chain): their sequence numbers and slots are given back, and the operations waiting on
+    /// them go to `gone` (newest first), since those sequence numbers will be used again.
+    pub fn unpost(&self, n: u32, mut gone: impl FnMut(Op)) {
         let n = n.min((self.pi.get() - self.ci.get()) as u32);
-        self.pi.set(self.pi.get() - n as u64);
+        let pi = self.pi.get() - n as u64;
+        self.pi.set(pi);
         self.available.set(self.available.get() + n);
+        loop {
+            let op = {
+                let mut ops = self.ops.borrow_mut();
+                match ops.back() {
+                    Some(&(sn, _)) if sn > pi => ops.pop_back().map(|(_, op)| op),
+                    _ => None,
+                }
+            };
+            match op {
+                Some(op) => gone(op),
+                None => break,
+            }
+        }
     }
 
     /// Last posted sequence number.
@@ -204,16 +218,23 @@ mod tests {
             q.push_op(i);
         }
         assert_eq!(q.complete(102), 2);
-        q.unpost(2);
+        let mut gone = Vec::new();
+        q.unpost(2, |op| gone.push(op));
+        assert_eq!(
+            gone,
+            vec![4, 3],
+            "the unposted requests' operations, newest first"
+        );
         assert_eq!((q.available(), q.outstanding(), q.last_sn()), (7, 1, 103));
         assert_eq!(q.complete(104), 0, "an unposted request cannot complete");
         assert_eq!(q.complete(103), 1);
-        q.unpost(5);
+        q.unpost(5, |op| gone.push(op));
         assert_eq!(
             (q.available(), q.outstanding()),
             (8, 0),
             "never below the completed"
         );
+        assert_eq!(gone, vec![4, 3], "completed operations are not given back");
         assert_eq!(q.next(false).0, 104, "the given-back numbers are used again");
     }
 

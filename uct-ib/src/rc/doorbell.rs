@@ -17,6 +17,7 @@ use std::cell::{Cell, RefCell};
 
 use super::ep::EpState;
 use super::iface::IfaceShared;
+use super::tx::TxOp;
 use crate::verbs::{SendBatch, SendFlags, SendOp, Sge};
 
 /// The interface's collected send requests (of one endpoint at a time).
@@ -100,9 +101,9 @@ impl IfaceShared {
 
 impl EpState {
     /// Collects one registered-buffer SEND of a burst (see the module doc), accounted as
-    /// posted. The caller checked resources ([`EpState::check`]) and
-    /// [`Doorbell::collects`].
-    pub(crate) fn collect(&self, sge: Sge, extra: SendFlags) {
+    /// posted, with `op` to finish at its completion. The caller checked resources
+    /// ([`EpState::check`]) and [`Doorbell::collects`].
+    pub(crate) fn collect(&self, sge: Sge, extra: SendFlags, op: TxOp) {
         let s = &self.iface;
         let db = &s.db;
         if db.len.get() != 0 && db.owner.get() != self.qp.qp_num() {
@@ -123,6 +124,7 @@ impl EpState {
         }
         self.fence.set(false);
         self.tx.posted(sig);
+        self.tx.push_op(op);
         s.cq_available.set(s.cq_available.get() - 1);
         db.owner.set(self.qp.qp_num());
         let n = db.len.get() + 1;

@@ -210,8 +210,8 @@ impl EpState {
                     .post_send_inline(wr_id, &[&buf[OFF..OFF + len]], SendOp::Send, f, None)
             })?;
         } else if s.db.collects(self.qp.qp_num()) {
-            self.collect(buf_sge(&buf, OFF, len), SendFlags::SOLICITED);
-            self.push_op(TxOp::Buf(buf));
+            let sge = buf_sge(&buf, OFF, len);
+            self.collect(sge, SendFlags::SOLICITED, TxOp::Buf(buf));
         } else {
             let sge = [buf_sge(&buf, OFF, len)];
             self.post(false, SendFlags::SOLICITED, |wr_id, f| {

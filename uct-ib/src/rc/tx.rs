@@ -276,7 +276,7 @@ impl EpState {
         let s = &self.iface;
         let status = refused.status;
         let n = refused.unposted as u32;
-        self.tx.unpost(n);
+        self.tx.unpost(n, |op| op.finish(status));
         s.cq_available.set(s.cq_available.get() + n);
         let first = !matches!(self.conn.get(), Conn::Failed(_));
         if first {

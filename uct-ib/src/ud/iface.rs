@@ -152,7 +152,8 @@ impl UdShared {
             granted.max_send_wr.min(tx_len),
             granted.max_inline_data as usize,
             ibcfg.tx_cq_moderation,
-        );
+        )
+        .with_doorbell_batch(ibcfg.tx_db_batch);
         let max_zcopy_iov = (granted.max_send_sge as usize)
             .saturating_sub(1)
             .min(MAX_ZCOPY_IOV);
@@ -236,6 +237,8 @@ impl UdShared {
         work += self.maybe_tick();
         work += self.dispatch_pending();
         self.fire();
+        // after the user callbacks of `fire`, which may send
+        self.tx.borrow_mut().end_burst(&self.qp);
         work
     }
 
@@ -385,6 +388,8 @@ impl Iface for UdIface {
     /// round trip). ACKs owed to peers are sent before arming.
     fn event_arm(&self, events: ArmEvents) -> Result<()> {
         let sh = &self.sh;
+        // collected packets go out before the caller sleeps on their answers
+        sh.tx.borrow_mut().ring(&sh.qp);
         if sh.has_work() || !sh.settle_for_sleep() {
             return Err(Status::Busy);
         }

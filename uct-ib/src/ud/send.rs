@@ -71,12 +71,17 @@ impl UdShared {
         }
         .encode(&mut t.buf()[PKT_OFF..]);
         let mut tx = self.tx.borrow_mut();
+        let by_batch = zcopy.is_none() && tx.collects(HDR_LEN + n);
         match zcopy {
             None => t.commit(&mut tx, HDR_LEN + n),
             Some((sges, comp)) => t.commit_zcopy(&mut tx, HDR_LEN + n, sges, comp),
         }
         // a failed post leaves the packet in the window: the resend timer sends it again
-        let _ = tx.post(&self.qp, slot, peer.dest());
+        let _ = if by_batch {
+            tx.collect(&self.qp, slot, &peer.ah, peer.qpn)
+        } else {
+            tx.post(&self.qp, slot, peer.dest())
+        };
         Ok(n)
     }
 

@@ -15,16 +15,18 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use ucs::mpool::{MemPool, PoolBuf};
 use ucs::{Result, Status};
 use uct::callbacks::Comp;
 
+use super::ep::QKEY;
 use super::reliability::Psn;
 use super::wire::{restamp, HDR_LEN};
 use crate::iface_common::{buf_sge, BUF_DATA_OFFSET};
 use crate::txq::TxQueue;
-use crate::verbs::{QueuePair, SendFlags, SendOp, SendRequest, Sge, UdDest};
+use crate::verbs::{AddressHandle, QueuePair, SendBatch, SendFlags, SendOp, SendRequest, Sge, UdDest};
 
 /// Where a packet starts in a send buffer.
 pub const PKT_OFF: usize = BUF_DATA_OFFSET;
@@ -100,6 +102,12 @@ pub struct TxPool {
     /// Skbs held by windows (everything unacknowledged, for iface flush).
     in_windows: usize,
     post_errors: u64,
+    /// AM packets of a burst waiting for one doorbell (`RUCX_IB_TX_DB_BATCH`, as rc_verbs:
+    /// the first AM from a buffer after a progress call is posted at once, later ones to the
+    /// same destination go out in chains; every other post, and progress, posts them first).
+    batch: SendBatch,
+    batch_max: usize,
+    burst: bool,
 }
 
 impl TxPool {
@@ -119,6 +127,106 @@ impl TxPool {
             max_inline,
             in_windows: 0,
             post_errors: 0,
+            batch: SendBatch::default(),
+            batch_max: 1,
+            burst: false,
+        }
+    }
+
+    /// Posts AM packets of a burst in chains of up to `max` (1: every packet at once).
+    pub fn with_doorbell_batch(mut self, max: usize) -> TxPool {
+        self.batch_max = max.clamp(1, crate::verbs::SEND_BATCH_MAX);
+        self
+    }
+
+    /// True when the AM packet of `len` bytes about to be posted should wait in the batch
+    /// ([`TxPool::collect`]) rather than go at once: it is posted from its buffer (not inline)
+    /// and not the first of the burst.
+    #[inline]
+    pub fn collects(&mut self, len: usize) -> bool {
+        if self.batch_max <= 1 || len <= self.max_inline {
+            return false;
+        }
+        let burst = self.burst;
+        self.burst = true;
+        burst
+    }
+
+    /// Collects the AM packet in `slot` for `ah`/`remote_qpn` (see [`TxPool::collects`]),
+    /// accounted as posted; a full batch, or one to another destination, is posted first.
+    pub fn collect(
+        &mut self,
+        qp: &QueuePair,
+        slot: u32,
+        ah: &Arc<AddressHandle>,
+        remote_qpn: u32,
+    ) -> Result<()> {
+        if !self.batch.is_empty()
+            && (self.batch.len() >= self.batch_max || !self.batch.fits_ud(ah, remote_qpn, QKEY))
+        {
+            self.ring(qp);
+        }
+        if !self.sq.has_room() {
+            return Err(Status::NoResource);
+        }
+        let (wr_id, signaled, flags) = self.next_wr(false);
+        let skb = &mut self.skbs[slot as usize];
+        let Some(buf) = skb.buf.as_ref() else {
+            return Err(Status::NoResource);
+        };
+        let sge = buf_sge(buf, PKT_OFF, skb.len as usize);
+        if !self.batch.push_ud(wr_id, sge, flags, ah, remote_qpn, QKEY) {
+            // cannot happen after the ring above; post it alone
+            return self.post_slot(
+                qp,
+                slot,
+                UdDest {
+                    ah,
+                    remote_qpn,
+                    remote_qkey: QKEY,
+                },
+                false,
+            );
+        }
+        skb.posted += 1;
+        self.posted(Ok(()), signaled, Some(slot))?;
+        if self.batch.len() >= self.batch_max {
+            self.ring(qp);
+        }
+        Ok(())
+    }
+
+    /// Posts the collected packets, if any, as one chain. Packets the provider refuses stay
+    /// in their windows (the resend timer sends them again, as after a lost packet); their
+    /// accounting is given back.
+    pub fn ring(&mut self, qp: &QueuePair) {
+        if self.batch.is_empty() {
+            return;
+        }
+        if let Err(refused) = self.batch.post(qp) {
+            self.post_errors += 1;
+            if self.post_errors.is_power_of_two() {
+                tracing::warn!(
+                    errors = self.post_errors,
+                    unposted = refused.unposted,
+                    "ud_verbs: posting a chain of sends failed: {}",
+                    refused.status.name()
+                );
+            }
+            let skbs = &mut self.skbs;
+            self.sq.unpost(refused.unposted as u32, |slot| {
+                let skb = &mut skbs[slot as usize];
+                skb.posted = skb.posted.saturating_sub(1);
+            });
+        }
+    }
+
+    /// The end of a progress call: the burst is over, collected packets go out.
+    #[inline]
+    pub fn end_burst(&mut self, qp: &QueuePair) {
+        self.burst = false;
+        if !self.batch.is_empty() {
+            self.ring(qp);
         }
     }
 
@@ -245,6 +353,10 @@ impl TxPool {
     /// Posts the packet in `slot`, signaled when `force`, for an am_zcopy, or by moderation.
     #[inline]
     fn post_slot(&mut self, qp: &QueuePair, slot: u32, dest: UdDest<'_>, force: bool) -> Result<()> {
+        if !self.batch.is_empty() {
+            // collected packets go first (order on the QP)
+            self.ring(qp);
+        }
         if !self.sq.has_room() {
             return Err(Status::NoResource);
         }
@@ -359,6 +471,9 @@ impl TxPool {
     /// Posts a control packet: inline when it fits, otherwise from a buffer freed at its
     /// send completion.
     pub fn post_ctl(&mut self, qp: &QueuePair, pkt: &[u8], dest: UdDest<'_>) -> Result<()> {
+        if !self.batch.is_empty() {
+            self.ring(qp);
+        }
         if !self.sq.has_room() {
             return Err(Status::NoResource);
         }

@@ -4,10 +4,12 @@
 //! Soft-RoCE a `write()` to the uverbs device, in whose context the kernel runs the requester).
 //! A stream of sends posted as chains of a few requests pays that once per chain.
 
+use super::ah::AddressHandle;
 use super::error::{fail, rc_errno, CallKind};
 use super::qp::QueuePair;
-use super::wr::{fill_send_wr, zeroed_send_wr, SendFlags, SendOp, Sge};
+use super::wr::{fill_send_wr, zeroed_send_wr, SendFlags, SendOp, Sge, UdDest};
 use rdma_sys::*;
+use std::sync::Arc;
 use ucs::Status;
 
 /// A chain the provider refused ([`SendBatch::post`]).
@@ -21,13 +23,16 @@ pub struct ChainRefused {
 /// Most requests one batch holds.
 pub const SEND_BATCH_MAX: usize = 16;
 
-/// Up to [`SEND_BATCH_MAX`] one-SGE send requests of one connected QP, waiting for
-/// [`SendBatch::post`]. The requests are kept unlinked: their SGE and `next` pointers are set
-/// only inside `post`, so the batch may move in between.
+/// Up to [`SEND_BATCH_MAX`] one-SGE send requests of one QP, waiting for
+/// [`SendBatch::post`]: of a connected QP, or of a UD QP to one destination, whose address
+/// handle the batch holds until posted. The requests are kept unlinked: their SGE and `next`
+/// pointers are set only inside `post`, so the batch may move in between.
 pub struct SendBatch {
     wrs: [ibv_send_wr; SEND_BATCH_MAX],
     sges: [Sge; SEND_BATCH_MAX],
     len: usize,
+    /// The UD destination of every request (the address handle their WRs point to).
+    ud: Option<(Arc<AddressHandle>, u32, u32)>,
 }
 
 impl Default for SendBatch {
@@ -36,6 +41,7 @@ impl Default for SendBatch {
             wrs: std::array::from_fn(|_| zeroed_send_wr()),
             sges: [Sge::new(0, 0, 0); SEND_BATCH_MAX],
             len: 0,
+            ud: None,
         }
     }
 }
@@ -55,7 +61,10 @@ impl SendBatch {
     /// Returns false, adding nothing, when the batch is full or `op` needs more than that.
     #[inline]
     pub fn push(&mut self, wr_id: u64, sge: Sge, op: SendOp, flags: SendFlags) -> bool {
-        if self.len == SEND_BATCH_MAX || !matches!(op, SendOp::Send | SendOp::RdmaWrite { .. }) {
+        if self.len == SEND_BATCH_MAX
+            || self.ud.is_some()
+            || !matches!(op, SendOp::Send | SendOp::RdmaWrite { .. })
+        {
             return false;
         }
         let wr = &mut self.wrs[self.len];
@@ -69,11 +78,61 @@ impl SendBatch {
         true
     }
 
+    /// Adds a SEND of one registered SGE on a UD QP to `ah`, `remote_qpn`, `remote_qkey`.
+    /// Returns false, adding nothing, when the batch is full or holds requests of a connected
+    /// QP or to another destination (post it first).
+    #[inline]
+    pub fn push_ud(
+        &mut self,
+        wr_id: u64,
+        sge: Sge,
+        flags: SendFlags,
+        ah: &Arc<AddressHandle>,
+        remote_qpn: u32,
+        remote_qkey: u32,
+    ) -> bool {
+        if self.len == SEND_BATCH_MAX {
+            return false;
+        }
+        match &self.ud {
+            Some((a, q, k)) if Arc::ptr_eq(a, ah) && *q == remote_qpn && *k == remote_qkey => {}
+            Some(_) => return false,
+            None if self.len > 0 => return false,
+            None => self.ud = Some((ah.clone(), remote_qpn, remote_qkey)),
+        }
+        let wr = &mut self.wrs[self.len];
+        *wr = zeroed_send_wr();
+        wr.wr_id = wr_id;
+        wr.num_sge = 1;
+        wr.send_flags = flags.bits();
+        let dest = UdDest {
+            ah,
+            remote_qpn,
+            remote_qkey,
+        };
+        fill_send_wr(wr, SendOp::Send, Some(dest));
+        self.sges[self.len] = sge;
+        self.len += 1;
+        true
+    }
+
+    /// True when [`SendBatch::push_ud`] to this destination would add to what the batch
+    /// holds (it is empty or holds requests to the same destination).
+    #[inline]
+    pub fn fits_ud(&self, ah: &Arc<AddressHandle>, remote_qpn: u32, remote_qkey: u32) -> bool {
+        match &self.ud {
+            Some((a, q, k)) => Arc::ptr_eq(a, ah) && *q == remote_qpn && *k == remote_qkey,
+            None => self.len == 0,
+        }
+    }
+
     /// Posts every request with one `ibv_post_send` on `qp` (the QP all of them were meant
     /// for) and empties the batch, also when posting fails: then the provider refused one
     /// request, and it and all after it were not posted (logged, counted in the error).
     pub fn post(&mut self, qp: &QueuePair) -> std::result::Result<(), ChainRefused> {
         let n = std::mem::take(&mut self.len);
+        // the batch's address handle stays alive at least until the call returns
+        let _ud = self.ud.take();
         if n == 0 {
             return Ok(());
         }
@@ -91,8 +150,9 @@ impl SendBatch {
         }
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
         // SAFETY: valid QP (borrowed for the call); `wrs[..n]` is a well-formed chain of
-        // one-SGE SEND/RDMA WRITE requests of a connected QP whose SGEs live in `self`, which
-        // is borrowed mutably across the call; the HCA checks the SGEs against their lkeys.
+        // one-SGE SEND/RDMA WRITE requests (of a connected QP, or UD SENDs whose address
+        // handle `_ud` keeps alive across the call) whose SGEs live in `self`, which is
+        // borrowed mutably across the call; the HCA checks the SGEs against their lkeys.
         let rc = unsafe { ibv_post_send(qp.as_ptr(), base, &mut bad) };
         if rc != 0 {
             let first_bad = if bad.is_null() {
