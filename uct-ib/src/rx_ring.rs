@@ -182,7 +182,7 @@ impl RxRing {
 
     /// True when receives should be reposted now. A poll that found nothing (`received`
     /// false: the caller waits) reposts from one batch missing; a poll that delivered messages
-    /// only from [`DEFER_BATCHES`] batches (at most half the ring) missing, so that the repost
+    /// only from four (`DEFER_BATCHES`) batches (at most half the ring) missing, so that the repost
     /// stays off the path from a message to the caller's answer (measured in the soft-RoCE VM:
     /// 16 receives took 5-10 us there, every 16th round trip).
     #[inline]

@@ -1,4 +1,4 @@
-//! The worker services a transport uses, through the host's [`RawWorkerApi`] table.
+//! The worker services a transport uses, through the host's [`RawWorkerApi`](crate::abi::RawWorkerApi) table.
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;

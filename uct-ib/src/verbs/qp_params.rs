@@ -56,7 +56,7 @@ impl QpState {
     }
 }
 
-/// Queue sizes asked for at creation; the granted ones come back in [`QueuePair::caps`].
+/// Queue sizes asked for at creation; the granted ones come back in [`QueuePair::caps`](super::QueuePair::caps).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpCaps {
     pub max_send_wr: u32,

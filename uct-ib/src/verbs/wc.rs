@@ -110,7 +110,7 @@ impl<const N: usize> Default for WcBatch<N> {
 }
 
 impl WorkCompletion {
-    /// An all-zero entry to fill arrays for [`CompletionQueue::poll`].
+    /// An all-zero entry to fill arrays for [`CompletionQueue::poll`](super::CompletionQueue::poll).
     // SAFETY: ibv_wc is plain C data (integers and a union of integers); zero is valid.
     pub const EMPTY: WorkCompletion = WorkCompletion(unsafe { std::mem::zeroed() });
 
