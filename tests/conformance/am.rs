@@ -7,7 +7,7 @@ use std::rc::Rc;
 use uct::{Completion, IfaceFlags, MemIov, Status};
 
 use crate::data::{assert_bytes, pattern, scatter, sizes, split};
-use crate::fixture::{skip, Setup};
+use crate::fixture::{skip, Pair, Recorder, Setup};
 
 const ID: u8 = 7;
 
@@ -245,6 +245,14 @@ fn am_order_many(s: &Setup) {
         seqs[e] += 1;
     }
     p.wait_msgs(&rec, N, "ordered");
+    check_two_endpoints(&p, &rec, seqs, "ordered");
+}
+
+/// Every message in `rec` carries an 8-byte header (endpoint 0 or 1 in the high half, its
+/// sequence number in the low half) and then `pattern(len, header)`: each is intact, each
+/// endpoint's arrive in order, `expect[e]` of them.
+pub(crate) fn check_two_endpoints(p: &Pair, rec: &Recorder, expect: [u64; 2], what: &str) {
+    let n = p.name();
     let mut next = [0u64; 2];
     for (i, m) in rec.borrow().iter().enumerate() {
         let hdr = u64::from_le_bytes(m[..8].try_into().unwrap());
@@ -257,12 +265,12 @@ fn am_order_many(s: &Setup) {
         );
         next[e] += 1;
         assert_bytes(
-            &format!("[{n}] ordered message {i}"),
+            &format!("[{n}] {what} message {i}"),
             &m[8..],
             &pattern(m.len() - 8, hdr),
         );
     }
-    assert_eq!(next, seqs, "[{n}] messages lost");
+    assert_eq!(next, expect, "[{n}] messages lost");
 }
 
 /// am_short sent from inside an AM handler (UCX allows sends from callbacks) at sizes around

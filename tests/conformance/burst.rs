@@ -5,8 +5,9 @@
 
 use uct::{Ep, FlushFlags, IfaceFlags, Status};
 
-use crate::data::{assert_bytes, pattern};
-use crate::fixture::{Pair, Recorder, Setup};
+use crate::am::check_two_endpoints;
+use crate::data::pattern;
+use crate::fixture::{Pair, Setup};
 
 const ID: u8 = 9;
 
@@ -34,29 +35,6 @@ fn send(p: &Pair, ep: &Ep, e: u64, seq: u64, len: usize, short: bool) {
         .map(|_| ())
     };
     r.unwrap_or_else(|err| panic!("[{}] endpoint {e} message {seq}: {err}", p.name()));
-}
-
-/// Every recorded message is intact and each endpoint's arrive in order, `expect[e]` of them.
-fn check(p: &Pair, rec: &Recorder, expect: [u64; 2]) {
-    let n = p.name();
-    let mut next = [0u64; 2];
-    for (i, m) in rec.borrow().iter().enumerate() {
-        let hdr = u64::from_le_bytes(m[..8].try_into().unwrap());
-        let e = (hdr >> 32) as usize;
-        assert!(e < 2, "[{n}] message {i}: corrupt header {hdr:#x}");
-        assert_eq!(
-            hdr & 0xffff_ffff,
-            next[e],
-            "[{n}] message {i}: endpoint {e} out of order"
-        );
-        next[e] += 1;
-        assert_bytes(
-            &format!("[{n}] burst message {i}"),
-            &m[8..],
-            &pattern(m.len() - 8, hdr),
-        );
-    }
-    assert_eq!(next, expect, "[{n}] messages lost");
 }
 
 fn bursts(s: &Setup) {
@@ -94,7 +72,7 @@ fn bursts(s: &Setup) {
     }
     // the last burst (40) ended without a flush: progress alone must get it out
     p.wait_msgs(&rec, total, "burst");
-    check(&p, &rec, seqs);
+    check_two_endpoints(&p, &rec, seqs, "burst");
 
     // an endpoint destroyed right after a burst (no progress, no flush): whatever it sent may
     // or may not arrive, but the interface goes on and the other endpoint loses nothing
@@ -119,10 +97,11 @@ fn bursts(s: &Setup) {
         (9..=18).contains(&got),
         "[{n}] {got} messages after the destroy (9 from the live endpoint, up to 9 more)"
     );
-    check(
+    check_two_endpoints(
         &p,
         &rec,
         [seqs[0], rec.borrow().iter().filter(|m| m[4] == 1).count() as u64],
+        "burst",
     );
     assert!(
         p.errors().iter().all(|(_, st)| *st == Status::Canceled),

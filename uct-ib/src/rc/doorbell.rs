@@ -15,6 +15,8 @@
 
 use std::cell::{Cell, RefCell};
 
+use ucs::{Result, Status};
+
 use super::ep::EpState;
 use super::iface::IfaceShared;
 use super::tx::TxOp;
@@ -102,35 +104,26 @@ impl IfaceShared {
 impl EpState {
     /// Collects one registered-buffer SEND of a burst (see the module doc), accounted as
     /// posted, with `op` to finish at its completion. The caller checked resources
-    /// ([`EpState::check`]) and [`Doorbell::collects`].
-    pub(crate) fn collect(&self, sge: Sge, extra: SendFlags, op: TxOp) {
+    /// ([`EpState::check`]) and [`Doorbell::collects`], which keeps the batch to one
+    /// endpoint.
+    pub(crate) fn collect(&self, sge: Sge, extra: SendFlags, op: TxOp) -> Result<()> {
         let s = &self.iface;
         let db = &s.db;
-        if db.len.get() != 0 && db.owner.get() != self.qp.qp_num() {
-            s.ring();
-        }
-        let (sn, sig) = self.tx.next(false);
-        let mut flags = extra;
-        if sig {
-            flags = flags | SendFlags::SIGNALED;
-        }
-        if self.fence.get() {
-            flags = flags | SendFlags::FENCE;
-        }
-        // the batch is posted when it reaches its maximum, so this push has room
-        if !db.batch.borrow_mut().push(sn, sge, SendOp::Send, flags) {
-            s.ring();
-            db.batch.borrow_mut().push(sn, sge, SendOp::Send, flags);
-        }
-        self.fence.set(false);
-        self.tx.posted(sig);
+        // the batch is posted when it reaches its maximum, so the push has room
+        self.post_accounted(false, extra, |sn, flags| {
+            if db.batch.borrow_mut().push(sn, sge, SendOp::Send, flags) {
+                Ok(())
+            } else {
+                Err(Status::NoResource)
+            }
+        })?;
         self.tx.push_op(op);
-        s.cq_available.set(s.cq_available.get() - 1);
         db.owner.set(self.qp.qp_num());
         let n = db.len.get() + 1;
         db.len.set(n);
         if n >= db.max {
             s.ring();
         }
+        Ok(())
     }
 }

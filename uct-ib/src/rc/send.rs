@@ -84,6 +84,19 @@ impl EpState {
                 return Err(st);
             }
         }
+        self.post_accounted(force, extra, post)
+    }
+
+    /// [`EpState::post`] without posting collected sends first: the flags (signaled by
+    /// moderation or `force`, fenced after `fence`), then `post(wr_id, flags)`, then the
+    /// accounting (also for a request that `post` only collects, see `doorbell`).
+    #[inline]
+    pub(crate) fn post_accounted(
+        &self,
+        force: bool,
+        extra: SendFlags,
+        post: impl FnOnce(u64, SendFlags) -> Result<()>,
+    ) -> Result<()> {
         let (sn, sig) = self.tx.next(force);
         let mut flags = extra;
         if sig {
@@ -211,7 +224,7 @@ impl EpState {
             })?;
         } else if s.db.collects(self.qp.qp_num()) {
             let sge = buf_sge(&buf, OFF, len);
-            self.collect(sge, SendFlags::SOLICITED, TxOp::Buf(buf));
+            self.collect(sge, SendFlags::SOLICITED, TxOp::Buf(buf))?;
         } else {
             let sge = [buf_sge(&buf, OFF, len)];
             self.post(false, SendFlags::SOLICITED, |wr_id, f| {
