@@ -235,8 +235,16 @@ if [ "$ACCEL" = kvm ]; then ACC=(-accel kvm -cpu host); else ACC=(-accel tcg,thr
 # no_timer_check: under TCG on a loaded host the kernel's boot-time check that the timer
 # interrupt reaches the IO-APIC can miss its ticks and panic ("IO-APIC + timer doesn't work!");
 # the emulated timer is fine, so the check is skipped, as is usual for virtual machines.
+# tsc=reliable: the guest's TSC is the host's (TCG reads the host's time-stamp counter), the
+# same on every vCPU (testbed: no warp between two vCPUs in 10 000 hand-offs), but the kernel
+# marks it unstable by a rule of thumb (an emulated AMD CPU without constant_tsc and more than
+# one CPU) and falls back to the HPET. Every clock read is then a system call and an emulated
+# device access (850 ns against 52 ns), which charges programs by how often they read the
+# clock (UCX's ud_verbs 4-5 times per ping-pong and side, rucx 1.5) where real hardware has
+# an invariant TSC and the vDSO (docs/benchmarks.md, "verbs: the guest's clock").
 KARGS="no_timer_check quiet loglevel=3"
 [ "$VERBOSE" = 1 ] && KARGS="no_timer_check loglevel=5 rxevm.verbose"
+[ "$ACCEL" = kvm ] || KARGS="$KARGS tsc=reliable"
 VIRTFS=(-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
   -virtfs "local,path=$CTL,mount_tag=rxevmctl,security_model=none")
 i=0
