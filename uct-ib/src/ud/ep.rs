@@ -169,13 +169,11 @@ impl Ep for UdEp {
         if len > self.sh.max_am() {
             return Err(self.too_long(len));
         }
-        self.sh
-            .send_am(&self.ep, id, |b| {
-                b[..8].copy_from_slice(&header.to_le_bytes());
-                b[8..len].copy_from_slice(payload);
-                Ok(len)
-            })
-            .map(|_| ())
+        self.sh.send_am_copy(&self.ep, id, |b| {
+            b[..8].copy_from_slice(&header.to_le_bytes());
+            b[8..len].copy_from_slice(payload);
+            len
+        })
     }
 
     fn am_short_iov(&self, id: u8, iov: &[Iov]) -> Result<()> {
@@ -184,17 +182,15 @@ impl Ep for UdEp {
         if len > self.sh.max_am() {
             return Err(self.too_long(len));
         }
-        self.sh
-            .send_am(&self.ep, id, |b| {
-                let mut off = 0;
-                for e in iov {
-                    let d = e.bytes();
-                    b[off..off + d.len()].copy_from_slice(d);
-                    off += d.len();
-                }
-                Ok(off)
-            })
-            .map(|_| ())
+        self.sh.send_am_copy(&self.ep, id, |b| {
+            let mut off = 0;
+            for e in iov {
+                let d = e.bytes();
+                b[off..off + d.len()].copy_from_slice(d);
+                off += d.len();
+            }
+            off
+        })
     }
 
     fn am_bcopy(&self, id: u8, pack: PackCb, _flags: u32) -> Result<usize> {
@@ -231,9 +227,9 @@ impl Ep for UdEp {
         }
         if n == 0 {
             // only a header: an ordinary copied packet, complete at once
-            self.sh.send_am(&self.ep, id, |b| {
+            self.sh.send_am_copy(&self.ep, id, |b| {
                 b[..header.len()].copy_from_slice(header);
-                Ok(header.len())
+                header.len()
             })?;
             return Ok(Status::Ok);
         }

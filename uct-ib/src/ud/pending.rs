@@ -30,11 +30,18 @@ impl UdShared {
         st.check_send(false).is_ok() && self.tx.borrow().has_room()
     }
 
-    /// Dispatches pending requests of every queued endpoint while resources last.
+    /// Dispatches pending requests of every queued endpoint while resources last. (The
+    /// emptiness checks of this and of [`UdShared::fire`] are inline: every progress call
+    /// makes them.)
+    #[inline]
     pub(crate) fn dispatch_pending(&self) -> u32 {
         if self.pending_list.borrow().is_empty() {
             return 0;
         }
+        self.dispatch_queued()
+    }
+
+    fn dispatch_queued(&self) -> u32 {
         let mut list = std::mem::take(&mut *self.spare.borrow_mut());
         std::mem::swap(&mut list, &mut *self.pending_list.borrow_mut());
         let mut work = 0;
@@ -112,8 +119,9 @@ impl UdShared {
     }
 
     /// Completes the interface flushes once nothing is unacknowledged.
+    #[inline]
     pub(crate) fn check_iface_flush(&self) {
-        if self.tx.borrow().in_windows() != 0 || self.iface_flushes.borrow().is_empty() {
+        if self.iface_flushes.borrow().is_empty() || self.tx.borrow().in_windows() != 0 {
             return;
         }
         let f = std::mem::take(&mut *self.iface_flushes.borrow_mut());
@@ -159,7 +167,15 @@ impl UdShared {
     }
 
     /// Fires the deferred completions and error reports.
+    #[inline]
     pub(crate) fn fire(&self) {
+        if self.completions.borrow().is_empty() && self.reports.borrow().is_empty() {
+            return;
+        }
+        self.fire_queued();
+    }
+
+    fn fire_queued(&self) {
         loop {
             let c = self.completions.borrow_mut().pop_front();
             let Some((comp, status)) = c else { break };

@@ -4,18 +4,21 @@
 
 use std::rc::Rc;
 
+use ucs::mpool::PoolBuf;
 use ucs::Result;
 use uct::callbacks::Comp;
 
 use super::ep::{ctl, EpCell, EpState};
 use super::iface::UdShared;
-use super::skb::{Taken, PKT_OFF};
+use super::skb::{Taken, TxPool, PKT_OFF};
 use super::wire::{Crep, Creq, Header, Kind, EP_ID_NONE, FLAG_ACK_REQ, HDR_LEN};
 use crate::verbs::Sge;
 
 impl UdShared {
     /// Sends an AM whose body `fill` writes (at most [`UdShared::max_am`] bytes); returns the
-    /// body length. The packet stays in the endpoint's window until acknowledged.
+    /// body length. `fill` may be user code (a pack callback): it runs with no borrow held,
+    /// so it may send on this endpoint itself. The packet stays in the endpoint's window until
+    /// acknowledged.
     #[inline]
     pub(crate) fn send_am(
         &self,
@@ -23,7 +26,29 @@ impl UdShared {
         id: u8,
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
     ) -> Result<usize> {
-        self.send_packet(ep, id, fill, None)
+        ep.st.borrow().check_send(ep.has_pending())?;
+        let mut t = Taken::new(&self.tx)?;
+        // user code (a pack callback) runs here, with no borrow held
+        let n = fill(&mut t.buf()[PKT_OFF + HDR_LEN..PKT_OFF + self.seg])?;
+        let mut g = ep.st.borrow_mut();
+        let st = &mut *g;
+        // the callback may have sent on this endpoint or failed it
+        st.check_send(ep.has_pending())?;
+        let (slot, buf) = t.into_parts();
+        self.stamp_and_post(st, &mut self.tx.borrow_mut(), id, slot, buf, n, None);
+        Ok(n)
+    }
+
+    /// [`UdShared::send_am`] for a body that is our own copy (am_short, am_short_iov, a
+    /// header-only am_zcopy): the AM fast path.
+    #[inline]
+    pub(crate) fn send_am_copy(
+        &self,
+        ep: &EpCell,
+        id: u8,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<()> {
+        self.send_copied(ep, id, fill, None)
     }
 
     /// Sends an am_zcopy: `header` goes into the send buffer, `sges` (user memory) follow it.
@@ -38,27 +63,47 @@ impl UdShared {
     ) -> Result<()> {
         let fill = |b: &mut [u8]| {
             b[..header.len()].copy_from_slice(header);
-            Ok(header.len())
+            header.len()
         };
-        self.send_packet(ep, id, fill, Some((sges, comp))).map(|_| ())
+        self.send_copied(ep, id, fill, Some((sges, comp)))
     }
 
+    /// `fill` runs no user code, so the endpoint and the send pool stay borrowed throughout
+    /// and are checked once.
     #[inline]
-    fn send_packet(
+    fn send_copied(
         &self,
         ep: &EpCell,
         id: u8,
-        fill: impl FnOnce(&mut [u8]) -> Result<usize>,
+        fill: impl FnOnce(&mut [u8]) -> usize,
         zcopy: Option<(&[Sge], Comp)>,
-    ) -> Result<usize> {
-        ep.st.borrow().check_send(ep.has_pending())?;
-        let mut t = Taken::new(&self.tx)?;
-        // user code (a pack callback) runs here, with no borrow held
-        let n = fill(&mut t.buf()[PKT_OFF + HDR_LEN..PKT_OFF + self.seg])?;
+    ) -> Result<()> {
         let mut g = ep.st.borrow_mut();
         let st = &mut *g;
         st.check_send(ep.has_pending())?;
-        let slot = t.slot();
+        let mut tx = self.tx.borrow_mut();
+        let (slot, mut buf) = tx.take()?;
+        let n = fill(&mut buf[PKT_OFF + HDR_LEN..PKT_OFF + self.seg]);
+        self.stamp_and_post(st, &mut tx, id, slot, buf, n, zcopy);
+        Ok(())
+    }
+
+    /// The common end of every AM send: the packet in `buf` (taken from `slot`, `n` body
+    /// bytes) gets its PSN and header, goes into the endpoint's window, and is posted (or
+    /// collected for a doorbell, see [`TxPool::collects`]). A failed post leaves the packet in
+    /// the window: the resend timer sends it again, as after a lost packet.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn stamp_and_post(
+        &self,
+        st: &mut EpState,
+        tx: &mut TxPool,
+        id: u8,
+        slot: u32,
+        mut buf: PoolBuf,
+        n: usize,
+        zcopy: Option<(&[Sge], Comp)>,
+    ) {
         let stamp = st.rel.send(slot);
         let peer = st.peer.as_ref().expect("checked: connected");
         Header {
@@ -69,20 +114,18 @@ impl UdShared {
             psn: stamp.psn,
             ack_psn: stamp.ack_psn,
         }
-        .encode(&mut t.buf()[PKT_OFF..]);
-        let mut tx = self.tx.borrow_mut();
-        let by_batch = zcopy.is_none() && tx.collects(HDR_LEN + n);
+        .encode(&mut buf[PKT_OFF..]);
+        let len = HDR_LEN + n;
+        let by_batch = zcopy.is_none() && tx.collects(len);
         match zcopy {
-            None => t.commit(&mut tx, HDR_LEN + n),
-            Some((sges, comp)) => t.commit_zcopy(&mut tx, HDR_LEN + n, sges, comp),
+            None => tx.commit(slot, buf, len),
+            Some((sges, comp)) => tx.commit_zcopy(slot, buf, len, sges, comp),
         }
-        // a failed post leaves the packet in the window: the resend timer sends it again
         let _ = if by_batch {
             tx.collect(&self.qp, slot, &peer.ah, peer.qpn)
         } else {
             tx.post(&self.qp, slot, peer.dest())
         };
-        Ok(n)
     }
 
     /// Sends again what the endpoint's go-back-N cursor allows. A packet whose earlier copy

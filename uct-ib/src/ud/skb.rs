@@ -381,13 +381,7 @@ impl TxPool {
                 ud: Some(dest),
             })
         } else if !by_ref {
-            qp.post_send_inline(
-                wr_id,
-                &[&buf[PKT_OFF..PKT_OFF + len]],
-                SendOp::Send,
-                flags,
-                Some(dest),
-            )
+            qp.post_ud_send_inline(wr_id, &buf[PKT_OFF..PKT_OFF + len], flags, dest)
         } else {
             let sge = buf_sge(buf, PKT_OFF, len);
             qp.post_send(&SendRequest {
@@ -479,7 +473,7 @@ impl TxPool {
         }
         if pkt.len() <= self.max_inline {
             let (wr_id, signaled, flags) = self.next_wr(false);
-            let r = qp.post_send_inline(wr_id, &[pkt], SendOp::Send, flags, Some(dest));
+            let r = qp.post_ud_send_inline(wr_id, pkt, flags, dest);
             return self.posted(r, signaled, None);
         }
         let (slot, mut buf) = self.take()?;
@@ -519,8 +513,8 @@ impl TxPool {
     }
 }
 
-/// A buffer taken from a [`TxPool`] for filling; goes back to the pool unless committed
-/// (also when the user's pack callback panics).
+/// A buffer taken from a [`TxPool`] for filling by user code; goes back to the pool unless
+/// taken apart with [`Taken::into_parts`] (also when the user's pack callback panics).
 pub struct Taken<'a> {
     tx: &'a RefCell<TxPool>,
     slot: u32,
@@ -538,27 +532,16 @@ impl<'a> Taken<'a> {
         })
     }
 
-    pub fn slot(&self) -> u32 {
-        self.slot
-    }
-
     /// The whole buffer.
     #[inline]
     pub fn buf(&mut self) -> &mut [u8] {
         self.buf.as_mut().expect("not committed")
     }
 
-    /// Hands the filled buffer (`len` packet bytes) to the pool's window accounting.
+    /// The slot and its filled buffer, for [`TxPool::commit`] (no longer given back on drop).
     #[inline]
-    pub fn commit(mut self, tx: &mut TxPool, len: usize) {
-        let buf = self.buf.take().expect("not committed");
-        tx.commit(self.slot, buf, len);
-    }
-
-    /// [`Taken::commit`] for an am_zcopy packet.
-    pub fn commit_zcopy(mut self, tx: &mut TxPool, len: usize, sges: &[Sge], comp: Comp) {
-        let buf = self.buf.take().expect("not committed");
-        tx.commit_zcopy(self.slot, buf, len, sges, comp);
+    pub fn into_parts(mut self) -> (u32, PoolBuf) {
+        (self.slot, self.buf.take().expect("not committed"))
     }
 }
 
@@ -737,8 +720,8 @@ mod tests {
             t.buf()[PKT_OFF] = 1;
             assert!(Taken::new(&cell).is_err());
         } // dropped uncommitted (e.g. a panicking pack callback)
-        let t = Taken::new(&cell).unwrap();
-        t.commit(&mut cell.borrow_mut(), 30);
+        let (slot, buf) = Taken::new(&cell).unwrap().into_parts();
+        cell.borrow_mut().commit(slot, buf, 30);
         assert_eq!(cell.borrow().in_windows(), 1);
         assert!(Taken::new(&cell).is_err());
     }

@@ -400,6 +400,26 @@ impl QueuePair {
         self.post_raw(&mut wr)
     }
 
+    /// Posts an inline SEND of one piece on a UD QP: [`QueuePair::post_send_inline`] for
+    /// ud_verbs' packets (its AM fast path), with only the checks that case needs.
+    #[inline]
+    pub fn post_ud_send_inline(
+        &self,
+        wr_id: u64,
+        data: &[u8],
+        flags: SendFlags,
+        dest: UdDest<'_>,
+    ) -> Result<()> {
+        let ud = Some(dest);
+        self.check_dest(&ud)?;
+        self.check_inline_len("QueuePair::post_ud_send_inline", data.len())?;
+        let mut sge = [Sge::new(data.as_ptr() as u64, data.len() as u32, 0)];
+        let mut wr = inline_wr(wr_id, &mut sge, 1, flags);
+        fill_send_wr(&mut wr, SendOp::Send, ud);
+        // the provider reads the inline piece during the call; it is a live slice
+        self.post_raw(&mut wr)
+    }
+
     /// Receives are posted to the QP itself only when it has no SRQ.
     #[inline]
     fn check_own_recv_queue(&self, call: &str) -> std::result::Result<(), RecvPostError> {
