@@ -193,11 +193,15 @@ if want verbs && { [ "$IN_VM" = 1 ] || [ -n "${RUCX_BENCH_VERBS_DEV:-}" ]; }; th
     export RUCX_MODULE_DIR=${RUCX_MODULE_DIR:-$TARGET/release}
     if [ "$IN_VM" = 1 ]; then export UCX_IB_GID_INDEX=0 RUCX_IB_GID_INDEX=0; fi
     # ud_verbs: one datagram per message, so at most the path MTU (rxe: 1024) minus headers.
+    # Iterations: a run's average in the VM is decided by a few 1-7 ms stalls of the emulator's
+    # threads on the host (docs/benchmarks.md, "verbs: the iterations one by one"); runs of
+    # 0.2-0.8 s caught 0-3 of them, and single rounds swung +-30%. Four times as long (1-3 s a
+    # run, about a minute more per 9 rounds) narrowed the per-round CIs by half (2026-11-25).
     CASE_LIST+=(
-        "rc_verbs_am_lat|p2p|rc_verbs am_lat 8 B short|lat|-t am_lat -x rc_verbs -d $VERBS_DEV -s 8 -n $(iters 15000)|same"
-        "rc_verbs_am_bw|p2p|rc_verbs am_bw 8000 B bcopy|bw|-t am_bw -x rc_verbs -d $VERBS_DEV -s 8000 -D bcopy -n $(iters 5000)|same"
-        "ud_verbs_am_lat|p2p|ud_verbs am_lat 8 B short|lat|-t am_lat -x ud_verbs -d $VERBS_DEV -s 8 -n $(iters 5000)|same"
-        "ud_verbs_am_bw|p2p|ud_verbs am_bw 1000 B bcopy|bw|-t am_bw -x ud_verbs -d $VERBS_DEV -s 1000 -D bcopy -n $(iters 5000)|same"
+        "rc_verbs_am_lat|p2p|rc_verbs am_lat 8 B short|lat|-t am_lat -x rc_verbs -d $VERBS_DEV -s 8 -n $(iters 60000)|same"
+        "rc_verbs_am_bw|p2p|rc_verbs am_bw 8000 B bcopy|bw|-t am_bw -x rc_verbs -d $VERBS_DEV -s 8000 -D bcopy -n $(iters 20000)|same"
+        "ud_verbs_am_lat|p2p|ud_verbs am_lat 8 B short|lat|-t am_lat -x ud_verbs -d $VERBS_DEV -s 8 -n $(iters 20000)|same"
+        "ud_verbs_am_bw|p2p|ud_verbs am_bw 1000 B bcopy|bw|-t am_bw -x ud_verbs -d $VERBS_DEV -s 1000 -D bcopy -n $(iters 20000)|same"
     )
 fi
 

@@ -15,7 +15,8 @@ set -euo pipefail
 SHIM=$(realpath "$1"); OUT=$2; ROUNDS=$3; shift 3
 mkdir -p "$OUT"
 export UCX_IB_GID_INDEX=0 RUCX_IB_GID_INDEX=0 ITER_TIMES_DIR=$(realpath "$OUT")
-ARGS=(-t am_lat -x rc_verbs -d rxe0:1 -s 8 -n 15000)
+# $ITER_TIMES_ARGS: the perftest options (default: rc_verbs am_lat 8 B, 15000 iterations)
+read -r -a ARGS <<<"${ITER_TIMES_ARGS:--t am_lat -x rc_verbs -d rxe0:1 -s 8 -n 15000}"
 port=20000
 run() { # NAME ROUND TOOL [ENV...]
     local name=$1 r=$2 tool=$3; shift 3
