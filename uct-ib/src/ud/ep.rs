@@ -171,7 +171,10 @@ impl Ep for UdEp {
         }
         self.sh.send_am_copy(&self.ep, id, |b| {
             b[..8].copy_from_slice(&header.to_le_bytes());
-            b[8..len].copy_from_slice(payload);
+            if !payload.is_empty() {
+                // (a call into libc's memcpy otherwise, even for nothing)
+                b[8..len].copy_from_slice(payload);
+            }
             len
         })
     }

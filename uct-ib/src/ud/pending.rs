@@ -118,10 +118,17 @@ impl UdShared {
         Ok(Status::InProgress)
     }
 
-    /// Completes the interface flushes once nothing is unacknowledged.
-    #[inline]
+    /// Completes the interface flushes once nothing is unacknowledged. (The test for waiting
+    /// flushes is inline: every acknowledgement that empties a window makes it.)
+    #[inline(always)]
     pub(crate) fn check_iface_flush(&self) {
-        if self.iface_flushes.borrow().is_empty() || self.tx.borrow().in_windows() != 0 {
+        if !self.iface_flushes.borrow().is_empty() {
+            self.complete_iface_flushes();
+        }
+    }
+
+    fn complete_iface_flushes(&self) {
+        if self.tx.borrow().in_windows() != 0 {
             return;
         }
         let f = std::mem::take(&mut *self.iface_flushes.borrow_mut());

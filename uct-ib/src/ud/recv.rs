@@ -178,13 +178,16 @@ impl UdShared {
 
     /// A cumulative acknowledgement: frees acknowledged packets, completes flushes, goes on
     /// with a resend, ends a lingering endpoint.
+    #[inline]
     fn process_ack(&self, ep: &Rc<EpCell>, st: &mut EpState, ack_psn: u16, gap: bool) {
+        if ack_psn == st.rel.acked_psn() && !gap {
+            return; // nothing new (a stream repeats its last ACK in every packet)
+        }
         let out = {
             let mut tx = self.tx.borrow_mut();
-            let mut done = self.completions.borrow_mut();
             st.rel.on_ack(ack_psn, gap, |_, slot| {
                 if let Some(c) = tx.release(slot, Status::Ok) {
-                    done.push_back(c);
+                    self.completions.borrow_mut().push_back(c);
                 }
             })
         };

@@ -22,8 +22,7 @@
 //!
 //! The caller provides the clock (`Nanos`) and moves packets; see the simulation in the tests.
 
-use std::collections::VecDeque;
-
+use super::window::Window;
 use super::wire::{FLAG_ACK_REQ, FLAG_GAP};
 
 /// A packet sequence number (wraps around).
@@ -151,7 +150,7 @@ pub struct Reliability<S> {
     next_psn: Psn,
     acked_psn: Psn,
     cwnd: u16,
-    window: VecDeque<S>,
+    window: Window<S>,
     /// Go-back-N cursor: the next PSN to resend.
     resend_next: Option<Psn>,
     resends_since_req: u32,
@@ -175,7 +174,7 @@ pub struct Reliability<S> {
     hole: bool,
 }
 
-impl<S: Copy> Reliability<S> {
+impl<S: Copy + Default> Reliability<S> {
     pub fn new(cfg: RelConfig) -> Reliability<S> {
         let cfg = cfg.sanitized();
         Reliability {
@@ -183,7 +182,7 @@ impl<S: Copy> Reliability<S> {
             next_psn: INITIAL_PSN,
             acked_psn: INITIAL_PSN.wrapping_sub(1),
             cwnd: MIN_WINDOW,
-            window: VecDeque::with_capacity(16),
+            window: Window::with_capacity(16, S::default()),
             resend_next: None,
             resends_since_req: 0,
             dup_acks: 0,
@@ -281,6 +280,7 @@ impl<S: Copy> Reliability<S> {
 
     /// Processes a cumulative ACK; `freed` gets every packet it acknowledges, oldest first.
     /// `gap`: the packet carried `FLAG_GAP` (only then is an unchanged ACK a duplicate).
+    #[inline]
     pub fn on_ack(&mut self, ack: Psn, gap: bool, mut freed: impl FnMut(Psn, S)) -> AckOutcome {
         if psn_le(ack, self.acked_psn) {
             if gap && ack == self.acked_psn && !self.window.is_empty() {

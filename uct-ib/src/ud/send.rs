@@ -4,7 +4,6 @@
 
 use std::rc::Rc;
 
-use ucs::mpool::PoolBuf;
 use ucs::Result;
 use uct::callbacks::Comp;
 
@@ -35,7 +34,9 @@ impl UdShared {
         // the callback may have sent on this endpoint or failed it
         st.check_send(ep.has_pending())?;
         let (slot, buf) = t.into_parts();
-        self.stamp_and_post(st, &mut self.tx.borrow_mut(), id, slot, buf, n, None);
+        let mut tx = self.tx.borrow_mut();
+        tx.restore(slot, buf);
+        self.stamp_and_post(st, &mut tx, id, slot, n, None);
         Ok(n)
     }
 
@@ -82,25 +83,23 @@ impl UdShared {
         let st = &mut *g;
         st.check_send(ep.has_pending())?;
         let mut tx = self.tx.borrow_mut();
-        let (slot, mut buf) = tx.take()?;
-        let n = fill(&mut buf[PKT_OFF + HDR_LEN..PKT_OFF + self.seg]);
-        self.stamp_and_post(st, &mut tx, id, slot, buf, n, zcopy);
+        let slot = tx.take_slot()?;
+        let n = fill(&mut tx.buf_mut(slot)[PKT_OFF + HDR_LEN..PKT_OFF + self.seg]);
+        self.stamp_and_post(st, &mut tx, id, slot, n, zcopy);
         Ok(())
     }
 
-    /// The common end of every AM send: the packet in `buf` (taken from `slot`, `n` body
+    /// The common end of every AM send: the packet in the buffer of the taken `slot` (`n` body
     /// bytes) gets its PSN and header, goes into the endpoint's window, and is posted (or
     /// collected for a doorbell, see [`TxPool::collects`]). A failed post leaves the packet in
     /// the window: the resend timer sends it again, as after a lost packet.
     #[inline]
-    #[allow(clippy::too_many_arguments)]
     fn stamp_and_post(
         &self,
         st: &mut EpState,
         tx: &mut TxPool,
         id: u8,
         slot: u32,
-        mut buf: PoolBuf,
         n: usize,
         zcopy: Option<(&[Sge], Comp)>,
     ) {
@@ -114,12 +113,12 @@ impl UdShared {
             psn: stamp.psn,
             ack_psn: stamp.ack_psn,
         }
-        .encode(&mut buf[PKT_OFF..]);
+        .encode(&mut tx.buf_mut(slot)[PKT_OFF..]);
         let len = HDR_LEN + n;
         let by_batch = zcopy.is_none() && tx.collects(len);
         match zcopy {
-            None => tx.commit(slot, buf, len),
-            Some((sges, comp)) => tx.commit_zcopy(slot, buf, len, sges, comp),
+            None => tx.commit(slot, len),
+            Some((sges, comp)) => tx.commit_zcopy(slot, len, sges, comp),
         }
         let _ = if by_batch {
             tx.collect(&self.qp, slot, &peer.ah, peer.qpn)

@@ -253,10 +253,11 @@ impl TxPool {
         self.in_windows
     }
 
-    /// Takes a free buffer out of its slot, so that user code can fill it with no borrow
-    /// held. `Err(NoResource)` when none is free or the send queue is full.
+    /// Takes a free slot; its buffer stays there, to be filled through [`TxPool::buf_mut`]
+    /// while the pool is borrowed. `Err(NoResource)` when none is free or the send queue is
+    /// full.
     #[inline]
-    pub fn take(&mut self) -> Result<(u32, PoolBuf)> {
+    pub fn take_slot(&mut self) -> Result<u32> {
         if !self.sq.has_room() {
             return Err(Status::NoResource);
         }
@@ -264,10 +265,35 @@ impl TxPool {
             Some(s) => s,
             None => self.grow()?,
         };
-        let skb = &mut self.skbs[slot as usize];
-        skb.state = State::Busy;
-        let buf = skb.buf.take().expect("a free skb has its buffer");
+        self.skbs[slot as usize].state = State::Busy;
+        Ok(slot)
+    }
+
+    /// Takes a free buffer out of its slot, so that user code can fill it with no borrow
+    /// held ([`TxPool::restore`] puts it back). `Err(NoResource)` as [`TxPool::take_slot`].
+    #[inline]
+    pub fn take(&mut self) -> Result<(u32, PoolBuf)> {
+        let slot = self.take_slot()?;
+        let buf = self.skbs[slot as usize]
+            .buf
+            .take()
+            .expect("a free skb has its buffer");
         Ok((slot, buf))
+    }
+
+    /// The buffer of a taken slot.
+    #[inline]
+    pub fn buf_mut(&mut self, slot: u32) -> &mut [u8] {
+        self.skbs[slot as usize]
+            .buf
+            .as_mut()
+            .expect("a taken slot holds its buffer")
+    }
+
+    /// Puts a buffer taken with [`TxPool::take`] back into its slot (still taken).
+    #[inline]
+    pub fn restore(&mut self, slot: u32, buf: PoolBuf) {
+        self.skbs[slot as usize].buf = Some(buf);
     }
 
     #[cold]
@@ -294,19 +320,18 @@ impl TxPool {
         self.free.push(slot);
     }
 
-    /// Puts a filled buffer (`len` packet bytes at [`PKT_OFF`]) back; a window holds it now.
+    /// The taken slot's buffer is filled (`len` packet bytes at [`PKT_OFF`]); a window holds
+    /// it now.
     #[inline]
-    pub fn commit(&mut self, slot: u32, buf: PoolBuf, len: usize) {
-        let skb = &mut self.skbs[slot as usize];
-        skb.buf = Some(buf);
-        skb.len = len as u16;
+    pub fn commit(&mut self, slot: u32, len: usize) {
+        self.skbs[slot as usize].len = len as u16;
         self.in_windows += 1;
     }
 
     /// Like [`TxPool::commit`] for an am_zcopy packet: `len` header bytes in the buffer, then
     /// the user memory of `sges`; `comp` completes when the skb is released and idle.
-    pub fn commit_zcopy(&mut self, slot: u32, buf: PoolBuf, len: usize, sges: &[Sge], comp: Comp) {
-        self.commit(slot, buf, len);
+    pub fn commit_zcopy(&mut self, slot: u32, len: usize, sges: &[Sge], comp: Comp) {
+        self.commit(slot, len);
         let zc = &mut self.skbs[slot as usize].zc;
         zc.n = sges.len() as u8;
         zc.sges[..sges.len()].copy_from_slice(sges);
@@ -412,14 +437,17 @@ impl TxPool {
                 }
                 Ok(())
             }
-            Err(e) => {
-                self.post_errors += 1;
-                if self.post_errors.is_power_of_two() {
-                    tracing::warn!(errors = self.post_errors, "ud_verbs: posting a send failed: {e}");
-                }
-                Err(e)
-            }
+            Err(e) => Err(self.post_failed(e)),
         }
+    }
+
+    #[cold]
+    fn post_failed(&mut self, e: Status) -> Status {
+        self.post_errors += 1;
+        if self.post_errors.is_power_of_two() {
+            tracing::warn!(errors = self.post_errors, "ud_verbs: posting a send failed: {e}");
+        }
+        e
     }
 
     /// Sends the packet in `slot` again with a new acknowledgement and flags (signaled, so
@@ -600,8 +628,10 @@ mod tests {
         assert!(!tx.has_room());
         tx.abandon(c.0, c.1);
         assert!(tx.has_room());
-        tx.commit(a.0, a.1, 40);
-        tx.commit(b.0, b.1, 400);
+        tx.restore(a.0, a.1);
+        tx.commit(a.0, 40);
+        tx.restore(b.0, b.1);
+        tx.commit(b.0, 400);
         assert_eq!(tx.in_windows(), 2);
         assert_eq!(tx.release(a.0, Status::Ok), None);
         assert_eq!(tx.in_windows(), 1);
@@ -616,10 +646,10 @@ mod tests {
     #[test]
     fn a_buffer_the_hca_still_reads_is_freed_at_its_completion() {
         let mut tx = pool(1, 4);
-        let (slot, buf) = tx.take().unwrap();
+        let slot = tx.take_slot().unwrap();
         let comp = Comp::NONE;
         let sge = [Sge::new(0x1000, 8, 7)];
-        tx.commit_zcopy(slot, buf, 20, &sge, comp);
+        tx.commit_zcopy(slot, 20, &sge, comp);
         let (wr_id, signaled) = tx.mark_posted(slot);
         assert!(signaled, "an am_zcopy is always signaled");
         // acknowledged while the send is still in the queue: neither freed nor completed
@@ -631,8 +661,8 @@ mod tests {
         assert!(tx.take().is_ok(), "and the buffer is free again");
         // dropped by a failing endpoint: the completion carries the failure
         let mut tx = pool(1, 4);
-        let (slot, buf) = tx.take().unwrap();
-        tx.commit_zcopy(slot, buf, 20, &sge, comp);
+        let slot = tx.take_slot().unwrap();
+        tx.commit_zcopy(slot, 20, &sge, comp);
         assert_eq!(
             tx.release(slot, Status::EndpointTimeout),
             Some((comp, Status::EndpointTimeout))
@@ -642,8 +672,8 @@ mod tests {
     #[test]
     fn send_queue_credits_gate_taking_buffers() {
         let mut tx = pool(8, 1);
-        let (slot, buf) = tx.take().unwrap();
-        tx.commit(slot, buf, 500);
+        let slot = tx.take_slot().unwrap();
+        tx.commit(slot, 500);
         let (wr_id, signaled) = tx.mark_posted(slot);
         assert!(signaled, "a one-slot queue signals every send");
         assert!(!tx.can_post() && !tx.has_room());
@@ -660,8 +690,8 @@ mod tests {
         let mut tx = pool(64, 16);
         let mut slots = Vec::new();
         for _ in 0..3 {
-            let (slot, buf) = tx.take().unwrap();
-            tx.commit(slot, buf, 200);
+            let slot = tx.take_slot().unwrap();
+            tx.commit(slot, 200);
             assert!(!tx.mark_posted(slot).1, "unsignaled");
             slots.push(slot);
         }
@@ -693,8 +723,8 @@ mod tests {
     #[test]
     fn a_held_back_resend_asks_for_a_signaled_send() {
         let mut tx = pool(64, 256);
-        let (slot, buf) = tx.take().unwrap();
-        tx.commit(slot, buf, 200);
+        let slot = tx.take_slot().unwrap();
+        tx.commit(slot, 200);
         assert!(!tx.mark_posted(slot).1);
         assert!(!tx.signal_wanted());
         assert!(tx.held_by_hca(slot), "a resend must wait for the unsignaled post");
@@ -721,7 +751,8 @@ mod tests {
             assert!(Taken::new(&cell).is_err());
         } // dropped uncommitted (e.g. a panicking pack callback)
         let (slot, buf) = Taken::new(&cell).unwrap().into_parts();
-        cell.borrow_mut().commit(slot, buf, 30);
+        cell.borrow_mut().restore(slot, buf);
+        cell.borrow_mut().commit(slot, 30);
         assert_eq!(cell.borrow().in_windows(), 1);
         assert!(Taken::new(&cell).is_err());
     }
