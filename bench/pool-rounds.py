@@ -2,12 +2,13 @@
 """Pools the rounds of several bench/compare.sh runs (docs/benchmarks.md, "How many rounds").
 
 compare.sh prints every round's measurement to stderr ("  round R CASE  TOOL CSV"); the VM's
-rounds go to the log file it names at the end. Give this script those files (any number of
-runs). For each case it prints the number of paired rounds, the median of all their rucx/UCX
-ratios (latency cases: overall latency, the others: overall MB/s, as compare.sh takes them),
-how many runs' own median met the target, and for N rounds per run the chance that a run's
-median misses, estimated by drawing N rounds from the pool (4000 draws). Rounds of one run are
-not independent (the host's speed drifts over minutes), so the estimate is a lower bound.
+rounds go to the log file it names at the end. Give this script both (any number of runs).
+For each case it prints the number of paired rounds, the median of all their rucx/UCX ratios
+(latency cases: 1e6 / overall message rate, the others: overall MB/s, as compare.sh takes
+them), how many runs' own median met the target, and for N rounds per run the chance that a
+run's median misses, estimated by drawing N rounds from the pool (4000 draws). Rounds of one
+run are not independent (the host's speed drifts over minutes), so the estimate is a lower
+bound.
 
   bench/pool-rounds.py [--rounds 9,15,25] LOG...
 """
@@ -43,9 +44,11 @@ def read_runs(paths):
                 cols = csv.split(',')
                 if len(cols) < 8 or case.startswith(('tcp floor', 'ep cost')):
                     continue
+                # as compare.sh: latency = 1e6 / overall message rate (the latency column has
+                # three decimals, +-10% at self's 5 ns), bandwidth = overall MB/s
                 try:
-                    v = float(cols[3]) if is_latency(case) else float(cols[5])
-                except ValueError:
+                    v = 1e6 / float(cols[7]) if is_latency(case) else float(cols[5])
+                except (ValueError, ZeroDivisionError):
                     continue
                 vals[case][(int(rnd), tool)] = v
         for case, d in vals.items():
