@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use ucs::Status;
 use uct_ib::verbs::*;
 
 const PORT: u8 = 1;
@@ -543,6 +544,37 @@ fn ud_send_through_address_handle() {
     let mut got = vec![0u8; 512];
     buf.read(4096 + GRH_LEN, &mut got).unwrap();
     assert_eq!(got, msg);
+
+    // the UD inline post of ud_verbs' packets: the bytes arrive, the slice is free at once
+    u2.post_recv(&RecvRequest {
+        wr_id: 7,
+        sges: &rsge,
+    })
+    .unwrap();
+    let mut small = pattern(20, 3);
+    u1.post_ud_send_inline(8, &small, SendFlags::SIGNALED, dest)
+        .unwrap();
+    small.fill(0); // inline: the provider copied it during the call
+    let wcs = wait(&cq, 2);
+    let recv = wcs.iter().find(|w| w.wr_id == 7).expect("inline recv completion");
+    assert_eq!(recv.status, WcStatus::Success);
+    assert_eq!(recv.byte_len as usize, GRH_LEN + 20);
+    let mut got = vec![0u8; 20];
+    buf.read(4096 + GRH_LEN, &mut got).unwrap();
+    assert_eq!(got, pattern(20, 3));
+    // refused up front: more than the QP's inline limit, and a connected QP
+    let too_big = vec![0u8; u1.caps().max_inline_data as usize + 1];
+    assert_eq!(
+        u1.post_ud_send_inline(9, &too_big, SendFlags::SIGNALED, dest)
+            .err(),
+        Some(Status::ExceedsLimit)
+    );
+    let rc = f.qp(&cq, QpType::Rc, None);
+    assert_eq!(
+        rc.post_ud_send_inline(10, &small, SendFlags::SIGNALED, dest)
+            .err(),
+        Some(Status::InvalidParam)
+    );
 }
 
 #[test]
