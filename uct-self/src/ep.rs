@@ -4,7 +4,7 @@ use std::rc::Rc;
 
 use ucs::{Result, Status};
 use uct::callbacks::{Comp, PackCb, PendingReq, ResultPtr, UnpackCb};
-use uct::iov::{total_len, Iov};
+use uct::iov::{gather, total_len, Iov};
 use uct::rma::RegionTable;
 use uct::transport::{AtomicSize, Ep};
 use uct::types::{AtomicOp, FlushFlags, AM_ID_MAX};
@@ -85,16 +85,6 @@ fn on_stack(block: &mut [u8], t: &Shared, id: u8, header: u64, payload: &[u8]) -
         buf[8..].copy_from_slice(payload);
     }
     t.am.invoke(id, buf, None).map(|_| ())
-}
-
-fn gather(dst: &mut [u8], parts: &[Iov]) -> usize {
-    let mut off = 0;
-    for p in parts {
-        let b = p.bytes();
-        dst[off..off + b.len()].copy_from_slice(b);
-        off += b.len();
-    }
-    off
 }
 
 impl Ep for SelfEp {

@@ -110,3 +110,37 @@ impl<'a> Iov<'a> {
 pub fn total_len(iov: &[Iov]) -> usize {
     iov.iter().map(|e| e.len()).sum()
 }
+
+/// Copies the entries one after the other to the start of `dst` (at least
+/// [`total_len`] long) and returns the bytes copied.
+pub fn gather(dst: &mut [u8], iov: &[Iov]) -> usize {
+    let mut off = 0;
+    for e in iov {
+        let b = e.bytes();
+        dst[off..off + b.len()].copy_from_slice(b);
+        off += b.len();
+    }
+    off
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(b: &[u8]) -> Iov<'_> {
+        Iov::from_raw(RawIov {
+            buffer: b.as_ptr() as *mut u8,
+            length: b.len(),
+            memh: std::ptr::null_mut(),
+        })
+    }
+
+    #[test]
+    fn gather_concatenates_entries() {
+        let (a, b, c) = (*b"abc", [0u8; 0], *b"de");
+        let iov = [entry(&a), entry(&b), entry(&c)];
+        let mut dst = [0xffu8; 8];
+        assert_eq!(gather(&mut dst, &iov), total_len(&iov));
+        assert_eq!(&dst[..6], b"abcde\xff");
+    }
+}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use ucs::{Result, Status};
 use uct::callbacks::{Comp, PackCb, PendingReq, PurgeCb};
-use uct::iov::{total_len, Iov};
+use uct::iov::{gather, total_len, Iov};
 use uct::transport::{Ep, EpHandle};
 use uct::types::{FlushFlags, AM_ID_MAX};
 
@@ -185,15 +185,7 @@ impl Ep for UdEp {
         if len > self.sh.max_am() {
             return Err(self.too_long(len));
         }
-        self.sh.send_am_copy(&self.ep, id, |b| {
-            let mut off = 0;
-            for e in iov {
-                let d = e.bytes();
-                b[off..off + d.len()].copy_from_slice(d);
-                off += d.len();
-            }
-            off
-        })
+        self.sh.send_am_copy(&self.ep, id, |b| gather(b, iov))
     }
 
     fn am_bcopy(&self, id: u8, pack: PackCb, _flags: u32) -> Result<usize> {
