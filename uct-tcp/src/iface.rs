@@ -73,6 +73,7 @@ impl Transport for TcpTransport {
             return Err(Status::NoDevice);
         };
         let loopback = ip.is_loopback();
+        let cfg = cfg.for_device(loopback);
         let dev_addr = DevAddr {
             ip,
             loopback,
