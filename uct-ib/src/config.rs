@@ -74,8 +74,9 @@ pub static IB_CONFIG: ConfigTable = ConfigTable {
             "RX_HEADS",
             "y",
             ConfigKind::Bool,
-            "rc_verbs: the first 64 bytes of every receive land in one dense array (two SGEs per \
-             receive), so small messages share pages instead of each touching a buffer of its own.",
+            "rc_verbs and ud_verbs: the first 64 bytes of every receive (ud: with the 40-byte GRH) \
+             land in one dense array (two SGEs per receive), so small messages share pages instead \
+             of each touching a buffer of its own.",
         ),
         ConfigField::new(
             "TX_DB_BATCH",
@@ -188,7 +189,7 @@ pub struct IbConfig {
     pub tx_max_poll: usize,
     pub rx_max_poll: usize,
     pub rx_max_batch: usize,
-    /// rc receives start in a dense array of head slots (`RUCX_IB_RX_HEADS`).
+    /// rc and ud receives start in a dense array of head slots (`RUCX_IB_RX_HEADS`).
     pub rx_heads: bool,
     /// rc bcopy sends / ud AM packets of a burst per doorbell (`RUCX_IB_TX_DB_BATCH`; 1: off).
     pub tx_db_batch: usize,

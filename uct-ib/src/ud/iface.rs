@@ -24,10 +24,11 @@ use super::skb::{TxPool, MAX_ZCOPY_IOV};
 use super::wire::{put_u24, EP_ADDR_LEN, HDR_LEN, IFACE_ADDR_LEN};
 use crate::config::IbConfig;
 use crate::device::{DeviceAddr, IbDevice, PortInfo, DEV_ADDR_LEN};
-use crate::iface_common::{buffer_pool, open_port, EventCqs, RxRing, SendCqPacing, BUF_DATA_OFFSET};
+use crate::iface_common::{array_pool, buffer_pool, open_port, EventCqs, RxRing, SendCqPacing, BUF_DATA_OFFSET};
 use crate::md::IbMd;
 use crate::verbs::{
-    AccessFlags, AddressHandle, InitParams, QpCaps, QpInitAttr, QpType, QueuePair, WcBatch, GRH_LEN,
+    AccessFlags, AddressHandle, InitParams, QpCaps, QpInitAttr, QpType, QueuePair, RxHeads, WcBatch, GRH_LEN,
+    RX_HEAD,
 };
 
 /// Transport name.
@@ -111,6 +112,9 @@ impl UdShared {
         let rx_len = ibcfg.rx_queue_len.min(max_wr);
         let tx_len = ibcfg.tx_queue_len.min(max_wr);
         let cqs = EventCqs::new(md, tx_len, rx_len)?;
+        // Receive heads (docs/ib.md): an am_short of up to 12 bytes lands with its GRH in a
+        // 64-byte slot of one dense array.
+        let heads = ibcfg.rx_heads && dev.attr.max_sge >= 2;
         let qp = QueuePair::new(
             &dev.pd,
             cqs.tx.raw(),
@@ -122,7 +126,7 @@ impl UdShared {
                     max_send_wr: tx_len,
                     max_recv_wr: rx_len,
                     max_send_sge: ibcfg.tx_min_sge.clamp(1, dev.attr.max_sge.max(1) as u32),
-                    max_recv_sge: 1,
+                    max_recv_sge: if heads { 2 } else { 1 },
                     max_inline_data: ibcfg.tx_min_inline,
                 },
                 sq_sig_all: false,
@@ -137,13 +141,13 @@ impl UdShared {
         qp.modify_ud_to_rts(0)?;
         let granted = qp.caps();
         let rx_pool = buffer_pool(&dev.pd, "ud_verbs rx", GRH_LEN + seg, 256, usize::MAX, ibcfg.thp)?;
-        let rx = RxRing::new(
-            rx_pool,
-            granted.max_recv_wr.min(rx_len),
-            ibcfg.rx_max_batch,
-            BUF_DATA_OFFSET,
-            GRH_LEN + seg,
-        )?;
+        let rx_cap = granted.max_recv_wr.min(rx_len);
+        let mut rx = RxRing::new(rx_pool, rx_cap, ibcfg.rx_max_batch, BUF_DATA_OFFSET, GRH_LEN + seg)?;
+        if heads {
+            let n = rx_cap as usize;
+            let pool = array_pool(&dev.pd, "ud_verbs rx heads", n * RX_HEAD)?;
+            rx = rx.with_heads(RxHeads::new(pool, n)?)?;
+        }
         rx.refill(|chain| qp.post_recv_chain(chain))?;
         let tx_pool = buffer_pool(&dev.pd, "ud_verbs tx", seg, 128, cfg.tx_bufs, ibcfg.thp)?;
         let tx = TxPool::new(
@@ -176,7 +180,7 @@ impl UdShared {
         let tick = u64::try_from(cfg.timer_tick.as_nanos()).unwrap_or(u64::MAX);
         tracing::debug!(
             dev = %params.dev_name, qpn = qp.qp_num(), seg, rx = rx.posted(), tx_len,
-            inline = granted.max_inline_data, "ud_verbs: interface open"
+            inline = granted.max_inline_data, heads = rx.head_size(), "ud_verbs: interface open"
         );
         Ok(UdShared {
             qpn: qp.qp_num(),
@@ -274,15 +278,16 @@ impl UdShared {
             .unwrap_or_default();
         let n = wcs.len();
         for wc in wcs {
-            let Some(buf) = self.rx.take_buf(wc.wr_id()) else {
+            let ok = wc.is_success();
+            let Some(msg) = self.rx.take(wc.wr_id(), ok.then_some(wc.byte_len() as usize)) else {
                 continue;
             };
-            if !wc.is_success() {
+            if !ok {
                 tracing::debug!("ud_verbs: receive completion with error: {}", wc.status_str());
                 continue;
             }
             let len = (wc.byte_len() as usize).saturating_sub(GRH_LEN);
-            self.receive(buf, len, wc.src_qp());
+            self.receive(msg, len, wc.src_qp());
         }
         if n == 0 {
             // waiting: warm the buffer the next packet lands in

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use ucs::mpool::{MemPool, MemPoolParams, PoolBuf};
+use ucs::mpool::{MemPool, MemPoolParams};
 use ucs::{Result, Status};
 
 use super::config::UdConfig;
@@ -17,6 +17,7 @@ use super::reliability::{AckOutcome, RxVerdict};
 use super::wire::{Crep, Creq, Header, Kind, WireError, HDR_LEN};
 use crate::device::DEV_ADDR_LEN;
 use crate::iface_common::{deliver_am, BUF_DATA_OFFSET};
+use crate::rx_ring::Received;
 use crate::verbs::GRH_LEN;
 
 /// Where the packet starts in a receive buffer (after the lending header and the GRH).
@@ -25,7 +26,7 @@ const PKT_OFF: usize = BUF_DATA_OFFSET + GRH_LEN;
 const MAX_HELD: usize = 64;
 
 struct Held {
-    buf: PoolBuf,
+    msg: Received,
     len: usize,
     src_qp: u32,
 }
@@ -64,36 +65,49 @@ impl Faults {
         self.inj.borrow().stats
     }
 
-    fn copy(&self, buf: &PoolBuf) -> Option<PoolBuf> {
-        let mut c = self.dup.get().ok()?;
-        let n = c.len().min(buf.len());
-        c[..n].copy_from_slice(&buf[..n]);
-        Some(c)
+    fn copy(&self, msg: &Received) -> Option<Received> {
+        match msg {
+            Received::Head(h) => Some(Received::Head(h.clone())),
+            Received::Buf(buf) => {
+                let mut c = self.dup.get().ok()?;
+                let n = c.len().min(buf.len());
+                c[..n].copy_from_slice(&buf[..n]);
+                Some(Received::Buf(c))
+            }
+        }
     }
 }
 
 impl UdShared {
-    /// A received packet of `len` bytes (after the GRH) from QP `src_qp`.
+    /// A received packet of `len` bytes (after the GRH) from QP `src_qp`: in its receive
+    /// buffer, or copied out of its head slot.
     #[inline]
-    pub(crate) fn receive(&self, buf: PoolBuf, len: usize, src_qp: u32) {
-        if let Some(f) = &self.faults {
-            let fate = f.inj.borrow_mut().decide();
-            match fate {
-                Fate::Deliver => {}
-                Fate::Drop => return,
-                Fate::Duplicate => {
-                    if let Some(c) = f.copy(&buf) {
-                        self.handle_packet(c, len, src_qp);
-                    }
-                }
-                Fate::Hold if f.held.borrow().len() < MAX_HELD => {
-                    f.held.borrow_mut().push_back(Held { buf, len, src_qp });
-                    return;
-                }
-                Fate::Hold => {}
-            }
+    pub(crate) fn receive(&self, msg: Received, len: usize, src_qp: u32) {
+        match &self.faults {
+            None => self.handle_packet(msg, len, src_qp),
+            Some(f) => self.receive_with_faults(f, msg, len, src_qp),
         }
-        self.handle_packet(buf, len, src_qp);
+    }
+
+    /// [`receive`](Self::receive) through the test hook.
+    #[inline(never)]
+    fn receive_with_faults(&self, f: &Faults, msg: Received, len: usize, src_qp: u32) {
+        let fate = f.inj.borrow_mut().decide();
+        match fate {
+            Fate::Deliver => {}
+            Fate::Drop => return,
+            Fate::Duplicate => {
+                if let Some(c) = f.copy(&msg) {
+                    self.handle_packet(c, len, src_qp);
+                }
+            }
+            Fate::Hold if f.held.borrow().len() < MAX_HELD => {
+                f.held.borrow_mut().push_back(Held { msg, len, src_qp });
+                return;
+            }
+            Fate::Hold => {}
+        }
+        self.handle_packet(msg, len, src_qp);
     }
 
     /// Processes the packets the test hook held back in an earlier round.
@@ -102,7 +116,7 @@ impl UdShared {
         loop {
             let h = f.batch.borrow_mut().pop_front();
             let Some(h) = h else { break };
-            self.handle_packet(h.buf, h.len, h.src_qp);
+            self.handle_packet(h.msg, h.len, h.src_qp);
         }
     }
 
@@ -112,29 +126,52 @@ impl UdShared {
             .is_some_and(|f| !f.held.borrow().is_empty() || !f.batch.borrow().is_empty())
     }
 
-    fn handle_packet(&self, buf: PoolBuf, len: usize, src_qp: u32) {
-        let Some(pkt) = buf.get(PKT_OFF..PKT_OFF + len) else {
-            return;
-        };
+    /// Processes a packet and delivers its AM when it is the next in order.
+    #[inline]
+    fn handle_packet(&self, msg: Received, len: usize, src_qp: u32) {
+        // (a bad AM id is refused by the table, which logs it; the packet is consumed)
+        match msg {
+            Received::Head(h) => {
+                let Some(pkt) = h.bytes().get(GRH_LEN..GRH_LEN + len) else { return };
+                if let Some(id) = self.on_packet(pkt, src_qp) {
+                    // a copy on the stack: a handler that keeps it gets another copy
+                    let _ = self.am.invoke(id, &pkt[HDR_LEN..], None);
+                }
+            }
+            Received::Buf(buf) => {
+                let Some(pkt) = buf.get(PKT_OFF..PKT_OFF + len) else { return };
+                if let Some(id) = self.on_packet(pkt, src_qp) {
+                    let _ = deliver_am(&self.am, id, buf, PKT_OFF + HDR_LEN, len - HDR_LEN);
+                }
+            }
+        }
+    }
+
+    /// Everything but the delivery: `Some(am id)` when the packet is the next AM to deliver.
+    fn on_packet(&self, pkt: &[u8], src_qp: u32) -> Option<u8> {
         let hdr = match Header::decode(pkt) {
             Ok(h) => h,
-            Err(e) => return bad_packet(e, src_qp),
+            Err(e) => {
+                bad_packet(e, src_qp);
+                return None;
+            }
         };
         let body = &pkt[HDR_LEN..];
         if hdr.kind == Kind::Creq {
-            return self.on_creq(body, src_qp);
+            self.on_creq(body, src_qp);
+            return None;
         }
         let ep = self.eps.borrow().get(hdr.dest_ep).cloned();
         let Some(ep) = ep else {
             tracing::trace!(dest = hdr.dest_ep, src_qp, kind = ?hdr.kind, "ud_verbs: packet for no endpoint, dropped");
-            return;
+            return None;
         };
-        if self.on_ep_packet(&ep, &hdr, body, src_qp) {
-            let _ = deliver_am(&self.am, hdr.am_id, buf, PKT_OFF + HDR_LEN, len - HDR_LEN);
-        }
+        self.on_ep_packet(&ep, &hdr, body, src_qp).then_some(hdr.am_id)
     }
 
-    /// Everything but the delivery; true when the packet is the next AM to deliver.
+    /// The endpoint's part of [`on_packet`](Self::on_packet); true when the packet is the next
+    /// AM to deliver.
+    #[inline]
     fn on_ep_packet(&self, ep: &Rc<EpCell>, hdr: &Header, body: &[u8], src_qp: u32) -> bool {
         let mut g = ep.st.borrow_mut();
         let st = &mut *g;

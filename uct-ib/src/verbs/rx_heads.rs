@@ -14,6 +14,7 @@ use super::Sge;
 pub const RX_HEAD: usize = 64;
 
 /// The bytes of one small message, copied out of its head slot.
+#[derive(Clone)]
 pub struct HeadCopy {
     bytes: [u8; RX_HEAD],
     len: usize,
