@@ -1,5 +1,7 @@
 //! The receive side of a connection: one `recv()` per progress round (so one busy peer cannot
-//! starve the others), then every complete handshake message, frame and bulk chunk.
+//! starve the others), then every complete handshake message, frame and bulk chunk. One
+//! exception: a read that filled its buffer and ended where a put's or get reply's bulk data
+//! begins is followed at once by one direct `recv()` of that data (see [`Shared::rx_round`]).
 //!
 //! Bulk data of a peer's put goes into the checked target range, that of our get into its
 //! destination; when nothing else is buffered it is received straight there.
@@ -20,8 +22,9 @@ use crate::wire::{Msg, WireError};
 const DIRECT_MAX: u64 = 1 << 30;
 
 enum Got {
-    /// Bytes buffered in the parser.
-    Buffered,
+    /// Bytes buffered in the parser; `true` when they filled the space offered (more is
+    /// probably waiting in the socket).
+    Buffered(bool),
     /// Bulk bytes received in place; `true` when the bulk data is complete.
     Direct(bool),
     Eof,
@@ -62,11 +65,30 @@ impl Shared {
         work
     }
 
+    /// One `recv()` and what it completed; after a full read that leaves a bulk transfer
+    /// waiting for data nothing buffered covers (after a large put the next read takes only
+    /// its header, `rx_parser::SMALL_READ`), one more, straight into the destination: the data
+    /// is usually in the socket already, and would otherwise wait for the next progress call
+    /// and its `epoll_wait` (a 64 KiB put's target: one system call less per put).
     fn rx_round(&self, conn: &Rc<Conn>, rx: &mut Rx) -> u32 {
+        let work = self.rx_step(conn, rx);
+        if work.1 && conn.state.get() == State::Connected && rx.parser.bulk_direct_max() > 0 {
+            return work.0 + self.rx_step(conn, rx).0;
+        }
+        work.0
+    }
+
+    /// One `recv()` and its processing: (work, whether it was a full buffered read).
+    fn rx_step(&self, conn: &Rc<Conn>, rx: &mut Rx) -> (u32, bool) {
         let got = self.recv_once(conn, rx);
-        if matches!(got, Got::Buffered | Got::Direct(_)) {
+        if matches!(got, Got::Buffered(_) | Got::Direct(_)) {
             conn.sent_since_rx.set(0);
         }
+        let full = matches!(got, Got::Buffered(true));
+        (self.rx_got(conn, rx, got), full)
+    }
+
+    fn rx_got(&self, conn: &Rc<Conn>, rx: &mut Rx, got: Got) -> u32 {
         match got {
             Got::Again => return 0,
             Got::Eof => {
@@ -83,7 +105,7 @@ impl Shared {
                 }
                 return 1;
             }
-            Got::Buffered => {}
+            Got::Buffered(_) => {}
         }
         let mut work = 1;
         match conn.state.get() {
@@ -162,11 +184,13 @@ impl Shared {
         if rx.parser.needs_buffer() && rx.parser.capacity() == self.rx_bufs.size() {
             rx.parser.give_buffer(self.rx_bufs.take());
         }
-        match sock::recv(&conn.sock, rx.parser.buf_mut()) {
+        let buf = rx.parser.buf_mut();
+        let offered = buf.len();
+        match sock::recv(&conn.sock, buf) {
             Ok(0) => Got::Eof,
             Ok(k) => {
                 rx.parser.advance(k);
-                Got::Buffered
+                Got::Buffered(k == offered)
             }
             Err(Errno::EAGAIN) => Got::Again,
             Err(e) => Got::Failed(sock::errno_status(e)),
