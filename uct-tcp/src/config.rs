@@ -55,8 +55,8 @@ pub static TCP_CONFIG: ConfigTable = ConfigTable {
             ConfigKind::MemUnits,
             "Socket send buffer (SO_SNDBUF; the kernel doubles it). auto: the kernel's \
              autotuning, except on a loopback device: 512 KiB, which keeps \
-             fewer bytes between the sender's copy and the receiver's (bulk transfers of 1 MiB \
-             and more 1.4-1.6x faster there, docs/benchmarks.md).",
+             fewer bytes between the sender's copy and the receiver's (1-4 MiB puts \
+             1.4-1.6x faster there, docs/benchmarks.md).",
         ),
         ConfigField::new(
             "RCVBUF",
