@@ -156,8 +156,8 @@ const DEFAULT_KEEPCNT: u32 = 3;
 
 /// SO_SNDBUF on a loopback device when `RUCX_TCP_SNDBUF=auto`. Measured (docs/benchmarks.md,
 /// "tcp put_bw: the send buffer on loopback"): with the kernel's autotuned buffer (up to
-/// tcp_wmem's 4 MiB) a 1-4 MiB put moved 1.4-1.6x slower than with this one; 1 MiB and more
-/// (2 MiB and more once doubled) lost the gain again; streams and small messages unchanged.
+/// tcp_wmem's 4 MiB) 1-4 MiB puts were 1.4-1.6x slower than with this one; 640 KiB and more
+/// (1.25 MiB and more once doubled) lost the gain again; streams and small messages unchanged.
 /// Not used on other devices, where the buffer must cover the path's bandwidth-delay product.
 pub const LOOPBACK_SNDBUF: usize = 512 * 1024;
 
