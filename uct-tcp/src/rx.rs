@@ -71,11 +71,11 @@ impl Shared {
     /// is usually in the socket already, and would otherwise wait for the next progress call
     /// and its `epoll_wait` (a 64 KiB put's target: one system call less per put).
     fn rx_round(&self, conn: &Rc<Conn>, rx: &mut Rx) -> u32 {
-        let work = self.rx_step(conn, rx);
-        if work.1 && conn.state.get() == State::Connected && rx.parser.bulk_direct_max() > 0 {
-            return work.0 + self.rx_step(conn, rx).0;
+        let (work, full) = self.rx_step(conn, rx);
+        if full && conn.state.get() == State::Connected && rx.parser.bulk_direct_max() > 0 {
+            return work + self.rx_step(conn, rx).0;
         }
-        work.0
+        work
     }
 
     /// One `recv()` and its processing: (work, whether it was a full buffered read).

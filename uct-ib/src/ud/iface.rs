@@ -24,7 +24,9 @@ use super::skb::{TxPool, MAX_ZCOPY_IOV};
 use super::wire::{put_u24, EP_ADDR_LEN, HDR_LEN, IFACE_ADDR_LEN};
 use crate::config::IbConfig;
 use crate::device::{DeviceAddr, IbDevice, PortInfo, DEV_ADDR_LEN};
-use crate::iface_common::{array_pool, buffer_pool, open_port, EventCqs, RxRing, SendCqPacing, BUF_DATA_OFFSET};
+use crate::iface_common::{
+    array_pool, buffer_pool, open_port, EventCqs, RxRing, SendCqPacing, BUF_DATA_OFFSET,
+};
 use crate::md::IbMd;
 use crate::verbs::{
     AccessFlags, AddressHandle, InitParams, QpCaps, QpInitAttr, QpType, QueuePair, RxHeads, WcBatch, GRH_LEN,
@@ -142,7 +144,13 @@ impl UdShared {
         let granted = qp.caps();
         let rx_pool = buffer_pool(&dev.pd, "ud_verbs rx", GRH_LEN + seg, 256, usize::MAX, ibcfg.thp)?;
         let rx_cap = granted.max_recv_wr.min(rx_len);
-        let mut rx = RxRing::new(rx_pool, rx_cap, ibcfg.rx_max_batch, BUF_DATA_OFFSET, GRH_LEN + seg)?;
+        let mut rx = RxRing::new(
+            rx_pool,
+            rx_cap,
+            ibcfg.rx_max_batch,
+            BUF_DATA_OFFSET,
+            GRH_LEN + seg,
+        )?;
         if heads {
             let n = rx_cap as usize;
             let pool = array_pool(&dev.pd, "ud_verbs rx heads", n * RX_HEAD)?;

@@ -132,14 +132,18 @@ impl UdShared {
         // (a bad AM id is refused by the table, which logs it; the packet is consumed)
         match msg {
             Received::Head(h) => {
-                let Some(pkt) = h.bytes().get(GRH_LEN..GRH_LEN + len) else { return };
+                let Some(pkt) = h.bytes().get(GRH_LEN..GRH_LEN + len) else {
+                    return;
+                };
                 if let Some(id) = self.on_packet(pkt, src_qp) {
                     // a copy on the stack: a handler that keeps it gets another copy
                     let _ = self.am.invoke(id, &pkt[HDR_LEN..], None);
                 }
             }
             Received::Buf(buf) => {
-                let Some(pkt) = buf.get(PKT_OFF..PKT_OFF + len) else { return };
+                let Some(pkt) = buf.get(PKT_OFF..PKT_OFF + len) else {
+                    return;
+                };
                 if let Some(id) = self.on_packet(pkt, src_qp) {
                     let _ = deliver_am(&self.am, id, buf, PKT_OFF + HDR_LEN, len - HDR_LEN);
                 }
