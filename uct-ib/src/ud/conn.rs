@@ -55,6 +55,7 @@ impl UdShared {
             ctl: 0,
             in_ctl_list: false,
             in_pending_list: false,
+            ack_in: None,
             passive: None,
             active,
             user_gone: false,
@@ -156,6 +157,7 @@ impl UdShared {
             let st = &mut *g;
             st.handle = None;
             st.user_gone = true;
+            self.apply_ack_in(ep, st);
             for (_, c) in st.flushes.drain(..) {
                 self.completions.borrow_mut().push_back((c, Status::Canceled));
             }
@@ -205,6 +207,7 @@ impl UdShared {
             }
         }
         self.ctl_list.borrow_mut().clear();
+        self.ack_list.borrow_mut().clear();
         self.pending_list.borrow_mut().clear();
         self.passive.borrow_mut().clear();
         if let Some(f) = &self.faults {

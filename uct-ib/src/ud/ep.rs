@@ -71,6 +71,9 @@ pub struct EpState {
     pub ctl: u8,
     pub in_ctl_list: bool,
     pub in_pending_list: bool,
+    /// The newest cumulative ACK received and not yet applied to the window (see
+    /// `UdShared::apply_acks`); the endpoint is in the interface's ACK list while set.
+    pub ack_in: Option<Psn>,
     /// Created by a connection request from this key.
     pub passive: Option<PassiveKey>,
     /// Created by `ep_create_connected`: the peer made an endpoint for it, tell it when done.

@@ -82,6 +82,8 @@ pub struct UdShared {
     pub(crate) ahs: RefCell<HashMap<[u8; DEV_ADDR_LEN], Arc<AddressHandle>>>,
     /// Endpoints with control packets to send.
     pub(crate) ctl_list: RefCell<Vec<Rc<EpCell>>>,
+    /// Endpoints with a received ACK not yet applied (`EpState::ack_in`).
+    pub(crate) ack_list: RefCell<Vec<Rc<EpCell>>>,
     /// Endpoints with pending requests.
     pub(crate) pending_list: RefCell<Vec<Rc<EpCell>>>,
     /// Reusable scratch list (timer ticks, dispatch), so steady state does not allocate.
@@ -97,6 +99,9 @@ pub struct UdShared {
     pub(crate) tick: u64,
     /// Progress calls since the clock was last read (see `maybe_tick`).
     pub(crate) clock_skipped: Cell<u8>,
+    /// The last progress round returned after its receives (see `progress`): this one does
+    /// the chores.
+    pub(crate) chores_owed: Cell<bool>,
     /// When progress polls the send CQ.
     pub(crate) tx_pacing: SendCqPacing,
     pub(crate) rx_max_poll: usize,
@@ -211,6 +216,7 @@ impl UdShared {
             passive: RefCell::new(HashMap::new()),
             ahs: RefCell::new(HashMap::new()),
             ctl_list: RefCell::new(Vec::new()),
+            ack_list: RefCell::new(Vec::new()),
             pending_list: RefCell::new(Vec::new()),
             spare: RefCell::new(Vec::new()),
             completions: RefCell::new(VecDeque::new()),
@@ -220,6 +226,7 @@ impl UdShared {
             epoch: Instant::now(),
             next_tick: Cell::new(0),
             clock_skipped: Cell::new(0),
+            chores_owed: Cell::new(false),
             tx_pacing: SendCqPacing::default(),
             tick,
         })
@@ -238,10 +245,26 @@ impl UdShared {
     }
 
     /// One round of progress: receives, send completions (see [`SendCqPacing`]), control
-    /// packets, timers, pending requests. Inlined into the worker's progress callback.
+    /// packets, timers, pending requests, completions. Inlined into the worker's progress
+    /// callback.
+    ///
+    /// A round that received packets returns right after them when the round before did the
+    /// rest (the chores): the caller may be waiting to answer what it just received, and the
+    /// chores (which then include the ACKs taken from those packets, see
+    /// [`UdShared::take_ack`]) run in the next round, while it waits for the reply. Chores
+    /// therefore run at least every other round, also while packets stream in.
     #[inline]
     fn progress(&self) -> u32 {
+        // the ACKs of the last round first: their window release and completions were kept
+        // off the path from a received packet to the caller
+        self.apply_acks();
         let mut work = self.poll_rx();
+        if work > 0 && !self.chores_owed.replace(true) {
+            // packets the AM handlers sent go out now, as at the end of every round
+            self.tx.borrow_mut().end_burst(&self.qp);
+            return work;
+        }
+        self.chores_owed.set(false);
         if self.tx_pacing.poll_now(work, self.tx_wanted()) {
             self.poll_tx();
         }
@@ -403,6 +426,7 @@ impl Iface for UdIface {
         let sh = &self.sh;
         // collected packets go out before the caller sleeps on their answers
         sh.tx.borrow_mut().ring(&sh.qp);
+        sh.apply_acks();
         if sh.has_work() || !sh.settle_for_sleep() {
             return Err(Status::Busy);
         }

@@ -10,6 +10,7 @@ use uct::callbacks::{Comp, PendingResult};
 
 use super::ep::{ctl, EpCell, EpState};
 use super::iface::UdShared;
+use super::reliability::psn_le;
 
 impl UdShared {
     /// Queues `ep` for pending dispatch (its state not borrowed by the caller).
@@ -85,14 +86,18 @@ impl UdShared {
         if ep.has_pending() {
             return Err(Status::NoResource);
         }
+        // (an ACK kept for the next progress round leaves its packets outstanding until then:
+        // their operations have not completed yet, so the flush has not either)
         if st.rel.outstanding() == 0 {
             return Ok(Status::Ok);
         }
         if !comp.is_none() {
             st.flushes.push_back((st.rel.last_sent(), comp));
         }
-        st.ctl |= ctl::ACK_REQ;
-        self.schedule_ctl(ep, st);
+        if !kept_ack_covers_all(st) {
+            st.ctl |= ctl::ACK_REQ;
+            self.schedule_ctl(ep, st);
+        }
         Ok(Status::InProgress)
     }
 
@@ -110,7 +115,7 @@ impl UdShared {
         }
         for ep in &eps {
             let mut st = ep.st.borrow_mut();
-            if st.failed.is_none() && st.rel.outstanding() > 0 {
+            if st.failed.is_none() && st.rel.outstanding() > 0 && !kept_ack_covers_all(&st) {
                 st.ctl |= ctl::ACK_REQ;
                 self.schedule_ctl(ep, &mut st);
             }
@@ -201,4 +206,10 @@ impl UdShared {
             }
         }
     }
+}
+
+/// The ACK kept for the next progress round (`EpState::ack_in`) acknowledges everything
+/// sent: no ACK needs to be asked for.
+fn kept_ack_covers_all(st: &EpState) -> bool {
+    st.ack_in.is_some_and(|a| psn_le(st.rel.last_sent(), a))
 }

@@ -13,7 +13,7 @@ use super::config::UdConfig;
 use super::ep::{ctl, EpCell, EpState, Peer};
 use super::iface::UdShared;
 use super::inject::{Fate, FaultStats, Injector};
-use super::reliability::{AckOutcome, RxVerdict};
+use super::reliability::{psn_lt, AckOutcome, Psn, RxVerdict};
 use super::wire::{Crep, Creq, Header, Kind, WireError, HDR_LEN};
 use crate::device::DEV_ADDR_LEN;
 use crate::iface_common::{deliver_am, BUF_DATA_OFFSET};
@@ -190,7 +190,7 @@ impl UdShared {
             );
             return false;
         }
-        self.process_ack(ep, st, hdr.ack_psn, hdr.gap());
+        self.take_ack(ep, st, hdr.ack_psn, hdr.gap());
         let deliver = match hdr.kind {
             Kind::Am => st.rel.on_receive(hdr.psn, hdr.ack_req()) == RxVerdict::Deliver,
             Kind::Ack => {
@@ -215,6 +215,66 @@ impl UdShared {
             self.schedule_ctl(ep, st);
         }
         deliver
+    }
+
+    /// A received cumulative ACK. One that only moves the window on is kept for the next
+    /// progress call ([`apply_acks`](Self::apply_acks)): releasing the acknowledged packets
+    /// and what follows from it (completions, flushes, pending requests) then happens while
+    /// the caller waits, not between a received packet and the caller's answer to it. (A
+    /// ping-pong's every packet acknowledges the previous one; in the soft-RoCE VM the release
+    /// was ~0.15 us of the ~1.2 us from a packet's completion to the answer's post.) An ACK
+    /// that reports a gap is applied at once, after the kept one: it may start a resend.
+    #[inline]
+    fn take_ack(&self, ep: &Rc<EpCell>, st: &mut EpState, ack_psn: Psn, gap: bool) {
+        if !gap {
+            if ack_psn == st.rel.acked_psn() {
+                return; // nothing new (a stream repeats its last ACK in every packet)
+            }
+            match st.ack_in {
+                None => {
+                    st.ack_in = Some(ack_psn);
+                    self.ack_list.borrow_mut().push(ep.clone());
+                }
+                // an older ACK overtaken by a newer one (reordering) is not kept
+                Some(kept) if psn_lt(kept, ack_psn) => st.ack_in = Some(ack_psn),
+                Some(_) => {}
+            }
+            return;
+        }
+        self.apply_ack_in(ep, st);
+        self.process_ack(ep, st, ack_psn, gap);
+    }
+
+    /// Applies the ACKs kept by [`take_ack`](Self::take_ack). Inline for its emptiness test
+    /// (every progress call makes it).
+    #[inline]
+    pub(crate) fn apply_acks(&self) {
+        if !self.ack_list.borrow().is_empty() {
+            self.apply_ack_list();
+        }
+    }
+
+    fn apply_ack_list(&self) {
+        let mut list = std::mem::take(&mut *self.spare.borrow_mut());
+        std::mem::swap(&mut list, &mut *self.ack_list.borrow_mut());
+        for ep in list.drain(..) {
+            let mut g = ep.st.borrow_mut();
+            self.apply_ack_in(&ep, &mut g);
+        }
+        let mut spare = self.spare.borrow_mut();
+        if spare.capacity() < list.capacity() {
+            *spare = list;
+        }
+    }
+
+    /// Applies the endpoint's kept ACK, if any (it stays in the ACK list until the next
+    /// [`apply_acks`](Self::apply_acks), which then finds nothing).
+    pub(crate) fn apply_ack_in(&self, ep: &Rc<EpCell>, st: &mut EpState) {
+        if let Some(ack) = st.ack_in.take() {
+            if st.failed.is_none() {
+                self.process_ack(ep, st, ack, false);
+            }
+        }
     }
 
     /// A cumulative acknowledgement: frees acknowledged packets, completes flushes, goes on
