@@ -39,6 +39,8 @@ impl UdShared {
     }
 
     fn run_timers(&self, now: u64) -> u32 {
+        // the ACKs this round's receives kept: no resend or timeout for what they acknowledge
+        self.apply_acks();
         let mut list = std::mem::take(&mut *self.spare.borrow_mut());
         list.extend(self.eps.borrow().values().cloned());
         let mut work = 0;
