@@ -212,6 +212,37 @@ fn am_zcopy_gathers_registered_memory_and_completes_on_ack() {
     assert_eq!(c.last_status(), Status::Ok);
 }
 
+/// A receiver that stops progressing in the round that delivered the message (as a
+/// one-message server does) has still sent the ACK the sender asked for: ACKs a peer asks for
+/// go out in the round that received its packet, even a round that returns early.
+#[test]
+fn receiver_acknowledges_in_the_round_that_received() {
+    let Some((ctx, dev)) = context() else { return };
+    let (a, b) = (side(&ctx, &dev), side(&ctx, &dev));
+    let ab = connect_iface(&a, &b);
+    let rec = record(&b, 4);
+    let mem = Mem::alloc(&a.md, 4096, MemAccess::ALL).unwrap();
+    mem.write(0, &[0x5a; 1000]).unwrap();
+    let iov = [mem.iov(0, 1000).unwrap()];
+    let c = Completion::counter();
+    let s = [&a, &b];
+    let r = retry(&s, "am_zcopy", || ab.am_zcopy(4, &[], &iov, Some(&c))).unwrap();
+    assert_eq!(r, Status::InProgress);
+    // `wait` progresses a, then b, and stops right after b's round that delivered it
+    wait(&s, "the message at b", || !rec.borrow().is_empty());
+    let start = Instant::now();
+    while c.fired() == 0 && start.elapsed() < Duration::from_secs(3) {
+        a.worker.progress();
+    }
+    assert_eq!(
+        c.fired(),
+        1,
+        "the zcopy was not acknowledged by a receiver that stopped progressing"
+    );
+    assert_eq!(c.last_status(), Status::Ok);
+    assert_eq!(rec.borrow()[0], vec![0x5a; 1000]);
+}
+
 #[test]
 fn many_messages_arrive_once_in_order() {
     let Some((ctx, dev)) = context() else { return };

@@ -249,17 +249,21 @@ impl UdShared {
     /// callback.
     ///
     /// A round that received packets returns right after them when the round before did the
-    /// rest (the chores): the caller may be waiting to answer what it just received, and the
-    /// chores (which then include the ACKs taken from those packets, see
-    /// [`UdShared::take_ack`]) run in the next round, while it waits for the reply. Chores
-    /// therefore run at least every other round, also while packets stream in.
+    /// rest (the chores) and nothing waits to be sent or fired: the caller may be waiting to
+    /// answer what it just received, and the chores (which then include the ACKs taken from
+    /// those packets, see [`UdShared::take_ack`]) run in the next round, while it waits for
+    /// the reply. Chores therefore run at least every other round, also while packets stream
+    /// in. Control packets (an ACK a peer asked for goes out in the round that received its
+    /// packet, as in UCX: the caller may stop progressing after what it received) and
+    /// completions or error reports (a flush must not return `Ok` before the operations it
+    /// covers have completed) keep the round going.
     #[inline]
     fn progress(&self) -> u32 {
         // the ACKs of the last round first: their window release and completions were kept
         // off the path from a received packet to the caller
         self.apply_acks();
         let mut work = self.poll_rx();
-        if work > 0 && !self.chores_owed.replace(true) {
+        if work > 0 && !self.chores_owed.replace(true) && self.nothing_queued() {
             // packets the AM handlers sent go out now, as at the end of every round
             self.tx.borrow_mut().end_burst(&self.qp);
             return work;
@@ -275,6 +279,14 @@ impl UdShared {
         // after the user callbacks of `fire`, which may send
         self.tx.borrow_mut().end_burst(&self.qp);
         work
+    }
+
+    /// No control packet to send, no completion or error report to fire.
+    #[inline]
+    fn nothing_queued(&self) -> bool {
+        self.ctl_list.borrow().is_empty()
+            && self.completions.borrow().is_empty()
+            && self.reports.borrow().is_empty()
     }
 
     /// Sends wait for send completions (queue half used, no buffer, requests pending).
