@@ -243,6 +243,80 @@ fn receiver_acknowledges_in_the_round_that_received() {
     assert_eq!(rec.borrow()[0], vec![0x5a; 1000]);
 }
 
+/// A flush that returns `Ok` comes after the completions of the operations it covers, also
+/// when their ACK was applied at the start of a round that then received more packets (a
+/// round that returns early after its receives must not leave those completions unfired).
+/// Each step lets the previous packets arrive before the next progress round.
+#[test]
+fn flush_ok_only_after_the_completions_its_ack_released() {
+    let Some((ctx, dev)) = context() else { return };
+    let (a, b) = (side(&ctx, &dev), side(&ctx, &dev));
+    let (ab, ba) = connect_ep(&a, &b);
+    let (at_a, at_b) = (record(&a, 6), record(&b, 6));
+    let mem = Mem::alloc(&a.md, 4096, MemAccess::ALL).unwrap();
+    let iov = [mem.iov(0, 64).unwrap()];
+    let settle = || std::thread::sleep(Duration::from_millis(20));
+    // open b's congestion window (it starts at 2; each round below sends three packets)
+    let s = [&a, &b];
+    let max = a.iface.attr().am.max_bcopy;
+    send_numbered(&s, &ba, 7, 200, max);
+    send_numbered(&s, &ab, 7, 200, max);
+    flush(&s, &ba);
+    flush(&s, &ab);
+    let c = Completion::counter();
+    let order: Rc<RefCell<Vec<&str>>> = Rc::default();
+    for round in 0..6 {
+        // odd rounds: the zcopy and the flush with completions that record their order
+        let o = order.clone();
+        let zc = Completion::new(move |_| o.borrow_mut().push("zcopy"));
+        let o = order.clone();
+        let fc = Completion::new(move |_| o.borrow_mut().push("flush"));
+        let (zcopy_comp, with_comp) = if round % 2 == 1 { (&zc, true) } else { (&c, false) };
+        // a round with nothing to receive
+        a.worker.progress();
+        // a packet for a that does not acknowledge the zcopy yet
+        ba.am_short(6, 0, b"m0").unwrap();
+        assert_eq!(
+            ab.am_zcopy(6, &[], &iov, Some(zcopy_comp)),
+            Ok(Status::InProgress)
+        );
+        settle();
+        a.worker.progress(); // receives m0
+        wait(&[&b], "the zcopy at b", || !at_b.borrow().is_empty());
+        at_b.borrow_mut().clear();
+        ba.am_short(6, 1, b"m1").unwrap(); // acknowledges it
+        settle();
+        a.worker.progress(); // receives m1
+        ba.am_short(6, 2, b"m2").unwrap();
+        settle();
+        a.worker.progress(); // receives m2
+        if with_comp {
+            let r = retry(&s, "flush", || ab.flush(FlushFlags::LOCAL, Some(&fc)));
+            if r == Ok(Status::Ok) {
+                order.borrow_mut().push("flush");
+            }
+            wait(&s, "both completions", || order.borrow().len() == 2);
+            assert_eq!(*order.borrow(), ["zcopy", "flush"], "the flush completed first");
+            order.borrow_mut().clear();
+        } else {
+            match ab.flush(FlushFlags::LOCAL, None) {
+                Ok(Status::Ok) => {
+                    assert_eq!(c.outstanding(), 0, "flush Ok before the zcopy completed")
+                }
+                Ok(Status::InProgress) | Err(Status::NoResource) => {}
+                other => panic!("flush: {other:?}"),
+            }
+        }
+        wait(&[&a, &b], "the zcopy's completion", || {
+            c.outstanding() == 0 && zc.outstanding() == 0
+        });
+        wait(&[&a, &b], "m0-m2 at a", || at_a.borrow().len() == 3);
+        at_a.borrow_mut().clear();
+        flush(&[&a, &b], &ba);
+    }
+    assert_eq!(c.last_status(), Status::Ok);
+}
+
 #[test]
 fn many_messages_arrive_once_in_order() {
     let Some((ctx, dev)) = context() else { return };

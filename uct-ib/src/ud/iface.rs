@@ -295,7 +295,7 @@ impl UdShared {
         !self.pending_list.borrow().is_empty() || self.tx.borrow().wants_completions()
     }
 
-    fn poll_tx(&self) {
+    pub(crate) fn poll_tx(&self) {
         let mut batch = WcBatch::<MAX_POLL>::new();
         if let Ok(wcs) = self.cqs.tx.poll_into(self.tx_max_poll, &mut batch) {
             if !wcs.is_empty() {

@@ -89,7 +89,7 @@ impl UdShared {
         // (an ACK kept for the next progress round leaves its packets outstanding until then:
         // their operations have not completed yet, so the flush has not either)
         if st.rel.outstanding() == 0 {
-            return Ok(Status::Ok);
+            return self.flush_done(comp);
         }
         if !comp.is_none() {
             st.flushes.push_back((st.rel.last_sent(), comp));
@@ -108,7 +108,7 @@ impl UdShared {
             return Err(Status::NoResource);
         }
         if self.tx.borrow().in_windows() == 0 {
-            return Ok(Status::Ok);
+            return self.flush_done(comp);
         }
         if !comp.is_none() {
             self.iface_flushes.borrow_mut().push(comp);
@@ -119,6 +119,26 @@ impl UdShared {
                 st.ctl |= ctl::ACK_REQ;
                 self.schedule_ctl(ep, &mut st);
             }
+        }
+        Ok(Status::InProgress)
+    }
+
+    /// A flush with nothing unacknowledged: `Ok` once the operations it covers have completed.
+    /// An acknowledged am_zcopy completes with its send completion, and completions fire at
+    /// the end of a progress round: until then the flush is `InProgress` (its `comp` queued
+    /// after those completions), or `NoResource` while a send completion has not arrived.
+    fn flush_done(&self, comp: Comp) -> Result<Status> {
+        if self.tx.borrow().awaiting_send() > 0 {
+            self.poll_tx();
+            if self.tx.borrow().awaiting_send() > 0 {
+                return Err(Status::NoResource);
+            }
+        }
+        if self.completions.borrow().is_empty() {
+            return Ok(Status::Ok);
+        }
+        if !comp.is_none() {
+            self.completions.borrow_mut().push_back((comp, Status::Ok));
         }
         Ok(Status::InProgress)
     }

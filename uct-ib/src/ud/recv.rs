@@ -294,6 +294,11 @@ impl UdShared {
         };
         match out {
             AckOutcome::Advanced(_) => {
+                if !st.flushes.is_empty() && self.tx.borrow().awaiting_send() > 0 {
+                    // acknowledged am_zcopys complete with their send completions, which
+                    // have arrived (the peer got the packets): before the flushes after them
+                    self.poll_tx();
+                }
                 while let Some(&(psn, comp)) = st.flushes.front() {
                     if !st.rel.is_acked(psn) {
                         break;

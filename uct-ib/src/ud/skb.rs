@@ -101,6 +101,9 @@ pub struct TxPool {
     max_inline: usize,
     /// Skbs held by windows (everything unacknowledged, for iface flush).
     in_windows: usize,
+    /// am_zcopy skbs acknowledged (or dropped) whose completion waits for their send
+    /// completion (see [`TxPool::awaiting_send`]).
+    awaiting_send: usize,
     post_errors: u64,
     /// AM packets of a burst waiting for one doorbell (`RUCX_IB_TX_DB_BATCH`, as rc_verbs:
     /// the first AM from a buffer after a progress call is posted at once, later ones to the
@@ -126,6 +129,7 @@ impl TxPool {
             signal_next: false,
             max_inline,
             in_windows: 0,
+            awaiting_send: 0,
             post_errors: 0,
             batch: SendBatch::default(),
             batch_max: 1,
@@ -352,6 +356,9 @@ impl TxPool {
             skb.take_comp()
         } else {
             skb.state = State::Released;
+            if skb.zc.n > 0 {
+                self.awaiting_send += 1;
+            }
             None
         }
     }
@@ -534,10 +541,18 @@ impl TxPool {
                 skb.state = State::Free;
                 self.free.push(slot);
                 if let Some(c) = skb.take_comp() {
+                    self.awaiting_send = self.awaiting_send.saturating_sub(1);
                     done.push_back(c);
                 }
             }
         }
+    }
+
+    /// am_zcopy operations whose packets have left their windows but whose completion waits
+    /// for the send completion (the send CQ not polled yet): a flush is not done before them.
+    #[inline]
+    pub fn awaiting_send(&self) -> usize {
+        self.awaiting_send
     }
 }
 
