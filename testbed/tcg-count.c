@@ -16,7 +16,11 @@
  * lookups (or returns from the kernel) that a model of TCG's per-vCPU jump cache says went on
  * to the global hash table. Kernel work (and I/O) is charged to the user block that entered
  * the kernel. Map the block addresses to libraries with /proc/PID/maps read in the guest
- * during the run.
+ * during the run. Start the processes with address-space randomization off (setarch -R): blocks
+ * are keyed by address, and two processes' different libraries at one address would merge. For
+ * per-iteration counts, subtract two windows of different iteration counts and divide by an
+ * event counted once per iteration (e.g. the doorbell write's block): perftest warm-ups are
+ * time-based, so the windows' iteration counts differ from the nominal ones.
  *
  * Two more files per window: PROF.LABEL.kernel, the kernel blocks (hex start, then decimal:
  * insns kind executions jump-cache-misses pause-insns lock-insns), to be mapped to functions
