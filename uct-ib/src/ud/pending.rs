@@ -156,6 +156,10 @@ impl UdShared {
         if self.tx.borrow().in_windows() != 0 {
             return;
         }
+        if self.tx.borrow().awaiting_send() > 0 {
+            // acknowledged am_zcopys complete first (their send completions have arrived)
+            self.poll_tx();
+        }
         let f = std::mem::take(&mut *self.iface_flushes.borrow_mut());
         self.completions
             .borrow_mut()
