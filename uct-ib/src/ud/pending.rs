@@ -3,6 +3,7 @@
 //! and the deferred completions and error reports (fired with no borrow held, since they run
 //! user code that may call back into the transport).
 
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use ucs::{Result, Status};
@@ -26,6 +27,26 @@ impl UdShared {
         }
     }
 
+    /// Runs `f` on every endpoint of `list` (the control, pending or ACK list), emptied first,
+    /// so `f` may queue endpoints on it again; the vectors are reused through `spare`, so
+    /// steady state does not allocate.
+    pub(crate) fn drain_list(&self, list: &RefCell<Vec<Rc<EpCell>>>, mut f: impl FnMut(Rc<EpCell>)) {
+        let mut taken = std::mem::take(&mut *self.spare.borrow_mut());
+        std::mem::swap(&mut taken, &mut *list.borrow_mut());
+        for ep in taken.drain(..) {
+            f(ep);
+        }
+        self.give_back_spare(taken);
+    }
+
+    /// Keeps the larger of `list` (emptied) and the current spare vector for the next use.
+    pub(crate) fn give_back_spare(&self, list: Vec<Rc<EpCell>>) {
+        let mut spare = self.spare.borrow_mut();
+        if spare.capacity() < list.capacity() {
+            *spare = list;
+        }
+    }
+
     /// Whether `ep` could send a new AM now.
     fn ready(&self, st: &EpState) -> bool {
         st.check_send(false).is_ok() && self.tx.borrow().has_room()
@@ -43,10 +64,8 @@ impl UdShared {
     }
 
     fn dispatch_queued(&self) -> u32 {
-        let mut list = std::mem::take(&mut *self.spare.borrow_mut());
-        std::mem::swap(&mut list, &mut *self.pending_list.borrow_mut());
         let mut work = 0;
-        for ep in list.drain(..) {
+        self.drain_list(&self.pending_list, |ep| {
             loop {
                 if !self.ready(&ep.st.borrow()) {
                     break;
@@ -67,11 +86,7 @@ impl UdShared {
             if st.failed.is_none() && ep.has_pending() {
                 self.schedule_pending_locked(&ep, &mut st);
             }
-        }
-        let mut spare = self.spare.borrow_mut();
-        if spare.capacity() < list.capacity() {
-            *spare = list;
-        }
+        });
         work
     }
 

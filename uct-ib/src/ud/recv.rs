@@ -255,16 +255,10 @@ impl UdShared {
     }
 
     fn apply_ack_list(&self) {
-        let mut list = std::mem::take(&mut *self.spare.borrow_mut());
-        std::mem::swap(&mut list, &mut *self.ack_list.borrow_mut());
-        for ep in list.drain(..) {
+        self.drain_list(&self.ack_list, |ep| {
             let mut g = ep.st.borrow_mut();
             self.apply_ack_in(&ep, &mut g);
-        }
-        let mut spare = self.spare.borrow_mut();
-        if spare.capacity() < list.capacity() {
-            *spare = list;
-        }
+        });
     }
 
     /// Applies the endpoint's kept ACK, if any (it stays in the ACK list until the next

@@ -161,25 +161,19 @@ impl UdShared {
         if self.ctl_list.borrow().is_empty() {
             return 0;
         }
-        let mut list = std::mem::take(&mut *self.spare.borrow_mut());
-        std::mem::swap(&mut list, &mut *self.ctl_list.borrow_mut());
         let mut work = 0;
-        for ep in list.drain(..) {
+        self.drain_list(&self.ctl_list, |ep| {
             let mut g = ep.st.borrow_mut();
             let st = &mut *g;
             st.in_ctl_list = false;
             if st.failed.is_some() {
-                continue;
+                return;
             }
             work += 1;
             if !self.send_ctl_of(st) {
                 self.schedule_ctl(&ep, st);
             }
-        }
-        let mut spare = self.spare.borrow_mut();
-        if spare.capacity() < list.capacity() {
-            *spare = list;
-        }
+        });
         work
     }
 

@@ -70,10 +70,7 @@ impl UdShared {
                 self.schedule_ctl(&ep, st);
             }
         }
-        let mut spare = self.spare.borrow_mut();
-        if spare.capacity() < list.capacity() {
-            *spare = list;
-        }
+        self.give_back_spare(list);
         work
     }
 
