@@ -4,9 +4,10 @@
 
 use std::time::Instant;
 
-use uct::{IfaceFlags, PendingRequest, Status};
+use uct::{FlushFlags, IfaceFlags, MemIov, PendingRequest, Status};
 
-use crate::fixture::{skip, Setup, DEADLINE};
+use crate::fixture::{skip, FireLog, Setup, DEADLINE};
+use crate::flush::{check_order, Ops, FLUSH};
 
 const ID: u8 = 15;
 
@@ -101,4 +102,101 @@ fn peer_failure_reported(s: &Setup) {
     drop(tx);
 }
 
-conformance_test!(err_handler_quiet_when_healthy, peer_failure_reported);
+/// The receiver goes away while am_zcopy operations and an endpoint flush are outstanding:
+/// every operation's completion fires once (with whatever status: some may have left before
+/// the peer went), the error handler is called, and the flush completes after the operations
+/// it covers (a user freeing buffers in its callback must find them all released).
+fn peer_failure_completes_outstanding(s: &Setup) {
+    let p = s.pair();
+    let f = p.attr().flags;
+    if !f.contains(IfaceFlags::ERRHANDLE_PEER_FAILURE) || !f.contains(IfaceFlags::AM_ZCOPY) {
+        skip(
+            p.target,
+            "peer failure with outstanding zcopys: needs ERRHANDLE_PEER_FAILURE and AM_ZCOPY",
+        );
+        return;
+    }
+    p.record_am(ID);
+    p.retry("first am_zcopy", || p.ep().am_zcopy(ID, &[], &[], None))
+        .unwrap();
+    p.flush_ep();
+    let src = p.local_mem(4096, 7);
+    let len = p.attr().am.max_zcopy.min(4096);
+    // issued while the peer is there, with no progress after them: they are still
+    // outstanding when it goes
+    let log = FireLog::default();
+    let mut ops: Ops = Vec::new();
+    for i in 0..8 {
+        let c = log.completion(ops.len());
+        let iov: [MemIov; 1] = [src.iov(0, len).unwrap()];
+        match p.ep().am_zcopy(ID, &[], &iov, Some(&c)) {
+            Ok(st) => ops.push((format!("am_zcopy #{i}"), c, st)),
+            Err(Status::NoResource) => break,
+            Err(e) => panic!("[{}] am_zcopy #{i} with the peer there: {e}", p.name()),
+        }
+    }
+    let fc = log.completion(FLUSH);
+    let first_flush = p.ep().flush(FlushFlags::LOCAL, Some(&fc));
+    let (tx, ep, target) = p.into_sender();
+    let n = target.name;
+    let flush = match first_flush {
+        Err(Status::NoResource) => {
+            let start = Instant::now();
+            loop {
+                match ep.flush(FlushFlags::LOCAL, Some(&fc)) {
+                    Err(Status::NoResource) => {
+                        assert!(
+                            start.elapsed() < DEADLINE,
+                            "[{n}] flush: NoResource for {DEADLINE:?}"
+                        );
+                        tx.worker.progress();
+                    }
+                    r => break r,
+                }
+            }
+        }
+        r => r,
+    };
+    let start = Instant::now();
+    let settled = || {
+        ops.iter()
+            .all(|(_, c, st)| *st != Status::InProgress || c.fired() > 0)
+            && (flush != Ok(Status::InProgress) || fc.fired() > 0)
+    };
+    while !settled() || tx.errors.borrow().is_empty() {
+        if settled() {
+            // everything went out before the peer did: a send makes the failure show
+            let _ = ep.am_zcopy(ID, &[], &[], None);
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "[{n}] peer gone for {DEADLINE:?}: errors {:?}, completions fired {:?}, flush {flush:?} fired {}",
+            tx.errors.borrow(),
+            log.order(),
+            fc.fired()
+        );
+        tx.worker.progress();
+    }
+    for (what, c, st) in &ops {
+        let want = u64::from(*st == Status::InProgress);
+        assert_eq!(
+            c.fired(),
+            want,
+            "[{n}] {what} (returned {st:?}) fired {} times",
+            c.fired()
+        );
+    }
+    if flush == Ok(Status::InProgress) {
+        assert_eq!(fc.fired(), 1, "[{n}] flush fired {} times", fc.fired());
+        check_order(n, &ops, &log, "ep flush");
+    }
+    drop(ep);
+    drop(src);
+    drop(tx);
+}
+
+conformance_test!(
+    err_handler_quiet_when_healthy,
+    peer_failure_reported,
+    peer_failure_completes_outstanding
+);

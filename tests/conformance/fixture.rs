@@ -75,6 +75,24 @@ pub fn run(name: &str, test: fn(&Setup)) {
     }
 }
 
+/// The order in which completions fired: each [`FireLog::completion`] appends its entry when
+/// it fires (whatever its status).
+#[derive(Clone, Default)]
+pub struct FireLog(Rc<RefCell<Vec<usize>>>);
+
+impl FireLog {
+    /// A completion that logs `entry` when it fires.
+    pub fn completion(&self, entry: usize) -> Completion {
+        let log = self.0.clone();
+        Completion::new(move |_| log.borrow_mut().push(entry))
+    }
+
+    /// The entries in the order they fired.
+    pub fn order(&self) -> Vec<usize> {
+        self.0.borrow().clone()
+    }
+}
+
 /// A target's context and the memory domain that has its resource.
 pub struct Setup {
     pub target: &'static Target,

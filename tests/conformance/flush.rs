@@ -1,11 +1,12 @@
 //! Flush and fence (UCX `test_flush`, `test_fence`): local flush of an endpoint and of an
 //! interface, with and without completion; when a flush completes, every operation issued
-//! before it has completed. A fence orders a put before a later get.
+//! before it has completed, and a flush's completion fires after theirs. A fence orders a put
+//! before a later get.
 
 use uct::{Completion, FlushFlags, IfaceFlags, MemIov, Status};
 
 use crate::data::pattern;
-use crate::fixture::{skip, Pair, Remote, Setup};
+use crate::fixture::{skip, FireLog, Pair, Remote, Setup};
 
 /// Flush without completion only reports the state: retries until it reports Ok.
 fn flush_until_ok(p: &Pair, what: &str, mut f: impl FnMut() -> uct::Result<Status>) {
@@ -17,11 +18,15 @@ fn flush_until_ok(p: &Pair, what: &str, mut f: impl FnMut() -> uct::Result<Statu
     });
 }
 
-type Ops = Vec<(String, Completion, Status)>;
+pub type Ops = Vec<(String, Completion, Status)>;
 
-/// Issues a few zcopy operations (whatever the transport has) with their own completions.
-/// Returns them with the remote memory they target, which must outlive them.
-fn outstanding_ops(p: &Pair) -> (Ops, Remote) {
+/// The flush's entry in the [`FireLog`] (the operations log their index in `Ops`).
+pub const FLUSH: usize = usize::MAX;
+
+/// Issues a few zcopy operations (whatever the transport has) with their own completions,
+/// each logging its index in the returned `ops` when it fires. Returns them with the remote
+/// memory they target, which must outlive them.
+fn outstanding_ops(p: &Pair, log: &FireLog) -> (Ops, Remote) {
     let ep = p.ep();
     let flags = p.attr().flags;
     let src = p.local_mem(4096, 0);
@@ -32,7 +37,7 @@ fn outstanding_ops(p: &Pair) -> (Ops, Remote) {
     let mut ops = Vec::new();
     for i in 0..8 {
         let mut issue = |what: &str, f: &dyn Fn(&Completion) -> uct::Result<Status>| {
-            let c = Completion::counter();
+            let c = log.completion(ops.len());
             let st = p
                 .retry(what, || f(&c))
                 .unwrap_or_else(|e| panic!("[{}] {what}: {e}", p.name()));
@@ -69,6 +74,32 @@ fn check_done(p: &Pair, ops: &[(String, Completion, Status)], flush: &str) {
     }
 }
 
+/// A flush that fired its completion did so after every operation's completion: a user who
+/// frees buffers in the flush's callback must find all of them released. (Checking only that
+/// they have fired by the time the caller sees the flush done would let a transport fire them
+/// later in the same progress call.)
+pub fn check_order(name: &str, ops: &Ops, log: &FireLog, flush: &str) {
+    let log = log.order();
+    let Some(at) = log.iter().position(|&e| e == FLUSH) else {
+        return; // the flush returned Ok at once: `check_done` saw every operation done
+    };
+    for (i, (what, _, st)) in ops.iter().enumerate() {
+        if *st == Status::InProgress {
+            assert!(
+                log[..at].contains(&i),
+                "[{name}] the {flush}'s completion fired before {what}'s (order fired: {:?})",
+                log.iter()
+                    .map(|&e| if e == FLUSH {
+                        "flush".to_string()
+                    } else {
+                        ops[e].0.clone()
+                    })
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+}
+
 fn flush_ep(s: &Setup) {
     let p = s.pair();
     p.record_am(3);
@@ -77,15 +108,18 @@ fn flush_ep(s: &Setup) {
         ep.flush(FlushFlags::LOCAL, None)
     });
     p.complete("idle ep flush", |c| ep.flush(FlushFlags::LOCAL, Some(c)));
-    let (ops, _r) = outstanding_ops(&p);
+    let log = FireLog::default();
+    let (ops, _r) = outstanding_ops(&p, &log);
     if ops.is_empty() {
         skip(p.target, "flush_ep: no zcopy operation to flush");
     }
-    p.complete("ep flush after zcopy operations", |c| {
-        ep.flush(FlushFlags::LOCAL, Some(c))
-    });
+    let what = "ep flush after zcopy operations";
+    let c = log.completion(FLUSH);
+    let r = p.retry(what, || ep.flush(FlushFlags::LOCAL, Some(&c)));
+    p.check_completion(what, &c, r);
     check_done(&p, &ops, "ep flush");
-    let (ops, _r) = outstanding_ops(&p);
+    check_order(&p.name(), &ops, &log, "ep flush");
+    let (ops, _r) = outstanding_ops(&p, &FireLog::default());
     flush_until_ok(&p, "ep flush without completion", || {
         ep.flush(FlushFlags::LOCAL, None)
     });
@@ -99,8 +133,9 @@ fn flush_iface(s: &Setup) {
     flush_until_ok(&p, "idle iface flush without completion", || {
         iface.flush(FlushFlags::LOCAL, None)
     });
-    let (ops, _r) = outstanding_ops(&p);
-    let c = Completion::counter();
+    let log = FireLog::default();
+    let (ops, _r) = outstanding_ops(&p, &log);
+    let c = log.completion(FLUSH);
     let r = p.retry("iface flush", || iface.flush(FlushFlags::LOCAL, Some(&c)));
     if r == Err(Status::Unsupported) {
         // UCX's tcp has no iface flush with completion either.
@@ -115,6 +150,7 @@ fn flush_iface(s: &Setup) {
         p.check_completion("iface flush after zcopy operations", &c, r);
     }
     check_done(&p, &ops, "iface flush");
+    check_order(&p.name(), &ops, &log, "iface flush");
 }
 
 /// `fence` succeeds on endpoint and interface, and orders a put before a following get.
