@@ -118,7 +118,7 @@ fn flush_ep(s: &Setup) {
     let r = p.retry(what, || ep.flush(FlushFlags::LOCAL, Some(&c)));
     p.check_completion(what, &c, r);
     check_done(&p, &ops, "ep flush");
-    check_order(&p.name(), &ops, &log, "ep flush");
+    check_order(p.name(), &ops, &log, "ep flush");
     let (ops, _r) = outstanding_ops(&p, &FireLog::default());
     flush_until_ok(&p, "ep flush without completion", || {
         ep.flush(FlushFlags::LOCAL, None)
@@ -150,7 +150,7 @@ fn flush_iface(s: &Setup) {
         p.check_completion("iface flush after zcopy operations", &c, r);
     }
     check_done(&p, &ops, "iface flush");
-    check_order(&p.name(), &ops, &log, "iface flush");
+    check_order(p.name(), &ops, &log, "iface flush");
 }
 
 /// `fence` succeeds on endpoint and interface, and orders a put before a following get.
