@@ -41,8 +41,8 @@ pub(crate) struct Shared {
 
 /// Where the delivery buffer starts: on a page. A bcopy's pack callback copies into it, and a
 /// copy runs fastest when its destination sits at the source's offset in a page or up to a
-/// few cache lines after it (memory disambiguation: loads of the source that match earlier
-/// stores to the destination in their low 12 address bits wait). Large user buffers are
+/// few cache lines after it (most likely 4K aliasing: loads of the source that match earlier
+/// stores to the destination in their low 12 address bits wait; not measured directly). Large user buffers are
 /// usually page-aligned (perftest's are, as UCX's); measured on AMD EPYC (Zen 5, glibc's
 /// `rep movsb` for 8000 bytes from a page-aligned source): 138 ticks per copy at destination
 /// offsets 0-0x100, 141-146 elsewhere; self am_bw 8000 B 1.026-1.032 of the 64-byte aligned

@@ -295,6 +295,17 @@ impl UdShared {
         !self.pending_list.borrow().is_empty() || self.tx.borrow().wants_completions()
     }
 
+    /// Acknowledged (or dropped) am_zcopys complete with their send completions: polls the
+    /// send CQ when any still waits, so that their completions are queued before a flush's.
+    /// True when none waits any more.
+    pub(crate) fn poll_awaited_sends(&self) -> bool {
+        if self.tx.borrow().awaiting_send() == 0 {
+            return true;
+        }
+        self.poll_tx();
+        self.tx.borrow().awaiting_send() == 0
+    }
+
     pub(crate) fn poll_tx(&self) {
         let mut batch = WcBatch::<MAX_POLL>::new();
         if let Ok(wcs) = self.cqs.tx.poll_into(self.tx_max_poll, &mut batch) {

@@ -143,11 +143,8 @@ impl UdShared {
     /// the end of a progress round: until then the flush is `InProgress` (its `comp` queued
     /// after those completions), or `NoResource` while a send completion has not arrived.
     fn flush_done(&self, comp: Comp) -> Result<Status> {
-        if self.tx.borrow().awaiting_send() > 0 {
-            self.poll_tx();
-            if self.tx.borrow().awaiting_send() > 0 {
-                return Err(Status::NoResource);
-            }
+        if !self.poll_awaited_sends() {
+            return Err(Status::NoResource);
         }
         if self.completions.borrow().is_empty() {
             return Ok(Status::Ok);
@@ -171,10 +168,8 @@ impl UdShared {
         if self.tx.borrow().in_windows() != 0 {
             return;
         }
-        if self.tx.borrow().awaiting_send() > 0 {
-            // acknowledged am_zcopys complete first (their send completions have arrived)
-            self.poll_tx();
-        }
+        // acknowledged am_zcopys complete first (their send completions have arrived)
+        self.poll_awaited_sends();
         let f = std::mem::take(&mut *self.iface_flushes.borrow_mut());
         self.completions
             .borrow_mut()

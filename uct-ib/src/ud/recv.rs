@@ -288,10 +288,10 @@ impl UdShared {
         };
         match out {
             AckOutcome::Advanced(_) => {
-                if !st.flushes.is_empty() && self.tx.borrow().awaiting_send() > 0 {
-                    // acknowledged am_zcopys complete with their send completions, which
-                    // have arrived (the peer got the packets): before the flushes after them
-                    self.poll_tx();
+                if !st.flushes.is_empty() {
+                    // the send completions of acknowledged am_zcopys have arrived (the peer
+                    // got the packets): their completions before the flushes after them
+                    self.poll_awaited_sends();
                 }
                 while let Some(&(psn, comp)) = st.flushes.front() {
                     if !st.rel.is_acked(psn) {

@@ -82,11 +82,11 @@ impl UdShared {
         st.failed = Some(status);
         self.drain_window(st, status);
         st.ctl = 0;
-        if !st.flushes.is_empty() && self.tx.borrow().awaiting_send() > 0 {
-            // dropped am_zcopys still posted complete with their send completions, which have
-            // arrived long ago (the timeout is RUCX_UD_TIMEOUT after the send) but may not have
-            // been polled in a round that received: before the flushes that cover them
-            self.poll_tx();
+        if !st.flushes.is_empty() {
+            // dropped am_zcopys still posted: their send completions arrived long ago (the
+            // timeout is RUCX_UD_TIMEOUT after the send) but may not have been polled in a
+            // round that received; their completions before the flushes that cover them
+            self.poll_awaited_sends();
         }
         for (_, c) in st.flushes.drain(..) {
             self.completions.borrow_mut().push_back((c, status));
