@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# bench/ab.sh — interleaved A/B rounds: UCX and several rucx variants, one perftest case.
+#
+# compare.sh answers "rucx against UCX"; this answers "is a change better than the build
+# before", which on these machines needs the variants run next to each other in every round
+# (the host's speed drifts by more than most changes are worth; docs/benchmarks.md, "How many
+# rounds"). Each round runs UCX's ucx_perftest and every variant once, in an order rotated per
+# round, and appends one CSV row per run to OUT:
+#   name,round,iters,p50,avg,overall,bw,bw_overall,mr,mr_overall
+# then prints, for every variant, the median per-round ratio against UCX and against the first
+# variant, by the typical latency (p50) and by the overall average (1 / overall message rate,
+# what compare.sh's table takes: lower is better; for *_bw tests the overall MB/s: higher is
+# better), with the rounds whose ratio was below 1 (the sign test's count: of 16 rounds 13 or
+# more, of 40 rounds 27 or more, or as few on the other side, say a difference at 5%).
+#
+# Usage: bench/ab.sh [--vm] [--rounds N] [--out FILE] [--args "PERFTEST ARGS"] [--loopback]
+#                    NAME=DIR[,VAR=VALUE...] ...
+#        bench/ab.sh --snapshot DIR      copy the release build (rucx-perftest, libuct_*.so)
+#                                        into DIR, a variant's folder
+#        bench/ab.sh --summary FILE      summarize an OUT file again
+#   NAME=DIR   a variant: DIR/rucx-perftest with RUCX_MODULE_DIR=DIR (a --snapshot folder);
+#              VAR=VALUE pairs are set for its processes only (e.g. base=/tmp/a
+#              small=/tmp/a,RUCX_IB_RX_QUEUE_LEN=256: one build, two settings)
+#   --args     the case (default: ud_verbs am_lat 8 B as compare.sh runs it)
+#   --loopback one process (-l), as compare.sh's self cases; default: server and client
+#   --vm       run the rounds in the soft-RoCE VM (testbed/rxe-vm.sh --smp 4, one boot)
+#   --rounds   default 16; the processes run SCHED_FIFO (chrt -f 10) as compare.sh --rt
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROUNDS=16
+OUT=""
+VM=0
+LOOP=0
+ARGS="-t am_lat -x ud_verbs -d rxe0:1 -s 8 -n 20000"
+VARIANTS=()
+die() { echo "ab.sh: $*" >&2; exit 2; }
+
+summary() {
+    python3 - "$1" <<'EOF'
+import collections, statistics as st, sys
+rows = collections.defaultdict(dict)
+bw = False
+for line in open(sys.argv[1]):
+    if line.startswith('#kind,'):
+        bw = line.strip() == '#kind,bw'
+    p = line.strip().split(',')
+    if len(p) < 10 or not p[1].isdigit():
+        continue
+    try:
+        p50, mr = float(p[3]), float(p[9])
+        bw_o = float(p[7])
+    except ValueError:
+        continue
+    rows[int(p[1])][p[0]] = (p50, mr, bw_o)
+names = [n for n in dict.fromkeys(n for r in rows.values() for n in r) if n != 'ucx']
+first = names[0] if names else None
+def ratios(a, b):
+    out = []
+    for r in rows.values():
+        if a in r and b in r:
+            (p_a, m_a, b_a), (p_b, m_b, b_b) = r[a], r[b]
+            avg = (b_a / b_b) if bw else (m_b / m_a if m_a > 0 else float('nan'))
+            out.append((p_a / p_b if p_b > 0 else float('nan'), avg))
+    return out
+print('%-12s %-8s %7s %9s %7s %9s   (median of the per-round ratios; rounds below 1)' % (
+    'variant', 'against', 'p50', '', 'bw' if bw else 'avg', ''))
+for n in names:
+    for ref in (['ucx'] if 'ucx' in {k for r in rows.values() for k in r} else []) + ([first] if n != first else []):
+        rs = ratios(n, ref)
+        if not rs:
+            continue
+        p = [x for x, _ in rs]; a = [y for _, y in rs]
+        print('%-12s %-8s %7.3f %4d/%-4d %7.3f %4d/%-4d' % (n, ref, st.median(p), sum(x < 1 for x in p),
+              len(p), st.median(a), sum(y < 1 for y in a), len(a)))
+EOF
+}
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rounds) ROUNDS="$2"; shift 2 ;;
+        --out) OUT="$2"; shift 2 ;;
+        --args) ARGS="$2"; shift 2 ;;
+        --loopback) LOOP=1; shift ;;
+        --vm) VM=1; shift ;;
+        --snapshot)
+            [ $# -ge 2 ] || die "--snapshot needs a folder"
+            mkdir -p "$2" && cp "$ROOT/target/release/rucx-perftest" "$ROOT"/target/release/libuct_*.so "$2"/ ||
+                die "no release build to copy (cargo build --release -p rucx-tools -p uct-ib -p uct-self -p uct-tcp)"
+            echo "ab.sh: $(ls "$2" | wc -l) files in $2"; exit 0 ;;
+        --summary) [ $# -ge 2 ] || die "--summary needs a file"; summary "$2"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -*) die "unknown option $1 (see --help)" ;;
+        *=*) VARIANTS+=("$1"); shift ;;
+        *) die "not a variant (NAME=DIR): $1" ;;
+    esac
+done
+[ ${#VARIANTS[@]} -gt 0 ] || die "no variant given (NAME=DIR, see --help)"
+for v in "${VARIANTS[@]}"; do
+    d=${v#*=}; d=${d%%,*}
+    [ -x "$d/rucx-perftest" ] || die "$d/rucx-perftest missing (bench/ab.sh --snapshot $d)"
+    [[ "$d" = /* ]] || die "give variant folders as absolute paths (the VM runs elsewhere): $d"
+done
+command -v ucx_perftest >/dev/null || die "ucx_perftest missing (scripts/install-deps.sh installs ucx-utils)"
+OUT=${OUT:-$(mktemp /tmp/rucx-ab.XXXXXX.csv)}
+touch "$OUT" || die "cannot write $OUT"
+OUT=$(cd "$(dirname "$OUT")" && pwd)/$(basename "$OUT")
+
+if [ "$VM" = 1 ]; then
+    # the folders of the variants and of OUT are shared read-write with the guest
+    rw=(--rw "$(dirname "$OUT")")
+    for v in "${VARIANTS[@]}"; do d=${v#*=}; rw+=(--rw "${d%%,*}"); done
+    "$ROOT/testbed/rxe-vm.sh" --smp 4 --timeout 3000 "${rw[@]}" -- \
+        "$ROOT/bench/ab.sh" --rounds "$ROUNDS" --out "$OUT" --args "$ARGS" \
+        $([ "$LOOP" = 1 ] && echo --loopback) "${VARIANTS[@]}" || die "the VM run failed"
+    exit 0
+fi
+
+if [ "${RXE_VM:-0}" = 1 ]; then export UCX_IB_GID_INDEX=0 RUCX_IB_GID_INDEX=0; fi
+read -r -a PARGS <<<"$ARGS"
+TEST=$(echo " $ARGS " | sed -n 's/.* -t \([^ ]*\) .*/\1/p')
+case "$TEST" in *_bw) KIND=bw ;; *) KIND=lat ;; esac
+grep -q '^#kind,' "$OUT" || echo "#kind,$KIND" >>"$OUT"
+PORT=$((24000 + RANDOM % 4000))
+run() { # name round tool env...
+    local name=$1 r=$2 tool=$3 out s
+    shift 3
+    if [ "$LOOP" = 1 ]; then
+        out=$(env "$@" timeout -k 5 120 chrt -f 10 "$tool" -l "${PARGS[@]}" -f -v 2>/dev/null | tail -1)
+    else
+        PORT=$((PORT + 1))
+        env "$@" timeout -k 5 120 chrt -f 10 "$tool" -p "$PORT" >/dev/null 2>&1 &
+        s=$!
+        for _ in $(seq 100); do
+            ss -ltnH "sport = :$PORT" 2>/dev/null | grep -q . && break
+            kill -0 "$s" 2>/dev/null || break
+            sleep 0.05
+        done
+        out=$(env "$@" timeout -k 5 120 chrt -f 10 "$tool" 127.0.0.1 -p "$PORT" "${PARGS[@]}" -f -v 2>/dev/null | tail -1)
+        wait "$s" 2>/dev/null
+    fi
+    echo "$name,$r,${out:-FAIL}" >>"$OUT"
+}
+ALL=(ucx "${VARIANTS[@]}")
+for r in $(seq 1 "$ROUNDS"); do
+    for i in $(seq 0 $((${#ALL[@]} - 1))); do
+        v=${ALL[$(((i + r) % ${#ALL[@]}))]}
+        if [ "$v" = ucx ]; then
+            run ucx "$r" ucx_perftest
+        else
+            d=${v#*=}
+            envs=()
+            if [[ "$d" == *,* ]]; then IFS=, read -r -a envs <<<"${d#*,}"; d=${d%%,*}; fi
+            run "${v%%=*}" "$r" "$d/rucx-perftest" RUCX_MODULE_DIR="$d" "${envs[@]}"
+        fi
+    done
+    echo "ab.sh: round $r of $ROUNDS" >&2
+done
+echo "ab.sh: rows in $OUT" >&2
+summary "$OUT"
