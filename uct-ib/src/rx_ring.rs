@@ -73,21 +73,28 @@ impl PostOrder {
         }
     }
 
-    /// `id` completed; `false` when it is not posted.
+    /// `id` completed; `false` when it is not posted. Inline for the common case, the oldest.
     #[inline]
     fn remove(&mut self, id: u32) -> bool {
-        if self.len == 0 {
-            return false;
+        if self.len == 0 || self.ids[self.head] != id {
+            return self.remove_out_of_order(id);
         }
-        if self.ids[self.head] != id {
-            let Some(i) = (1..self.len).find(|&i| self.ids[self.at(i)] == id) else {
-                return false;
-            };
-            // out of order (rare): the older ones move up one place, keeping their order
-            for j in (1..=i).rev() {
-                let (to, from) = (self.at(j), self.at(j - 1));
-                self.ids[to] = self.ids[from];
-            }
+        self.head = self.at(1);
+        self.len -= 1;
+        true
+    }
+
+    /// [`PostOrder::remove`] of an id that is not the oldest (rare): the older ones move up
+    /// one place, keeping their order.
+    #[cold]
+    #[inline(never)]
+    fn remove_out_of_order(&mut self, id: u32) -> bool {
+        let Some(i) = (1..self.len).find(|&i| self.ids[self.at(i)] == id) else {
+            return false;
+        };
+        for j in (1..=i).rev() {
+            let (to, from) = (self.at(j), self.at(j - 1));
+            self.ids[to] = self.ids[from];
         }
         self.head = self.at(1);
         self.len -= 1;
@@ -292,6 +299,29 @@ impl RxRing {
         self.posted.set(self.posted.get() - 1);
         self.warm.set(false);
         got
+    }
+
+    /// A completed receive whose message (`len` bytes) fits its head slot, handled in place:
+    /// `f` gets the message in the slot (no copy), then the slot is freed. `None`, with nothing
+    /// taken and `f` not called, when the ring has no heads, the message is longer than a slot
+    /// or `wr_id` is not posted: [`RxRing::take`] is the way for those.
+    #[inline]
+    pub fn with_head<R>(&self, wr_id: u64, len: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let h = self.heads.as_ref()?;
+        if len > h.size() {
+            return None;
+        }
+        let id = u32::try_from(wr_id).ok()?;
+        if !self.slots.borrow_mut().order.remove(id) {
+            return None;
+        }
+        self.posted.set(self.posted.get() - 1);
+        self.warm.set(false);
+        // the id goes back to the free list (from which a refill posts it again) only after
+        // `f`, also when `f` progresses the ring: the device does not write the slot meanwhile
+        let r = h.bytes(id, len).map(f);
+        self.slots.borrow_mut().free.push(id);
+        r
     }
 
     /// Takes the buffer of a completed receive (`None` for an unknown `wr_id`); for rings

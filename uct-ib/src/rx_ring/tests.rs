@@ -244,6 +244,51 @@ fn heads_take_small_messages_out_of_the_slot() {
     );
 }
 
+/// `with_head` hands a small message over in its slot, frees the slot only after the
+/// closure (a refill inside it cannot post the slot again), and leaves everything else
+/// (longer messages, unknown ids) to `take`.
+#[test]
+fn with_head_reads_small_messages_in_place() {
+    let ring = RxRing::new(heap_pool(8), 4, 4, BUF_DATA_OFFSET, 128)
+        .unwrap()
+        .with_heads(heads(4))
+        .unwrap();
+    let posts = RefCell::new(Vec::new());
+    let record = |chain: &mut RecvChain| {
+        posts
+            .borrow_mut()
+            .extend((0..chain.len()).map(|i| chain.wr_id(i)));
+        Ok(())
+    };
+    assert_eq!(ring.refill(record).unwrap(), 4);
+    let ids = posts.borrow().clone();
+    land(&ring, ids[0], b"hello");
+    let slot_addr = ring.heads.as_ref().unwrap().sge(ids[0] as u32).addr();
+    let got = ring.with_head(ids[0], 5, |b| {
+        assert_eq!(b.as_ptr() as u64, slot_addr, "in place, not a copy");
+        assert_eq!(ring.posted(), 3);
+        // a refill from inside (a handler that progresses) must not post the slot in use
+        posts.borrow_mut().clear();
+        assert_eq!(ring.refill(record).unwrap(), 0, "no free id yet");
+        b.to_vec()
+    });
+    assert_eq!(got.as_deref(), Some(&b"hello"[..]));
+    assert_eq!(ring.with_head(ids[0], 5, |_| ()), None, "completes once");
+    assert!(ring.take(ids[0], Some(5)).is_none());
+    assert_eq!(ring.refill(record).unwrap(), 1, "free after the closure");
+    assert_eq!(posts.borrow().as_slice(), &[ids[0]]);
+    // longer than a slot: not taken, `take` gets it
+    land(&ring, ids[1], &[7u8; 100]);
+    assert_eq!(ring.with_head(ids[1], 100, |_| ()), None);
+    assert!(matches!(ring.take(ids[1], Some(100)), Some(Received::Buf(_))));
+    assert_eq!(ring.with_head(99, 5, |_| ()), None, "an id never posted");
+    // without heads there is no slot to read
+    let plain = RxRing::new(heap_pool(8), 4, 4, BUF_DATA_OFFSET, 128).unwrap();
+    assert_eq!(plain.refill(|_| Ok(())).unwrap(), 4);
+    assert_eq!(plain.with_head(0, 5, |_| ()), None);
+    assert_eq!(plain.posted(), 4);
+}
+
 fn heads_base(posts: &[(u64, u64, u64)]) -> u64 {
     posts
         .iter()

@@ -126,6 +126,18 @@ impl UdShared {
             .is_some_and(|f| !f.held.borrow().is_empty() || !f.batch.borrow().is_empty())
     }
 
+    /// A packet (after its GRH, `slot` being the head slot it landed in) read in place: as
+    /// [`handle_packet`](Self::handle_packet)'s head case, without the copy.
+    #[inline]
+    pub(crate) fn handle_head(&self, slot: &[u8], src_qp: u32) {
+        let pkt = slot.get(GRH_LEN..).unwrap_or_default();
+        if let Some(id) = self.on_packet(pkt, src_qp) {
+            // the slot is not reposted before this returns; a handler that keeps the data
+            // gets a copy (no descriptor)
+            let _ = self.am.invoke(id, &pkt[HDR_LEN..], None);
+        }
+    }
+
     /// Processes a packet and delivers its AM when it is the next in order.
     #[inline]
     fn handle_packet(&self, msg: Received, len: usize, src_qp: u32) {

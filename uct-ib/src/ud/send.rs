@@ -115,15 +115,15 @@ impl UdShared {
         }
         .encode(&mut tx.buf_mut(slot)[PKT_OFF..]);
         let len = HDR_LEN + n;
-        let by_batch = zcopy.is_none() && tx.collects(len);
-        match zcopy {
-            None => tx.commit(slot, len),
-            Some((sges, comp)) => tx.commit_zcopy(slot, len, sges, comp),
-        }
-        let _ = if by_batch {
-            tx.collect(&self.qp, slot, &peer.ah, peer.qpn)
-        } else {
-            tx.post(&self.qp, slot, peer.dest())
+        let _ = match zcopy {
+            None => {
+                tx.commit(slot, len);
+                tx.post_am(&self.qp, slot, len, &peer.ah, peer.qpn)
+            }
+            Some((sges, comp)) => {
+                tx.commit_zcopy(slot, len, sges, comp);
+                tx.post(&self.qp, slot, peer.dest())
+            }
         };
     }
 

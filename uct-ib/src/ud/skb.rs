@@ -26,7 +26,9 @@ use super::reliability::Psn;
 use super::wire::{restamp, HDR_LEN};
 use crate::iface_common::{buf_sge, BUF_DATA_OFFSET};
 use crate::txq::TxQueue;
-use crate::verbs::{AddressHandle, QueuePair, SendBatch, SendFlags, SendOp, SendRequest, Sge, UdDest};
+use crate::verbs::{
+    AddressHandle, QueuePair, SendBatch, SendFlags, SendOp, SendRequest, Sge, UdDest, UdInlineWr,
+};
 
 /// Where a packet starts in a send buffer.
 pub const PKT_OFF: usize = BUF_DATA_OFFSET;
@@ -111,6 +113,8 @@ pub struct TxPool {
     batch: SendBatch,
     batch_max: usize,
     burst: bool,
+    /// The request of every inline AM post, kept filled between posts.
+    inline_wr: Box<UdInlineWr>,
 }
 
 impl TxPool {
@@ -134,6 +138,7 @@ impl TxPool {
             batch: SendBatch::default(),
             batch_max: 1,
             burst: false,
+            inline_wr: UdInlineWr::new(),
         }
     }
 
@@ -363,6 +368,48 @@ impl TxPool {
         }
     }
 
+    /// Posts the AM packet of `len` bytes in `slot` (not an am_zcopy) to `ah`/`remote_qpn`:
+    /// inline through the kept request when it fits (the fast path: no batch, zcopy or
+    /// by-reference branches), else collected for a doorbell or posted from its buffer.
+    #[inline]
+    pub fn post_am(
+        &mut self,
+        qp: &QueuePair,
+        slot: u32,
+        len: usize,
+        ah: &Arc<AddressHandle>,
+        remote_qpn: u32,
+    ) -> Result<()> {
+        let dest = UdDest {
+            ah,
+            remote_qpn,
+            remote_qkey: QKEY,
+        };
+        if len > self.max_inline {
+            return if self.collects(len) {
+                self.collect(qp, slot, ah, remote_qpn)
+            } else {
+                self.post_slot(qp, slot, dest, false)
+            };
+        }
+        if !self.batch.is_empty() {
+            // collected packets go first (order on the QP)
+            self.ring(qp);
+        }
+        if !self.sq.has_room() {
+            return Err(Status::NoResource);
+        }
+        let (wr_id, signaled, flags) = self.next_wr(false);
+        let Some(buf) = self.skbs.get(slot as usize).and_then(|s| s.buf.as_ref()) else {
+            return Err(Status::NoResource);
+        };
+        let Some(pkt) = buf.get(PKT_OFF..PKT_OFF + len) else {
+            return Err(Status::NoResource);
+        };
+        let r = qp.post_ud_inline_prepared(&mut self.inline_wr, wr_id, pkt, flags, dest);
+        self.posted(r, signaled, None)
+    }
+
     /// Posts the packet in `slot` to `dest`.
     #[inline]
     pub fn post(&mut self, qp: &QueuePair, slot: u32, dest: UdDest<'_>) -> Result<()> {
@@ -413,7 +460,13 @@ impl TxPool {
                 ud: Some(dest),
             })
         } else if !by_ref {
-            qp.post_ud_send_inline(wr_id, &buf[PKT_OFF..PKT_OFF + len], flags, dest)
+            qp.post_ud_inline_prepared(
+                &mut self.inline_wr,
+                wr_id,
+                &buf[PKT_OFF..PKT_OFF + len],
+                flags,
+                dest,
+            )
         } else {
             let sge = buf_sge(buf, PKT_OFF, len);
             qp.post_send(&SendRequest {

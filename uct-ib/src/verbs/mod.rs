@@ -50,7 +50,7 @@ pub use send_batch::{ChainRefused, SendBatch, SEND_BATCH_MAX};
 pub use srq::SharedReceiveQueue;
 pub use wc::{WcBatch, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{
-    RecvPostError, RecvRequest, SendFlags, SendOp, SendRequest, Sge, UdDest, MAX_INLINE_PIECES,
+    RecvPostError, RecvRequest, SendFlags, SendOp, SendRequest, Sge, UdDest, UdInlineWr, MAX_INLINE_PIECES,
     MAX_RECV_BATCH,
 };
 

@@ -9,7 +9,7 @@ use super::recv_chain::RecvChain;
 use super::srq::{post_recv_chain, SharedReceiveQueue};
 use super::wr::{
     fill_send_wr, zeroed_send_wr, RecvPostError, RecvRequest, SendFlags, SendOp, SendRequest, Sge, UdDest,
-    MAX_INLINE_PIECES,
+    UdInlineWr, MAX_INLINE_PIECES,
 };
 use rdma_sys::*;
 use std::ptr::NonNull;
@@ -418,6 +418,34 @@ impl QueuePair {
         fill_send_wr(&mut wr, SendOp::Send, ud);
         // the provider reads the inline piece during the call; it is a live slice
         self.post_raw(&mut wr)
+    }
+
+    /// [`QueuePair::post_ud_send_inline`] through a request kept filled between posts
+    /// ([`UdInlineWr`]): only the per-packet fields are written.
+    #[inline]
+    pub fn post_ud_inline_prepared(
+        &self,
+        t: &mut UdInlineWr,
+        wr_id: u64,
+        data: &[u8],
+        flags: SendFlags,
+        dest: UdDest<'_>,
+    ) -> Result<()> {
+        if self.qp_type != QpType::Ud {
+            return self.check_dest(&Some(dest));
+        }
+        self.check_inline_len("QueuePair::post_ud_inline_prepared", data.len())?;
+        t.sge.addr = data.as_ptr() as u64;
+        t.sge.length = data.len() as u32;
+        t.wr.wr_id = wr_id;
+        t.wr.send_flags = flags.bits() | ibv_send_flags::IBV_SEND_INLINE.0;
+        t.wr.wr.ud = ud_t {
+            ah: dest.ah.as_ptr(),
+            remote_qpn: dest.remote_qpn,
+            remote_qkey: dest.remote_qkey,
+        };
+        // the provider reads the inline piece during the call; it is a live slice
+        self.post_raw(&mut t.wr)
     }
 
     /// Receives are posted to the QP itself only when it has no SRQ.

@@ -94,6 +94,23 @@ impl RxHeads {
         Some(unsafe { std::ptr::read(self.array.as_ptr().add(id * RX_HEAD) as *const [u8; RX_HEAD]) })
     }
 
+    /// The first `len` bytes (at most a slot) of slot `id` in place (`None` past the array).
+    /// As for [`RxHeads::copy`], slot `id` must belong to a completed receive, and here it must
+    /// also not be posted again while the slice lives (the device writes a slot only while its
+    /// receive is posted): [`RxRing::with_head`](crate::rx_ring::RxRing::with_head) frees the
+    /// slot only after its use of the slice.
+    #[inline]
+    pub fn bytes(&self, id: u32, len: usize) -> Option<&[u8]> {
+        let id = id as usize;
+        if id >= self.count {
+            return None;
+        }
+        // SAFETY: `id * RX_HEAD + len.min(RX_HEAD) <= count * RX_HEAD <= capacity`: in bounds of
+        // the element, which lives as long as `self`; nothing writes the slot while the slice
+        // lives (the caller's contract above), so a shared slice of it is sound.
+        Some(unsafe { std::slice::from_raw_parts(self.array.as_ptr().add(id * RX_HEAD), len.min(RX_HEAD)) })
+    }
+
     /// Copies the message of `len` bytes (at most a slot) out of slot `id`.
     #[inline]
     pub fn copy(&self, id: u32, len: usize) -> Option<HeadCopy> {
