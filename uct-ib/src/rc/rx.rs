@@ -50,6 +50,17 @@ impl IfaceShared {
         for wc in wcs {
             let ok = wc.is_success();
             let len = wc.byte_len() as usize;
+            if ok && len >= AM_HDR_LEN {
+                // a message that fits its head slot is handled where it landed
+                let qp_num = wc.qp_num();
+                if self
+                    .rx
+                    .with_head(wc.wr_id(), len, |b| self.rx_head(b, qp_num))
+                    .is_some()
+                {
+                    continue;
+                }
+            }
             let Some(msg) = self.rx.take(wc.wr_id(), ok.then_some(len)) else {
                 continue;
             };
@@ -85,6 +96,22 @@ impl IfaceShared {
             let _ = self.refill_rx();
         }
         n as u32
+    }
+
+    /// A message of at least [`AM_HDR_LEN`] bytes read in its head slot (`msg`): as the
+    /// receive loop's head case, without the copy.
+    #[inline]
+    fn rx_head(&self, msg: &[u8], qp_num: u32) {
+        let (id, flags) = parse_am_hdr(msg[0]);
+        if flags != 0 {
+            self.rx_fc(qp_num, flags);
+            if flags == FC_PURE_GRANT {
+                return;
+            }
+        }
+        // the slot is not reposted before this returns; a handler that keeps the data gets a
+        // copy (no descriptor)
+        let _ = self.am.invoke(id, &msg[AM_HDR_LEN..], None);
     }
 
     /// Applies the flow-control flags of a message that arrived on `qp_num`: a grant lets
