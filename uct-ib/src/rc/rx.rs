@@ -70,22 +70,18 @@ impl IfaceShared {
                 }
                 continue;
             }
-            let first = match &msg {
-                Received::Head(h) => h.bytes()[0],
-                Received::Buf(buf) => buf[OFF],
-            };
-            let (id, flags) = parse_am_hdr(first);
-            if flags != 0 {
-                self.rx_fc(wc.qp_num(), flags);
-                if flags == FC_PURE_GRANT {
-                    continue;
-                }
-            }
             // ids are 5 bits, so the table always accepts them; a handler's verdict needs no action
             let _ = match msg {
-                // a copy on the stack: a handler that keeps it gets another copy
-                Received::Head(h) => self.am.invoke(id, &h.bytes()[AM_HDR_LEN..], None),
-                Received::Buf(buf) => deliver_am(&self.am, id, buf, OFF + AM_HDR_LEN, len - AM_HDR_LEN),
+                Received::Head(h) => {
+                    self.rx_head(h.bytes(), wc.qp_num());
+                    continue;
+                }
+                Received::Buf(buf) => {
+                    let Some(id) = self.am_id_after_fc(buf[OFF], wc.qp_num()) else {
+                        continue;
+                    };
+                    deliver_am(&self.am, id, buf, OFF + AM_HDR_LEN, len - AM_HDR_LEN)
+                }
             };
         }
         if n == 0 {
@@ -102,16 +98,26 @@ impl IfaceShared {
     /// receive loop's head case, without the copy.
     #[inline]
     fn rx_head(&self, msg: &[u8], qp_num: u32) {
-        let (id, flags) = parse_am_hdr(msg[0]);
-        if flags != 0 {
-            self.rx_fc(qp_num, flags);
-            if flags == FC_PURE_GRANT {
-                return;
-            }
-        }
+        let Some(id) = self.am_id_after_fc(msg[0], qp_num) else {
+            return;
+        };
         // the slot is not reposted before this returns; a handler that keeps the data gets a
         // copy (no descriptor)
         let _ = self.am.invoke(id, &msg[AM_HDR_LEN..], None);
+    }
+
+    /// The AM id of a message whose header byte is `first`, after applying its flow-control
+    /// flags; `None` for a pure grant (no message to deliver).
+    #[inline]
+    fn am_id_after_fc(&self, first: u8, qp_num: u32) -> Option<u8> {
+        let (id, flags) = parse_am_hdr(first);
+        if flags != 0 {
+            self.rx_fc(qp_num, flags);
+            if flags == FC_PURE_GRANT {
+                return None;
+            }
+        }
+        Some(id)
     }
 
     /// Applies the flow-control flags of a message that arrived on `qp_num`: a grant lets

@@ -165,6 +165,14 @@ fn heads(count: usize) -> RxHeads {
     RxHeads::new(MemPool::new(p).unwrap(), count).unwrap()
 }
 
+/// Four receives of 128 bytes (from [`BUF_DATA_OFFSET`]), each with a head slot.
+fn ring_with_heads() -> RxRing {
+    RxRing::new(heap_pool(8), 4, 4, BUF_DATA_OFFSET, 128)
+        .unwrap()
+        .with_heads(heads(4))
+        .unwrap()
+}
+
 /// Writes `msg` where a device would: the head slot, then the rest of the buffer.
 #[allow(unsafe_code)] // plays the device: writes through the posted SGEs' addresses
 fn land(ring: &RxRing, id: u64, msg: &[u8]) {
@@ -186,10 +194,7 @@ fn land(ring: &RxRing, id: u64, msg: &[u8]) {
 /// its buffer, contiguous.
 #[test]
 fn heads_take_small_messages_out_of_the_slot() {
-    let ring = RxRing::new(heap_pool(8), 4, 4, BUF_DATA_OFFSET, 128)
-        .unwrap()
-        .with_heads(heads(4))
-        .unwrap();
+    let ring = ring_with_heads();
     assert_eq!(ring.head_size(), RX_HEAD);
     let posts = RefCell::new(Vec::new());
     let record = |chain: &mut RecvChain| {
@@ -249,10 +254,7 @@ fn heads_take_small_messages_out_of_the_slot() {
 /// (longer messages, unknown ids) to `take`.
 #[test]
 fn with_head_reads_small_messages_in_place() {
-    let ring = RxRing::new(heap_pool(8), 4, 4, BUF_DATA_OFFSET, 128)
-        .unwrap()
-        .with_heads(heads(4))
-        .unwrap();
+    let ring = ring_with_heads();
     let posts = RefCell::new(Vec::new());
     let record = |chain: &mut RecvChain| {
         posts

@@ -126,11 +126,13 @@ impl UdShared {
             .is_some_and(|f| !f.held.borrow().is_empty() || !f.batch.borrow().is_empty())
     }
 
-    /// A packet (after its GRH, `slot` being the head slot it landed in) read in place: as
-    /// [`handle_packet`](Self::handle_packet)'s head case, without the copy.
+    /// A packet that fit its head slot (`slot`: the slot's bytes, GRH first), read in place
+    /// by the receive loop or from a copy (the test hook's held packets).
     #[inline]
     pub(crate) fn handle_head(&self, slot: &[u8], src_qp: u32) {
-        let pkt = slot.get(GRH_LEN..).unwrap_or_default();
+        let Some(pkt) = slot.get(GRH_LEN..) else {
+            return;
+        };
         if let Some(id) = self.on_packet(pkt, src_qp) {
             // the slot is not reposted before this returns; a handler that keeps the data
             // gets a copy (no descriptor)
@@ -143,15 +145,8 @@ impl UdShared {
     fn handle_packet(&self, msg: Received, len: usize, src_qp: u32) {
         // (a bad AM id is refused by the table, which logs it; the packet is consumed)
         match msg {
-            Received::Head(h) => {
-                let Some(pkt) = h.bytes().get(GRH_LEN..GRH_LEN + len) else {
-                    return;
-                };
-                if let Some(id) = self.on_packet(pkt, src_qp) {
-                    // a copy on the stack: a handler that keeps it gets another copy
-                    let _ = self.am.invoke(id, &pkt[HDR_LEN..], None);
-                }
-            }
+            // a copy (the test hook's): `len` is the copy's length less the GRH
+            Received::Head(h) => self.handle_head(h.bytes(), src_qp),
             Received::Buf(buf) => {
                 let Some(pkt) = buf.get(PKT_OFF..PKT_OFF + len) else {
                     return;

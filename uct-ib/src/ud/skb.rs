@@ -113,8 +113,8 @@ pub struct TxPool {
     batch: SendBatch,
     batch_max: usize,
     burst: bool,
-    /// The request of every inline AM post, kept filled between posts.
-    inline_wr: Box<UdInlineWr>,
+    /// The request of every inline post, kept filled between posts.
+    inline_wr: UdInlineWr,
 }
 
 impl TxPool {
@@ -138,7 +138,7 @@ impl TxPool {
             batch: SendBatch::default(),
             batch_max: 1,
             burst: false,
-            inline_wr: UdInlineWr::new(),
+            inline_wr: UdInlineWr::default(),
         }
     }
 
@@ -392,18 +392,40 @@ impl TxPool {
                 self.post_slot(qp, slot, dest, false)
             };
         }
+        self.post_inline(qp, slot, len, dest, false)
+    }
+
+    /// Collected packets go first (order on the QP); then a send WR must be free.
+    #[inline]
+    fn make_room(&mut self, qp: &QueuePair) -> Result<()> {
         if !self.batch.is_empty() {
-            // collected packets go first (order on the QP)
             self.ring(qp);
         }
         if !self.sq.has_room() {
             return Err(Status::NoResource);
         }
-        let (wr_id, signaled, flags) = self.next_wr(false);
-        let Some(buf) = self.skbs.get(slot as usize).and_then(|s| s.buf.as_ref()) else {
-            return Err(Status::NoResource);
-        };
-        let Some(pkt) = buf.get(PKT_OFF..PKT_OFF + len) else {
+        Ok(())
+    }
+
+    /// Posts the `len` bytes of the packet in `slot` inline through the kept request
+    /// (signaled when `force`, or by moderation); the HCA does not read the buffer after.
+    #[inline]
+    fn post_inline(
+        &mut self,
+        qp: &QueuePair,
+        slot: u32,
+        len: usize,
+        dest: UdDest<'_>,
+        force: bool,
+    ) -> Result<()> {
+        self.make_room(qp)?;
+        let (wr_id, signaled, flags) = self.next_wr(force);
+        let pkt = self
+            .skbs
+            .get(slot as usize)
+            .and_then(|s| s.buf.as_ref())
+            .and_then(|b| b.get(PKT_OFF..PKT_OFF + len));
+        let Some(pkt) = pkt else {
             return Err(Status::NoResource);
         };
         let r = qp.post_ud_inline_prepared(&mut self.inline_wr, wr_id, pkt, flags, dest);
@@ -429,24 +451,22 @@ impl TxPool {
         (wr_id, signaled, flags)
     }
 
-    /// Posts the packet in `slot`, signaled when `force`, for an am_zcopy, or by moderation.
+    /// Posts the packet in `slot`, signaled when `force`, for an am_zcopy, or by moderation:
+    /// inline when it fits and is not an am_zcopy, else from its buffer (and the user's memory).
     #[inline]
     fn post_slot(&mut self, qp: &QueuePair, slot: u32, dest: UdDest<'_>, force: bool) -> Result<()> {
-        if !self.batch.is_empty() {
-            // collected packets go first (order on the QP)
-            self.ring(qp);
+        let skb = &self.skbs[slot as usize];
+        let zcopy = skb.zc.n > 0;
+        let len = skb.len as usize;
+        if !zcopy && len <= self.max_inline {
+            return self.post_inline(qp, slot, len, dest, force);
         }
-        if !self.sq.has_room() {
-            return Err(Status::NoResource);
-        }
-        let zcopy = self.skbs[slot as usize].zc.n > 0;
+        self.make_room(qp)?;
         let (wr_id, signaled, flags) = self.next_wr(force || zcopy);
         let skb = &mut self.skbs[slot as usize];
         let Some(buf) = skb.buf.as_ref() else {
             return Err(Status::NoResource);
         };
-        let len = skb.len as usize;
-        let by_ref = zcopy || len > self.max_inline;
         let r = if zcopy {
             let mut sges = [Sge::new(0, 0, 0); MAX_ZCOPY_IOV + 1];
             let n = skb.zc.n as usize;
@@ -459,14 +479,6 @@ impl TxPool {
                 flags,
                 ud: Some(dest),
             })
-        } else if !by_ref {
-            qp.post_ud_inline_prepared(
-                &mut self.inline_wr,
-                wr_id,
-                &buf[PKT_OFF..PKT_OFF + len],
-                flags,
-                dest,
-            )
         } else {
             let sge = buf_sge(buf, PKT_OFF, len);
             qp.post_send(&SendRequest {
@@ -477,10 +489,10 @@ impl TxPool {
                 ud: Some(dest),
             })
         };
-        if r.is_ok() && by_ref {
+        if r.is_ok() {
             skb.posted += 1;
         }
-        self.posted(r, signaled, by_ref.then_some(slot))
+        self.posted(r, signaled, Some(slot))
     }
 
     /// Accounts a post (`slot`: the skb it reads, if any) or counts its failure.
@@ -553,15 +565,10 @@ impl TxPool {
     /// Posts a control packet: inline when it fits, otherwise from a buffer freed at its
     /// send completion.
     pub fn post_ctl(&mut self, qp: &QueuePair, pkt: &[u8], dest: UdDest<'_>) -> Result<()> {
-        if !self.batch.is_empty() {
-            self.ring(qp);
-        }
-        if !self.sq.has_room() {
-            return Err(Status::NoResource);
-        }
+        self.make_room(qp)?;
         if pkt.len() <= self.max_inline {
             let (wr_id, signaled, flags) = self.next_wr(false);
-            let r = qp.post_ud_send_inline(wr_id, pkt, flags, dest);
+            let r = qp.post_ud_inline_prepared(&mut self.inline_wr, wr_id, pkt, flags, dest);
             return self.posted(r, signaled, None);
         }
         let (slot, mut buf) = self.take()?;

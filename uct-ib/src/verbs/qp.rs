@@ -401,7 +401,7 @@ impl QueuePair {
     }
 
     /// Posts an inline SEND of one piece on a UD QP: [`QueuePair::post_send_inline`] for
-    /// ud_verbs' packets (its AM fast path), with only the checks that case needs.
+    /// ud_verbs' packets, with only the checks that case needs.
     #[inline]
     pub fn post_ud_send_inline(
         &self,
@@ -410,18 +410,11 @@ impl QueuePair {
         flags: SendFlags,
         dest: UdDest<'_>,
     ) -> Result<()> {
-        let ud = Some(dest);
-        self.check_dest(&ud)?;
-        self.check_inline_len("QueuePair::post_ud_send_inline", data.len())?;
-        let mut sge = [Sge::new(data.as_ptr() as u64, data.len() as u32, 0)];
-        let mut wr = inline_wr(wr_id, &mut sge, 1, flags);
-        fill_send_wr(&mut wr, SendOp::Send, ud);
-        // the provider reads the inline piece during the call; it is a live slice
-        self.post_raw(&mut wr)
+        self.post_ud_inline_prepared(&mut UdInlineWr::default(), wr_id, data, flags, dest)
     }
 
     /// [`QueuePair::post_ud_send_inline`] through a request kept filled between posts
-    /// ([`UdInlineWr`]): only the per-packet fields are written.
+    /// ([`UdInlineWr`], ud_verbs' AM fast path): only the per-packet fields are written.
     #[inline]
     pub fn post_ud_inline_prepared(
         &self,
@@ -434,9 +427,10 @@ impl QueuePair {
         if self.qp_type != QpType::Ud {
             return self.check_dest(&Some(dest));
         }
-        self.check_inline_len("QueuePair::post_ud_inline_prepared", data.len())?;
+        self.check_inline_len("QueuePair::post_ud_send_inline", data.len())?;
         t.sge.addr = data.as_ptr() as u64;
         t.sge.length = data.len() as u32;
+        t.wr.sg_list = &mut t.sge;
         t.wr.wr_id = wr_id;
         t.wr.send_flags = flags.bits() | ibv_send_flags::IBV_SEND_INLINE.0;
         t.wr.wr.ud = ud_t {
@@ -444,7 +438,7 @@ impl QueuePair {
             remote_qpn: dest.remote_qpn,
             remote_qkey: dest.remote_qkey,
         };
-        // the provider reads the inline piece during the call; it is a live slice
+        // the provider reads the request and the inline piece during the call only
         self.post_raw(&mut t.wr)
     }
 

@@ -151,29 +151,26 @@ pub const MAX_RECV_BATCH: usize = 64;
 pub const MAX_INLINE_PIECES: usize = 8;
 
 /// A UD inline SEND of one piece kept filled between posts: ud_verbs' AM fast path writes only
-/// the per-packet fields (id, flags, the piece, the destination) instead of building a 128-byte
-/// request each time, as UCX keeps its `wr_inl`. Boxed, because the request points at its own
-/// SGE.
+/// the per-packet fields (id, flags, the piece and its SGE, the destination) instead of
+/// building a 128-byte request each time, as UCX keeps its `wr_inl`.
 pub struct UdInlineWr {
     pub(crate) wr: ibv_send_wr,
     pub(crate) sge: ibv_sge,
 }
 
-impl UdInlineWr {
-    pub fn new() -> Box<UdInlineWr> {
-        let mut t = Box::new(UdInlineWr {
-            wr: zeroed_send_wr(),
+impl Default for UdInlineWr {
+    fn default() -> UdInlineWr {
+        let mut wr = zeroed_send_wr();
+        wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        wr.num_sge = 1;
+        UdInlineWr {
+            wr,
             sge: ibv_sge {
                 addr: 0,
                 length: 0,
                 lkey: 0,
             },
-        });
-        t.wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
-        t.wr.num_sge = 1;
-        // the box does not move its contents: the pointer stays valid while it lives
-        t.wr.sg_list = &mut t.sge;
-        t
+        }
     }
 }
 
