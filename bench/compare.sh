@@ -361,6 +361,10 @@ if [ "$VM_VERBS" = 1 ]; then
     vm_cases=verbs; want eps && vm_cases=verbs,eps
     vm_args=(--cases "$vm_cases" --rounds "$ROUNDS" --no-build --timeout "$TO")
     [ "$QUICK" = 1 ] && vm_args+=(--quick)
+    # the measured processes in the guest get the same priority and placement as here
+    # (before 2026-11-26 they ran at normal priority there, whatever the header said)
+    case "$NICE" in 1) vm_args+=(--nice) ;; 2) vm_args+=(--rt) ;; esac
+    [ "$PIN" = 1 ] && vm_args+=(--pin)
     echo "running the verbs cases in the soft-RoCE VM (one boot) ..." >&2
     VM_OUT=$(cd "$ROOT" && timeout -k 10 3600 testbed/rxe-vm.sh --smp 4 --timeout 3000 -- \
         env CARGO_TARGET_DIR="$TARGET" bench/compare.sh "${vm_args[@]}" 2>>"$LOG")
