@@ -56,6 +56,7 @@ impl UdShared {
             in_ctl_list: false,
             in_pending_list: false,
             ack_in: None,
+            flush_asked: None,
             passive: None,
             active,
             user_gone: false,

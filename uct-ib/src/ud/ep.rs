@@ -74,6 +74,11 @@ pub struct EpState {
     /// The newest cumulative ACK received and not yet applied to the window (see
     /// `UdShared::apply_acks`); the endpoint is in the interface's ACK list while set.
     pub ack_in: Option<Psn>,
+    /// The last sent PSN a flush has asked the peer to acknowledge. A flush asks once per
+    /// PSN, as UCX marks the window's last packet: a caller spinning on `flush` would
+    /// otherwise send an ACK request per call. A lost request or answer is the resend
+    /// timer's (its last resend asks for an ACK). Cleared once that PSN is acknowledged.
+    pub flush_asked: Option<Psn>,
     /// Created by a connection request from this key.
     pub passive: Option<PassiveKey>,
     /// Created by `ep_create_connected`: the peer made an endpoint for it, tell it when done.

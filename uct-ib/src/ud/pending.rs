@@ -109,10 +109,7 @@ impl UdShared {
         if !comp.is_none() {
             st.flushes.push_back((st.rel.last_sent(), comp));
         }
-        if !kept_ack_covers_all(st) {
-            st.ctl |= ctl::ACK_REQ;
-            self.schedule_ctl(ep, st);
-        }
+        self.ask_ack_for_flush(ep, st);
         Ok(Status::InProgress)
     }
 
@@ -130,12 +127,24 @@ impl UdShared {
         }
         for ep in &eps {
             let mut st = ep.st.borrow_mut();
-            if st.failed.is_none() && st.rel.outstanding() > 0 && !kept_ack_covers_all(&st) {
-                st.ctl |= ctl::ACK_REQ;
-                self.schedule_ctl(ep, &mut st);
+            if st.failed.is_none() && st.rel.outstanding() > 0 {
+                self.ask_ack_for_flush(ep, &mut st);
             }
         }
         Ok(Status::InProgress)
+    }
+
+    /// A flush waits for the peer's ACK of everything sent: asks for it with a control
+    /// packet, once per last sent PSN ([`EpState::flush_asked`]), unless the ACK kept for the
+    /// next progress round already covers it.
+    fn ask_ack_for_flush(&self, ep: &Rc<EpCell>, st: &mut EpState) {
+        let last = st.rel.last_sent();
+        if kept_ack_covers_all(st) || st.flush_asked == Some(last) {
+            return;
+        }
+        st.flush_asked = Some(last);
+        st.ctl |= ctl::ACK_REQ;
+        self.schedule_ctl(ep, st);
     }
 
     /// A flush with nothing unacknowledged: `Ok` once the operations it covers have completed.

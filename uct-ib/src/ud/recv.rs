@@ -300,6 +300,9 @@ impl UdShared {
                     // got the packets): their completions before the flushes after them
                     self.poll_awaited_sends();
                 }
+                if st.flush_asked.is_some_and(|p| st.rel.is_acked(p)) {
+                    st.flush_asked = None;
+                }
                 while let Some(&(psn, comp)) = st.flushes.front() {
                     if !st.rel.is_acked(psn) {
                         break;
