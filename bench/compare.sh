@@ -24,7 +24,8 @@
 #   --rt      run them SCHED_FIFO (chrt -f 10, root): no preemption by compilers, so the
 #             average equals the typical iteration; the kernel's RT throttling (95%) keeps the
 #             machine usable. Needed on a shared 2-CPU machine, where ~1% of iterations
-#             otherwise wait 2-90 ms for a CPU and make up ~90% of a latency test's time
+#             otherwise wait 2-90 ms for a CPU and make up ~90% of a latency test's time.
+#             --nice, --rt and --pin also apply inside the VM (the verbs cases).
 #   --no-build  use the binaries already in $CARGO_TARGET_DIR/release (the VM run uses this)
 #   --write   also put the table, machine and date into docs/benchmarks.md (between markers)
 # Every command runs under `timeout`; a failed run is reported, never waited for.
@@ -49,7 +50,7 @@ while [ $# -gt 0 ]; do
         --no-build) BUILD=0; shift ;;
         --timeout) TO="$2"; shift 2 ;;
         --cases) CASES="$2"; shift 2 ;;
-        -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
