@@ -14,6 +14,7 @@
 # more, of 40 rounds 27 or more, or as few on the other side, say a difference at 5%).
 #
 # Usage: bench/ab.sh [--vm] [--rounds N] [--out FILE] [--args "PERFTEST ARGS"] [--loopback]
+#                    [--floor [--split US]]
 #                    NAME=DIR[,VAR=VALUE...] ...
 #        bench/ab.sh --snapshot DIR      copy the release build (rucx-perftest, libuct_*.so)
 #                                        into DIR, a variant's folder
@@ -25,6 +26,10 @@
 #   --loopback one process (-l), as compare.sh's self cases; default: server and client
 #   --vm       run the rounds in the soft-RoCE VM (testbed/rxe-vm.sh --smp 4, one boot)
 #   --rounds   default 16; the processes run SCHED_FIFO (chrt -f 10) as compare.sh --rt
+#   --floor    (native only) first in each round the bare-socket ping-pong (socket-floor); the
+#              summary then also splits the rounds by the host's speed: floor p50 below
+#              --split microseconds (default 4.0: this host's fast and slow phases,
+#              docs/benchmarks.md) and at or above it
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,11 +38,13 @@ OUT=""
 VM=0
 LOOP=0
 ARGS="-t am_lat -x ud_verbs -d rxe0:1 -s 8 -n 20000"
+FLOOR=0
+SPLIT=4.0
 VARIANTS=()
 die() { echo "ab.sh: $*" >&2; exit 2; }
 
 summary() {
-    python3 - "$1" <<'EOF'
+    python3 - "$1" "$SPLIT" <<'EOF'
 import collections, statistics as st, sys
 rows = collections.defaultdict(dict)
 bw = False
@@ -53,26 +60,38 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     rows[int(p[1])][p[0]] = (p50, mr, bw_o)
+# --floor: the round's bare-socket ping-pong p50, to tell the host's speeds apart
+floor = {r: d.pop('floor')[0] for r, d in rows.items() if 'floor' in d}
 names = [n for n in dict.fromkeys(n for r in rows.values() for n in r) if n != 'ucx']
 first = names[0] if names else None
-def ratios(a, b):
+def ratios(sel, a, b):
     out = []
-    for r in rows.values():
+    for r in sel:
         if a in r and b in r:
             (p_a, m_a, b_a), (p_b, m_b, b_b) = r[a], r[b]
             avg = (b_a / b_b) if bw else (m_b / m_a if m_a > 0 else float('nan'))
             out.append((p_a / p_b if p_b > 0 else float('nan'), avg))
     return out
-print('%-12s %-8s %7s %9s %7s %9s   (median of the per-round ratios; rounds below 1)' % (
-    'variant', 'against', 'p50', '', 'bw' if bw else 'avg', ''))
-for n in names:
-    for ref in (['ucx'] if 'ucx' in {k for r in rows.values() for k in r} else []) + ([first] if n != first else []):
-        rs = ratios(n, ref)
-        if not rs:
-            continue
-        p = [x for x, _ in rs]; a = [y for _, y in rs]
-        print('%-12s %-8s %7.3f %4d/%-4d %7.3f %4d/%-4d' % (n, ref, st.median(p), sum(x < 1 for x in p),
-              len(p), st.median(a), sum(y < 1 for y in a), len(a)))
+def report(sel, title):
+    print('%s\n%-12s %-8s %7s %9s %7s %9s   (median of the per-round ratios; rounds below 1)' % (
+        title, 'variant', 'against', 'p50', '', 'bw' if bw else 'avg', ''))
+    for n in names:
+        for ref in (['ucx'] if any('ucx' in r for r in sel) else []) + ([first] if n != first else []):
+            rs = ratios(sel, n, ref)
+            if not rs:
+                continue
+            p = [x for x, _ in rs]; a = [y for _, y in rs]
+            print('%-12s %-8s %7.3f %4d/%-4d %7.3f %4d/%-4d' % (n, ref, st.median(p), sum(x < 1 for x in p),
+                  len(p), st.median(a), sum(y < 1 for y in a), len(a)))
+report(list(rows.values()), 'all rounds')
+if floor:
+    split = float(sys.argv[2])
+    for name, keep in (('fast', lambda f: f < split), ('slow', lambda f: f >= split)):
+        sel = [d for r, d in rows.items() if r in floor and keep(floor[r])]
+        if sel:
+            fl = st.median([floor[r] for r in rows if r in floor and keep(floor[r])])
+            report(sel, '%s rounds (floor p50 %s %.2f us; median %.2f us)' % (
+                name, '<' if name == 'fast' else '>=', split, fl))
 EOF
 }
 
@@ -82,6 +101,8 @@ while [ $# -gt 0 ]; do
         --out) OUT="$2"; shift 2 ;;
         --args) ARGS="$2"; shift 2 ;;
         --loopback) LOOP=1; shift ;;
+        --floor) FLOOR=1; shift ;;
+        --split) SPLIT="$2"; shift 2 ;;
         --vm) VM=1; shift ;;
         --snapshot)
             [ $# -ge 2 ] || die "--snapshot needs a folder"
@@ -89,7 +110,7 @@ while [ $# -gt 0 ]; do
                 die "no release build to copy (cargo build --release -p rucx-tools -p uct-ib -p uct-self -p uct-tcp)"
             echo "ab.sh: $(ls "$2" | wc -l) files in $2"; exit 0 ;;
         --summary) [ $# -ge 2 ] || die "--summary needs a file"; summary "$2"; exit 0 ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
         -*) die "unknown option $1 (see --help)" ;;
         *=*) VARIANTS+=("$1"); shift ;;
         *) die "not a variant (NAME=DIR): $1" ;;
@@ -106,6 +127,7 @@ OUT=${OUT:-$(mktemp /tmp/rucx-ab.XXXXXX.csv)}
 touch "$OUT" || die "cannot write $OUT"
 OUT=$(cd "$(dirname "$OUT")" && pwd)/$(basename "$OUT")
 
+[ "$FLOOR" = 1 ] && [ "$VM" = 1 ] && die "--floor measures the host's speed: for native runs only"
 if [ "$VM" = 1 ]; then
     # the folders of the variants and of OUT are shared read-write with the guest
     rw=(--rw "$(dirname "$OUT")")
@@ -142,7 +164,16 @@ run() { # name round tool env...
     echo "$name,$r,${out:-FAIL}" >>"$OUT"
 }
 ALL=(ucx "${VARIANTS[@]}")
+FLOOR_BIN=$ROOT/target/release/socket-floor
+if [ "$FLOOR" = 1 ] && [ ! -x "$FLOOR_BIN" ]; then
+    die "--floor needs $FLOOR_BIN (cargo build --release -p rucx-tools --bin socket-floor)"
+fi
 for r in $(seq 1 "$ROUNDS"); do
+    if [ "$FLOOR" = 1 ]; then
+        fl=$(timeout -k 5 60 chrt -f 10 "$FLOOR_BIN" lat -s 8 -n 100000 2>/dev/null |
+            grep -E '^ *[0-9]' | tail -1 | tr -d ' ')
+        echo "floor,$r,${fl:-FAIL}" >>"$OUT"
+    fi
     for i in $(seq 0 $((${#ALL[@]} - 1))); do
         v=${ALL[$(((i + r) % ${#ALL[@]}))]}
         if [ "$v" = ucx ]; then
