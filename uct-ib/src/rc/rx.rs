@@ -70,19 +70,16 @@ impl IfaceShared {
                 }
                 continue;
             }
-            // ids are 5 bits, so the table always accepts them; a handler's verdict needs no action
-            let _ = match msg {
-                Received::Head(h) => {
-                    self.rx_head(h.bytes(), wc.qp_num());
-                    continue;
-                }
+            match msg {
+                Received::Head(h) => self.rx_head(h.bytes(), wc.qp_num()),
                 Received::Buf(buf) => {
-                    let Some(id) = self.am_id_after_fc(buf[OFF], wc.qp_num()) else {
-                        continue;
-                    };
-                    deliver_am(&self.am, id, buf, OFF + AM_HDR_LEN, len - AM_HDR_LEN)
+                    if let Some(id) = self.am_id_after_fc(buf[OFF], wc.qp_num()) {
+                        // ids are 5 bits, so the table always accepts them; a handler's
+                        // verdict needs no action
+                        let _ = deliver_am(&self.am, id, buf, OFF + AM_HDR_LEN, len - AM_HDR_LEN);
+                    }
                 }
-            };
+            }
         }
         if n == 0 {
             // waiting: warm the buffer the next message lands in

@@ -425,6 +425,7 @@ impl QueuePair {
         dest: UdDest<'_>,
     ) -> Result<()> {
         if self.qp_type != QpType::Ud {
+            // always the error (a UD destination on another QP type), with its log line
             return self.check_dest(&Some(dest));
         }
         self.check_inline_len("QueuePair::post_ud_send_inline", data.len())?;
