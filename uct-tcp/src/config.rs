@@ -5,6 +5,7 @@ use std::time::Duration;
 use ucs::config::{ConfigField, ConfigKind, ConfigTable};
 use ucs::{Result, Status};
 
+pub use crate::read_tuner::DirectReads;
 use crate::wire::MIN_MAX_PAYLOAD;
 
 /// The tcp transport's variables (`RUCX_TCP_<NAME>`).
@@ -129,6 +130,16 @@ pub static TCP_CONFIG: ConfigTable = ConfigTable {
              (bounds what a flood of idle connections costs).",
         ),
         ConfigField::new(
+            "DIRECT_READS",
+            "auto",
+            ConfigKind::Enum(&["auto", "y", "n"]),
+            "While a reply is awaited on an interface's only connection, progress recv()s it \
+             directly instead of asking epoll first: one system call less per message, but the \
+             reads touch the socket while the peer's data is delivered into it, which costs more \
+             than it saves when the two processes' CPUs share no cache. auto: measured at run \
+             time (a few dozen timed waits every 4096), y: always, n: never.",
+        ),
+        ConfigField::new(
             "MAX_POLL",
             "16",
             ConfigKind::Uint,
@@ -191,6 +202,7 @@ pub struct TcpConfig {
     pub handshake_timeout: Duration,
     pub max_half_open: usize,
     pub max_poll: usize,
+    pub direct_reads: DirectReads,
 }
 
 fn invalid(var: &str, value: &str, expected: &str) -> Status {
@@ -359,6 +371,11 @@ impl TcpConfig {
             handshake_timeout,
             max_half_open: half_open.min(1 << 20) as usize,
             max_poll: max_poll as usize,
+            direct_reads: match TCP_CONFIG.get_enum("DIRECT_READS")? {
+                1 => DirectReads::Always,
+                2 => DirectReads::Never,
+                _ => DirectReads::Auto,
+            },
         })
     }
 }
@@ -392,6 +409,7 @@ mod tests {
         assert_eq!(c.tx_coalesce, 65536);
         assert_eq!(c.port_range, None);
         assert!(c.nodelay);
+        assert_eq!(c.direct_reads, DirectReads::Auto);
     }
 
     #[test]

@@ -151,8 +151,13 @@ impl TcpEp {
         }
         if r.is_ok() {
             let units = 1 + ((conn.tx_bytes.get() - bytes) / crate::progress::DIRECT_UNIT).min(255);
-            conn.sent_since_rx
-                .set(conn.sent_since_rx.get().saturating_add(units as u8));
+            let before = conn.sent_since_rx.get();
+            if before == 0 {
+                // A wait for a reply begins; it can be timed while this is the only connection.
+                let solo = self.sh.conns.try_borrow().is_ok_and(|c| c.len() == 1);
+                self.sh.tuner.wait_started(solo);
+            }
+            conn.sent_since_rx.set(before.saturating_add(units as u8));
         }
         if let Err(st) = r {
             if st.is_err() && is_socket_failure(st) && conn.is_open() {

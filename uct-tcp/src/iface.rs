@@ -26,6 +26,7 @@ use crate::ep::{EpInner, Plan, TcpEp};
 use crate::md::TcpMd;
 use crate::netif::{self, PerfModel};
 use crate::ops::Ops;
+use crate::read_tuner::ReadTuner;
 use crate::rx_parser::RxParser;
 use crate::sock;
 use crate::timers::Timers;
@@ -125,6 +126,7 @@ impl Transport for TcpTransport {
             deferred: Cell::new(0),
             ev_buf: Cell::new(Some(vec![EpollEvent::empty(); cfg.max_poll].into_boxed_slice())),
             tick: Cell::new(0),
+            tuner: ReadTuner::new(cfg.direct_reads, seed_u32()),
             solo: Cell::new(0),
             tx_bufs: BufPool::new(cfg.tx_seg + TX_HDR_ROOM, 16),
             stage_bufs: BufPool::new(
@@ -189,6 +191,8 @@ pub struct Shared {
     pub ev_buf: Cell<Option<Box<[EpollEvent]>>>,
     /// Progress calls so far (every `progress::EPOLL_EVERY`th one polls epoll).
     pub tick: Cell<u32>,
+    /// Whether progress reads the lone connection directly while a reply is awaited.
+    pub tuner: ReadTuner,
     /// Token of the only connection, last time there was exactly one (see `progress.rs`).
     pub solo: Cell<u64>,
     /// Send buffers (`tx_seg` + header room) lent to connections while they use them.

@@ -13,7 +13,8 @@
 //! endpoint through the interface's error handler, and bounded handshakes against floods.
 //!
 //! Modules: [`config`]; `md` (component, registrations, rkeys); `iface` (open, attributes,
-//! registries); `progress` (the epoll loop, accept, deadlines, event arming); `connect`
+//! registries); `progress` (the epoll loop, accept, deadlines, event arming); `read_tuner`
+//! (whether progress reads a lone connection directly, measured at run time); `connect`
 //! (handshake, endpoint matching); `conn` / `tx` / `rx` (a socket's state, send and receive
 //! sides); `ep` (pending queue, flush, destroy); `send` (the AM fast path); `rma`; `ops`
 //! (operations awaiting replies); `errors` (failure handling); `timers`; `addr` (address
@@ -37,6 +38,7 @@ mod md;
 pub mod netif;
 mod ops;
 mod progress;
+mod read_tuner;
 mod rma;
 mod rx;
 pub mod rx_parser;

@@ -3,7 +3,9 @@
 //!
 //! Direct reads: while the interface has exactly one connection, it is connected, has nothing
 //! waiting to be written and awaits a reply (since data last arrived, at most
-//! [`DIRECT_MAX_SENDS`] user sends, each counting one more per [`DIRECT_UNIT`] bytes), progress
+//! [`DIRECT_MAX_SENDS`] user sends, each counting one more per [`DIRECT_UNIT`] bytes) and the
+//! read tuner chose direct reads for this wait (`read_tuner.rs`: they lose where the two
+//! processes' CPUs share no cache, so `RUCX_TCP_DIRECT_READS=auto` times both ways), progress
 //! `recv()`s from it directly instead, and polls epoll (accepts, timers, everything else) only
 //! every [`EPOLL_EVERY`]th call. An idle call still costs one system call, but a reply that
 //! arrives is read by the next call rather than announced by an `epoll_wait` first: one system
@@ -77,7 +79,7 @@ impl Shared {
     fn direct_conn(&self) -> Option<Rc<Conn>> {
         let t = self.tick.get().wrapping_add(1);
         self.tick.set(t);
-        if t.is_multiple_of(EPOLL_EVERY) {
+        if t.is_multiple_of(EPOLL_EVERY) || !self.tuner.direct() {
             return None;
         }
         let conns = self.conns.borrow();

@@ -81,8 +81,9 @@ impl Shared {
     /// One `recv()` and its processing: (work, whether it was a full buffered read).
     fn rx_step(&self, conn: &Rc<Conn>, rx: &mut Rx) -> (u32, bool) {
         let got = self.recv_once(conn, rx);
-        if matches!(got, Got::Buffered(_) | Got::Direct(_)) {
+        if matches!(got, Got::Buffered(_) | Got::Direct(_)) && conn.sent_since_rx.get() != 0 {
             conn.sent_since_rx.set(0);
+            self.tuner.reply_arrived();
         }
         let full = matches!(got, Got::Buffered(true));
         (self.rx_got(conn, rx, got), full)

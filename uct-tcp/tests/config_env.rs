@@ -25,6 +25,7 @@ fn configuration_from_the_environment() {
         ("RUCX_TCP_KEEPCNT", "many"),
         ("RUCX_TCP_MAX_POLL", "0"),
         ("RUCX_TCP_TX_COALESCE", "2g"),
+        ("RUCX_TCP_DIRECT_READS", "sometimes"),
     ] {
         std::env::set_var(var, val);
         assert_eq!(open_lo(&c).err(), Some(Status::InvalidParam), "{var}={val}");
