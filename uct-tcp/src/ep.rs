@@ -154,8 +154,10 @@ impl TcpEp {
             let before = conn.sent_since_rx.get();
             if before == 0 {
                 // A wait for a reply begins; it can be timed while this is the only connection.
-                let solo = self.sh.conns.try_borrow().is_ok_and(|c| c.len() == 1);
-                self.sh.tuner.wait_started(solo);
+                let conns = &self.sh.conns;
+                self.sh
+                    .tuner
+                    .wait_started(|| conns.try_borrow().is_ok_and(|c| c.len() == 1));
             }
             conn.sent_since_rx.set(before.saturating_add(units as u8));
         }

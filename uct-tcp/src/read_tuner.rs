@@ -76,9 +76,10 @@ impl ReadTuner {
     }
 
     /// A send began a wait for a reply (nothing had been sent since data last arrived).
-    /// `timed`: the wait can be timed (the interface has this one connection).
+    /// `timed` says whether the wait can be timed (the interface has this one connection); it
+    /// is asked only in a trial.
     #[inline]
-    pub fn wait_started(&self, timed: bool) {
+    pub fn wait_started(&self, timed: impl FnOnce() -> bool) {
         if self.setting != DirectReads::Auto {
             return;
         }
@@ -87,7 +88,7 @@ impl ReadTuner {
             self.until_trial.set(left - 1);
             return;
         }
-        if !timed {
+        if !timed() {
             self.started.set(None);
             self.direct.set(self.chosen.get());
             return;
@@ -171,7 +172,7 @@ mod tests {
 
     /// One timed wait whose length the test gives by way (direct or not); returns the way.
     fn wait(t: &ReadTuner, ns: impl Fn(bool) -> u32) -> bool {
-        t.wait_started(true);
+        t.wait_started(|| true);
         assert!(t.started.take().is_some(), "a trial's waits are timed");
         let d = t.direct();
         t.record(d, ns(d));
@@ -187,7 +188,7 @@ mod tests {
 
     fn exploit(t: &ReadTuner, expect_direct: bool) {
         for _ in 0..EXPLOIT {
-            t.wait_started(true);
+            t.wait_started(|| true);
             assert_eq!(t.direct(), expect_direct);
             assert!(t.started.get().is_none(), "no clock reads outside trials");
             t.reply_arrived();
@@ -229,7 +230,7 @@ mod tests {
         for (s, d) in [(DirectReads::Always, true), (DirectReads::Never, false)] {
             let t = ReadTuner::new(s, 7);
             for _ in 0..3 * TRIAL {
-                t.wait_started(true);
+                t.wait_started(|| true);
                 assert_eq!(t.direct(), d);
                 assert!(t.started.get().is_none());
                 t.reply_arrived();
@@ -241,7 +242,7 @@ mod tests {
     fn untimed_waits_use_the_choice_and_measure_nothing() {
         let t = ReadTuner::new(DirectReads::Auto, 7);
         for _ in 0..TRIAL {
-            t.wait_started(false);
+            t.wait_started(|| false);
             assert!(t.direct());
             t.reply_arrived();
         }
@@ -252,7 +253,7 @@ mod tests {
     fn clock_timed_waits_complete_a_trial() {
         let t = ReadTuner::new(DirectReads::Auto, 7);
         for _ in 0..TRIAL {
-            t.wait_started(true);
+            t.wait_started(|| true);
             assert!(t.started.get().is_some());
             t.reply_arrived();
         }
