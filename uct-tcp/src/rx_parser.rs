@@ -257,6 +257,11 @@ impl RxParser {
             }));
         }
         let s = self.start;
+        if s == self.end {
+            // Drained (the usual end of a receive): nothing to decode. `want` only matters
+            // while a partial frame is buffered, and `buf_mut` ignores it when empty.
+            return None;
+        }
         match decode_frame(&self.buf[s..self.end], self.max_payload) {
             Ok((msg, used)) => {
                 let bulk = msg.bulk_len();
