@@ -223,7 +223,10 @@ impl Shared {
     fn process_frames(&self, conn: &Rc<Conn>, rx: &mut Rx) -> u32 {
         let Rx { parser, sink } = rx;
         let mut work = 0;
-        while let Some(item) = parser.next_frame() {
+        // Nothing buffered is the usual end of a receive: no call to find that out. (A broken
+        // stream was reported by the call that broke it; an awaited bulk chunk needs bytes.)
+        while parser.buffered() > 0 {
+            let Some(item) = parser.next_frame() else { break };
             match item {
                 Err(e) => {
                     self.violation(conn, &e);
