@@ -137,7 +137,7 @@ pub static TCP_CONFIG: ConfigTable = ConfigTable {
              directly instead of asking epoll first: one system call less per message, but the \
              reads touch the socket while the peer's data is delivered into it, which costs more \
              than it saves when the two processes' CPUs share no cache. auto: measured at run \
-             time (a few dozen timed waits every 4096), y: always, n: never.",
+             time (128 timed waits every 4096), y: always, n: never.",
         ),
         ConfigField::new(
             "MAX_POLL",

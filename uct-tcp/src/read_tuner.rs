@@ -8,8 +8,9 @@
 //! faster; with the vCPUs on different dies (~190 ns a line) they made it ~2.5% slower, and a
 //! bare C ping-pong shows the same. The placement is the hypervisor's and changes at run time,
 //! so with `RUCX_TCP_DIRECT_READS=auto` the tuner measures: every [`EXPLOIT`] waits it times
-//! [`TRIAL`] waits, half each way (drawn at random), and keeps the one whose median wait was shorter.
-//! Outside a trial the tuner costs a counter per wait, inside one two clock reads (vDSO).
+//! [`TRIAL`] waits, half each way (drawn at random), and keeps the one whose median wait was
+//! shorter. Outside a trial the tuner costs a counter per wait, inside one two clock reads
+//! (vDSO).
 
 use std::cell::{Cell, RefCell};
 use std::time::Instant;
