@@ -14,7 +14,7 @@
 # more, of 40 rounds 27 or more, or as few on the other side, say a difference at 5%).
 #
 # Usage: bench/ab.sh [--vm] [--rounds N] [--out FILE] [--args "PERFTEST ARGS"] [--loopback]
-#                    [--floor [--split US]]
+#                    [--floor [--line-split US] [--split US]]
 #                    NAME=DIR[,VAR=VALUE...] ...
 #        bench/ab.sh --snapshot DIR      copy the release build (rucx-perftest, libuct_*.so)
 #                                        into DIR, a variant's folder
@@ -26,10 +26,13 @@
 #   --loopback one process (-l), as compare.sh's self cases; default: server and client
 #   --vm       run the rounds in the soft-RoCE VM (testbed/rxe-vm.sh --smp 4, one boot)
 #   --rounds   default 16; the processes run SCHED_FIFO (chrt -f 10) as compare.sh --rt
-#   --floor    (native only) first in each round the bare-socket ping-pong (socket-floor); the
-#              summary then also splits the rounds by the host's speed: floor p50 below
-#              --split microseconds (default 4.0: this host's fast and slow phases,
-#              docs/benchmarks.md) and at or above it
+#   --floor    (native only) first in each round the bare-socket ping-pong and the cache-line
+#              probe (socket-floor lat, socket-floor line); the summary then also splits the
+#              rounds by where the host put the two vCPUs: a cache line one way between CPUs 0
+#              and 1 below --line-split microseconds (default 0.06: one die, ~0.02-0.03 on this
+#              host) or at or above it (across dies, ~0.18-0.19); docs/benchmarks.md, "tcp: direct
+#              reads and where the vCPUs run". Files without the probe split by the floor p50
+#              (--split, default 4.0 us)
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,11 +43,12 @@ LOOP=0
 ARGS="-t am_lat -x ud_verbs -d rxe0:1 -s 8 -n 20000"
 FLOOR=0
 SPLIT=4.0
+LINE_SPLIT=0.06
 VARIANTS=()
 die() { echo "ab.sh: $*" >&2; exit 2; }
 
 summary() {
-    python3 - "$1" "$SPLIT" <<'EOF'
+    python3 - "$1" "$SPLIT" "$LINE_SPLIT" <<'EOF'
 import collections, statistics as st, sys
 rows = collections.defaultdict(dict)
 bw = False
@@ -62,6 +66,8 @@ for line in open(sys.argv[1]):
     rows[int(p[1])][p[0]] = (p50, mr, bw_o)
 # --floor: the round's bare-socket ping-pong p50, to tell the host's speeds apart
 floor = {r: d.pop('floor')[0] for r, d in rows.items() if 'floor' in d}
+# --floor: the round's cache-line probe, one way in us (where the vCPUs are)
+line = {r: d.pop('line')[0] for r, d in rows.items() if 'line' in d}
 names = [n for n in dict.fromkeys(n for r in rows.values() for n in r) if n != 'ucx']
 first = names[0] if names else None
 def ratios(sel, a, b):
@@ -84,7 +90,16 @@ def report(sel, title):
             print('%-12s %-8s %7.3f %4d/%-4d %7.3f %4d/%-4d' % (n, ref, st.median(p), sum(x < 1 for x in p),
                   len(p), st.median(a), sum(y < 1 for y in a), len(a)))
 report(list(rows.values()), 'all rounds')
-if floor:
+if line:
+    split = float(sys.argv[3])
+    for name, keep in (('one die', lambda f: f < split), ('across dies', lambda f: f >= split)):
+        sel = [d for r, d in rows.items() if r in line and keep(line[r])]
+        if sel:
+            ln = st.median([line[r] for r in rows if r in line and keep(line[r])])
+            fl = st.median([floor[r] for r in rows if r in line and keep(line[r]) and r in floor] or [0])
+            report(sel, '%s rounds (cache line %s %.3f us one way; median %.3f us, floor p50 %.2f us)' % (
+                name, '<' if name == 'one die' else '>=', split, ln, fl))
+elif floor:
     split = float(sys.argv[2])
     for name, keep in (('fast', lambda f: f < split), ('slow', lambda f: f >= split)):
         sel = [d for r, d in rows.items() if r in floor and keep(floor[r])]
@@ -103,6 +118,7 @@ while [ $# -gt 0 ]; do
         --loopback) LOOP=1; shift ;;
         --floor) FLOOR=1; shift ;;
         --split) SPLIT="$2"; shift 2 ;;
+        --line-split) LINE_SPLIT="$2"; shift 2 ;;
         --vm) VM=1; shift ;;
         --snapshot)
             [ $# -ge 2 ] || die "--snapshot needs a folder"
@@ -173,6 +189,8 @@ for r in $(seq 1 "$ROUNDS"); do
         fl=$(timeout -k 5 60 chrt -f 10 "$FLOOR_BIN" lat -s 8 -n 100000 2>/dev/null |
             grep -E '^ *[0-9]' | tail -1 | tr -d ' ')
         echo "floor,$r,${fl:-FAIL}" >>"$OUT"
+        ln=$(timeout -k 5 60 "$FLOOR_BIN" line 2>/dev/null | grep -E '^ *[0-9]' | tail -1 | tr -d ' ')
+        echo "line,$r,${ln:-FAIL}" >>"$OUT"
     fi
     for i in $(seq 0 $((${#ALL[@]} - 1))); do
         v=${ALL[$(((i + r) % ${#ALL[@]}))]}

@@ -4,12 +4,18 @@
 //! ```text
 //! socket-floor lat    [-s 8]     [-n 100000] [-w 1000]   # ping-pong, reports RTT/2
 //! socket-floor stream [-s 65536] [-n 20000]  [-w 100]    # one-way stream, then a 1-byte ack
+//! socket-floor line   [-n 1000000]                       # a cache line between CPUs 0 and 1
 //! ```
 //! A server thread and a client thread talk over 127.0.0.1 with `TCP_NODELAY`, both busy-polling
 //! non-blocking sockets (as UCX's tcp transport progresses). Output is `ucx_perftest -f -v`'s
 //! CSV (header + one row: iterations, percentile/avg/overall latency in µs, avg/overall
 //! bandwidth in MB/s = MiB/s, avg/overall message rate), so the same parser reads all three
 //! tools. The percentile column is the median per-iteration time for `lat`, 0 for `stream`.
+//!
+//! `line` tells where the two CPUs are: two threads pinned to CPUs 0 and 1 hand a cache line
+//! back and forth, and the latency columns give the one-way time in µs (on this project's VM
+//! host ~0.05 when the hypervisor puts both vCPUs under one L3 cache, ~0.19 when on different
+//! dies; the floor ping-pong and tcp's direct reads follow it, docs/benchmarks.md).
 #![deny(unsafe_code)]
 
 use std::io::{ErrorKind, Read, Write};
@@ -25,16 +31,20 @@ struct Args {
 
 fn parse() -> Result<Args, String> {
     let mut a = std::env::args().skip(1);
-    let mode = a.next().ok_or("missing mode: lat or stream")?;
-    if mode != "lat" && mode != "stream" {
-        return Err(format!("unknown mode {mode:?}: lat or stream"));
+    let mode = a.next().ok_or("missing mode: lat, stream or line")?;
+    if !matches!(mode.as_str(), "lat" | "stream" | "line") {
+        return Err(format!("unknown mode {mode:?}: lat, stream or line"));
     }
-    let stream = mode == "stream";
+    let (size, iters, warmup) = match mode.as_str() {
+        "stream" => (65536, 20_000, 100),
+        "line" => (8, 1_000_000, 10_000),
+        _ => (8, 100_000, 1000),
+    };
     let mut args = Args {
         mode,
-        size: if stream { 65536 } else { 8 },
-        iters: if stream { 20_000 } else { 100_000 },
-        warmup: if stream { 100 } else { 1000 },
+        size,
+        iters,
+        warmup,
     };
     while let Some(o) = a.next() {
         let v = a.next().ok_or(format!("{o} needs a value"))?;
@@ -119,7 +129,58 @@ fn print(iters: u64, pct_us: f64, lat_us: f64, bytes_per_sec: f64, msgs_per_sec:
     println!("{iters},{pct_us:.3},{lat_us:.3},{lat_us:.3},{bw:.2},{bw:.2},{mr:.0},{mr:.0}");
 }
 
+/// Pins the calling thread to `cpu`.
+fn pin(cpu: usize) -> std::io::Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).map_err(std::io::Error::from)?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).map_err(std::io::Error::from)
+}
+
+/// `line`: one-way time of a cache line between CPUs 0 and 1 (the two threads take turns
+/// storing the next count into one atomic word).
+fn cache_line(a: &Args) -> std::io::Result<()> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return Err(std::io::Error::other("line needs two CPUs"));
+    }
+    let word = Arc::new(AtomicU64::new(0));
+    let total = a.warmup + a.iters;
+    let w = word.clone();
+    let peer = std::thread::spawn(move || -> std::io::Result<()> {
+        pin(1)?;
+        for i in 0..total {
+            while w.load(Ordering::Acquire) != 2 * i + 1 {
+                std::hint::spin_loop();
+            }
+            w.store(2 * i + 2, Ordering::Release);
+        }
+        Ok(())
+    });
+    pin(0)?;
+    let mut start = Instant::now();
+    for i in 0..total {
+        if i == a.warmup {
+            start = Instant::now();
+        }
+        word.store(2 * i + 1, Ordering::Release);
+        while word.load(Ordering::Acquire) != 2 * i + 2 {
+            std::hint::spin_loop();
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    peer.join()
+        .map_err(|_| std::io::Error::other("peer thread panicked"))??;
+    let one_way_us = secs / a.iters as f64 / 2.0 * 1e6;
+    let n = a.iters as f64;
+    print(a.iters, one_way_us, one_way_us, 0.0, n / secs * 2.0);
+    Ok(())
+}
+
 fn run(a: &Args) -> std::io::Result<()> {
+    if a.mode == "line" {
+        return cache_line(a);
+    }
     let (mut c, s) = pair()?;
     let total = a.warmup + a.iters;
     let (size, lat) = (a.size, a.mode == "lat");
@@ -182,7 +243,7 @@ fn main() {
         Ok(a) => a,
         Err(e) => {
             eprintln!("socket-floor: {e}");
-            eprintln!("usage: socket-floor lat|stream [-s size] [-n iterations] [-w warm-up]");
+            eprintln!("usage: socket-floor lat|stream|line [-s size] [-n iterations] [-w warm-up]");
             std::process::exit(2);
         }
     };
