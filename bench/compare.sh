@@ -207,6 +207,7 @@ if want verbs && { [ "$IN_VM" = 1 ] || [ -n "${RUCX_BENCH_VERBS_DEV:-}" ]; }; th
 fi
 
 declare -A VAL PCT FAILED RR CUR STL
+LINE=""
 # Host steal: time the hypervisor ran something else on our vCPUs (/proc/stat "steal", in
 # USER_HZ ticks, all CPUs). A ping-pong stalls whenever either side's vCPU is stolen, so a run's
 # overall latency grows with it (measured: stalls of 2-4 ms, 8-34% of a run's time, about the
@@ -243,6 +244,12 @@ for round in $(seq 1 "$ROUNDS"); do
             STL[$fid,floor]+="$(steal_since "$s0") "
             printf '  round %d %-44s floor %s\n' "$round" "$label" "$row" >&2
         done
+        # Where the host put the two vCPUs this round (one die or across dies): a cache line's
+        # one-way time between CPUs 0 and 1 (docs/benchmarks.md, "tcp: direct reads and where
+        # the vCPUs run").
+        row=$(timeout -k 5 "$TO" "$FLOOR" line 2>>"$LOG" | csv_row)
+        LINE+="$(field "${row:-FAIL}" 2) "
+        printf '  round %d %-44s floor %s\n' "$round" "vCPU placement: cache line one way (us)" "${row:-FAIL}" >&2
     fi
     for c in "${CASE_LIST[@]}"; do
         IFS='|' read -r id mode label kind uargs rargs <<<"$c"
@@ -404,6 +411,11 @@ TABLE=$(
         echo "| floor (no transport) | unit | median | p50 | host steal % |"
         echo "|---|---|---:|---:|---:|"
         printf '%s\n' "${FLOOR_ROWS[@]}"
+        if [ -n "${LINE:-}" ]; then
+            one=$(printf '%s\n' $LINE | awk '$1 + 0 > 0 && $1 + 0 < 0.06 { n++ } END { print n + 0 }')
+            echo
+            echo "vCPU placement (socket-floor line: a cache line between CPUs 0 and 1, one way, per round): median $(median 3 $LINE) µs; rounds with both vCPUs on one die (< 0.06 µs): $one of $(printf '%s\n' $LINE | grep -c .)."
+        fi
         fl=$(median 6 ${VAL[floor_lat,floor]:-})
         if [ -n "${VAL[tcp_am_lat_8,rucx]:-}" ] && [ "$fl" != n/a ]; then
             echo
