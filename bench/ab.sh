@@ -90,23 +90,21 @@ def report(sel, title):
             print('%-12s %-8s %7.3f %4d/%-4d %7.3f %4d/%-4d' % (n, ref, st.median(p), sum(x < 1 for x in p),
                   len(p), st.median(a), sum(y < 1 for y in a), len(a)))
 report(list(rows.values()), 'all rounds')
+def split_report(by, split, names, what, prec):
+    # the rounds on either side of `split` by their probe `by` (one report each)
+    for name, keep in ((names[0], lambda f: f < split), (names[1], lambda f: f >= split)):
+        rs = [r for r in rows if r in by and keep(by[r])]
+        if rs:
+            med = st.median([by[r] for r in rs])
+            extra = (', floor p50 %.2f us' % st.median([floor[r] for r in rs if r in floor] or [0])
+                     if by is line else '')
+            report([rows[r] for r in rs], '%s rounds (%s %s %.*f us%s; median %.*f us%s)' % (
+                name, what, '<' if name == names[0] else '>=', prec, split,
+                ' one way' if by is line else '', prec, med, extra))
 if line:
-    split = float(sys.argv[3])
-    for name, keep in (('one die', lambda f: f < split), ('across dies', lambda f: f >= split)):
-        sel = [d for r, d in rows.items() if r in line and keep(line[r])]
-        if sel:
-            ln = st.median([line[r] for r in rows if r in line and keep(line[r])])
-            fl = st.median([floor[r] for r in rows if r in line and keep(line[r]) and r in floor] or [0])
-            report(sel, '%s rounds (cache line %s %.3f us one way; median %.3f us, floor p50 %.2f us)' % (
-                name, '<' if name == 'one die' else '>=', split, ln, fl))
+    split_report(line, float(sys.argv[3]), ('one die', 'across dies'), 'cache line', 3)
 elif floor:
-    split = float(sys.argv[2])
-    for name, keep in (('fast', lambda f: f < split), ('slow', lambda f: f >= split)):
-        sel = [d for r, d in rows.items() if r in floor and keep(floor[r])]
-        if sel:
-            fl = st.median([floor[r] for r in rows if r in floor and keep(floor[r])])
-            report(sel, '%s rounds (floor p50 %s %.2f us; median %.2f us)' % (
-                name, '<' if name == 'fast' else '>=', split, fl))
+    split_report(floor, float(sys.argv[2]), ('fast', 'slow'), 'floor p50', 2)
 EOF
 }
 
