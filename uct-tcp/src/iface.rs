@@ -124,7 +124,9 @@ impl Transport for TcpTransport {
             unexpected: RefCell::new(HashMap::new()),
             peer_sn: RefCell::new(HashMap::new()),
             deferred: Cell::new(0),
-            ev_buf: Cell::new(Some(vec![EpollEvent::empty(); cfg.max_poll].into_boxed_slice())),
+            ev_buf: Cell::new(Some(
+                vec![crate::sys::EMPTY_EVENT; cfg.max_poll].into_boxed_slice(),
+            )),
             tick: Cell::new(0),
             tuner: ReadTuner::new(cfg.direct_reads, seed_u32()),
             solo: Cell::new(0),
@@ -188,7 +190,7 @@ pub struct Shared {
     /// Deferred callbacks (error reports, pending re-dispatch) not yet run.
     pub deferred: Cell<usize>,
     /// Events of one progress call (`RUCX_TCP_MAX_POLL` entries); taken while in use.
-    pub ev_buf: Cell<Option<Box<[EpollEvent]>>>,
+    pub ev_buf: Cell<Option<Box<[crate::sys::Event]>>>,
     /// Progress calls so far (every `progress::EPOLL_EVERY`th one polls epoll).
     pub tick: Cell<u32>,
     /// Whether progress reads the lone connection directly while a reply is awaited.

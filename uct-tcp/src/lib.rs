@@ -19,8 +19,9 @@
 //! sides); `ep` (pending queue, flush, destroy); `send` (the AM fast path); `rma`; `ops`
 //! (operations awaiting replies); `errors` (failure handling); `timers`; `addr` (address
 //! formats); `bufs` (send/receive buffers lent to busy connections); `coalesce` (copied
-//! sends sharing one `send()`: bursts, full sockets); `sock` (socket calls); `direct`
-//! (receiving into user memory, the crate's only unsafe code). Building blocks: [`wire`],
+//! sends sharing one `send()`: bursts, full sockets); `sock` (socket calls); `sys` (the data
+//! path's raw system calls) and `direct` (receiving into user memory), the crate's only unsafe
+//! code. Building blocks: [`wire`],
 //! [`rx_parser`], [`netif`].
 #![deny(unsafe_code)]
 
@@ -44,6 +45,7 @@ mod rx;
 pub mod rx_parser;
 mod send;
 mod sock;
+mod sys;
 mod timers;
 mod tx;
 pub mod wire;

@@ -18,12 +18,15 @@
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use nix::sys::epoll::{EpollEvent, EpollFlags, EpollTimeout};
+use std::os::fd::AsRawFd;
+
+use nix::sys::epoll::EpollFlags;
 use ucs::{Result, Status};
 
 use crate::conn::{Conn, State};
 use crate::ep::Plan;
 use crate::iface::{Shared, LISTEN_TOKEN, TIMER_TOKEN};
+use crate::sys;
 use crate::timers::Deadline;
 
 /// Connections accepted per progress call at most.
@@ -70,7 +73,7 @@ impl Shared {
                 self.ev_buf.set(Some(buf));
                 w
             }
-            None => self.poll_into(&mut [EpollEvent::empty(); 4]),
+            None => self.poll_into(&mut [sys::EMPTY_EVENT; 4]),
         }
     }
 
@@ -109,18 +112,18 @@ impl Shared {
         Some(conn.clone())
     }
 
-    fn poll_into(&self, evs: &mut [EpollEvent]) -> u32 {
-        let n = match self.epoll.wait(evs, EpollTimeout::ZERO) {
+    fn poll_into(&self, evs: &mut [sys::Event]) -> u32 {
+        let n = match sys::epoll_wait(self.epoll.0.as_raw_fd(), evs, 0) {
             Ok(n) => n,
             Err(_) => return 0, // EINTR; anything else would repeat on the next call
         };
         let mut work = 0;
         for ev in &evs[..n] {
-            work += match ev.data() {
+            work += match sys::ev_token(ev) {
                 LISTEN_TOKEN => self.accept_some(),
                 TIMER_TOKEN => self.run_timers(),
                 token => match self.conn_by_token(token) {
-                    Some(conn) => self.conn_event(&conn, ev.events()),
+                    Some(conn) => self.conn_event(&conn, sys::ev_flags(ev)),
                     None => 0,
                 },
             };
@@ -309,8 +312,8 @@ impl Shared {
         if self.deferred.get() > 0 || self.any_staged() {
             return Err(Status::Busy);
         }
-        let mut ev = [EpollEvent::empty(); 1];
-        match self.epoll.wait(&mut ev, EpollTimeout::ZERO) {
+        let mut ev = [sys::EMPTY_EVENT; 1];
+        match sys::epoll_wait(self.epoll.0.as_raw_fd(), &mut ev, 0) {
             Ok(0) => Ok(()),
             _ => Err(Status::Busy),
         }

@@ -1,6 +1,7 @@
 //! Socket plumbing: non-blocking connect, listening on a port range, socket options, and the
 //! `send`/`sendmsg`/`recv` calls of the data path (all with `MSG_NOSIGNAL`: a closed peer is
-//! an error return, never a `SIGPIPE`).
+//! an error return, never a `SIGPIPE`), the latter made by `sys` without libc's cancellation
+//! wrappers.
 
 use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -11,14 +12,15 @@ use nix::sys::socket::{self, sockopt, AddressFamily, MsgFlags, SockFlag, SockTyp
 use ucs::{Result, Status};
 
 use crate::config::TcpConfig;
+use crate::sys;
 
-const SEND_FLAGS: MsgFlags = MsgFlags::MSG_NOSIGNAL.union(MsgFlags::MSG_DONTWAIT);
+const SEND_FLAGS: i32 = MsgFlags::MSG_NOSIGNAL.union(MsgFlags::MSG_DONTWAIT).bits();
 
 /// `send()` of one buffer.
 #[inline]
 pub fn send(sock: &TcpStream, buf: &[u8]) -> std::result::Result<usize, Errno> {
     loop {
-        match socket::send(sock.as_raw_fd(), buf, SEND_FLAGS) {
+        match sys::send(sock.as_raw_fd(), buf, SEND_FLAGS) {
             Err(Errno::EINTR) => continue,
             r => return r,
         }
@@ -29,7 +31,7 @@ pub fn send(sock: &TcpStream, buf: &[u8]) -> std::result::Result<usize, Errno> {
 #[inline]
 pub fn sendv(sock: &TcpStream, iov: &[IoSlice<'_>]) -> std::result::Result<usize, Errno> {
     loop {
-        match socket::sendmsg::<()>(sock.as_raw_fd(), iov, &[], SEND_FLAGS, None) {
+        match sys::sendv(sock.as_raw_fd(), iov, SEND_FLAGS) {
             Err(Errno::EINTR) => continue,
             r => return r,
         }
@@ -40,7 +42,7 @@ pub fn sendv(sock: &TcpStream, iov: &[IoSlice<'_>]) -> std::result::Result<usize
 #[inline]
 pub fn recv(sock: &TcpStream, buf: &mut [u8]) -> std::result::Result<usize, Errno> {
     loop {
-        match socket::recv(sock.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT) {
+        match sys::recv(sock.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT.bits()) {
             Err(Errno::EINTR) => continue,
             r => return r,
         }
