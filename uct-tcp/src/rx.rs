@@ -79,6 +79,10 @@ impl Shared {
     }
 
     /// One `recv()` and its processing: (work, whether it was a full buffered read).
+    /// (Inlined with `rx_got`, `recv_once` and `process_frames`: one function from the `recv()`
+    /// to the handler, not four, each saving and restoring registers; what only puts, gets and
+    /// handshakes need stays out of line.)
+    #[inline]
     fn rx_step(&self, conn: &Rc<Conn>, rx: &mut Rx) -> (u32, bool) {
         let got = self.recv_once(conn, rx);
         if matches!(got, Got::Buffered(_) | Got::Direct(_)) && conn.sent_since_rx.get() != 0 {
@@ -89,6 +93,7 @@ impl Shared {
         (self.rx_got(conn, rx, got), full)
     }
 
+    #[inline]
     fn rx_got(&self, conn: &Rc<Conn>, rx: &mut Rx, got: Got) -> u32 {
         match got {
             Got::Again => return 0,
@@ -108,29 +113,54 @@ impl Shared {
             }
             Got::Buffered(_) => {}
         }
-        let mut work = 1;
-        match conn.state.get() {
-            State::Accepted => {
-                if !self.server_handshake(conn, rx) {
-                    return work;
-                }
-            }
-            State::WaitAck => {
-                if !self.client_handshake(conn, rx) {
-                    return work;
-                }
-            }
-            State::Connected => {}
-            _ => return work,
+        if conn.state.get() != State::Connected && !self.rx_handshake(conn, rx) {
+            return 1;
         }
-        work += self.process_frames(conn, rx);
-        work
+        1 + self.process_frames(conn, rx)
+    }
+
+    /// Bytes for a connection not yet connected: whether frames may follow (the handshake
+    /// completed).
+    #[inline(never)]
+    fn rx_handshake(&self, conn: &Rc<Conn>, rx: &mut Rx) -> bool {
+        match conn.state.get() {
+            State::Accepted => self.server_handshake(conn, rx),
+            State::WaitAck => self.client_handshake(conn, rx),
+            State::Connected => true,
+            _ => false,
+        }
     }
 
     /// One `recv()`: into the bulk destination when possible, else into the parser.
+    #[inline]
     fn recv_once(&self, conn: &Conn, rx: &mut Rx) -> Got {
         let direct = rx.parser.bulk_direct_max().min(DIRECT_MAX);
         if direct > 0 {
+            if let Some(got) = self.recv_bulk(conn, rx, direct) {
+                return got;
+            }
+        }
+        if rx.parser.needs_buffer() && rx.parser.capacity() == self.rx_bufs.size() {
+            rx.parser.give_buffer(self.rx_bufs.take());
+        }
+        let buf = rx.parser.buf_mut();
+        let offered = buf.len();
+        match sock::recv(&conn.sock, buf) {
+            Ok(0) => Got::Eof,
+            Ok(k) => {
+                rx.parser.advance(k);
+                Got::Buffered(k == offered)
+            }
+            Err(Errno::EAGAIN) => Got::Again,
+            Err(e) => Got::Failed(sock::errno_status(e)),
+        }
+    }
+
+    /// Up to `direct` bytes of a put's or get reply's bulk data straight into its destination;
+    /// `None` when there is none to receive into (the bytes then go through the parser).
+    #[inline(never)]
+    fn recv_bulk(&self, conn: &Conn, rx: &mut Rx, direct: u64) -> Option<Got> {
+        {
             let remaining = rx.parser.bulk_remaining();
             let r = match &mut rx.sink {
                 Sink::Put {
@@ -170,31 +200,15 @@ impl Shared {
                 }
                 _ => None,
             };
-            if let Some(r) = r {
-                return match r {
-                    Ok(0) => Got::Eof,
-                    Ok(k) => match rx.parser.bulk_direct_done(k as u64) {
-                        Ok(done) => Got::Direct(done),
-                        Err(st) => Got::Failed(st),
-                    },
-                    Err(Errno::EAGAIN) => Got::Again,
-                    Err(e) => Got::Failed(sock::errno_status(e)),
-                };
-            }
-        }
-        if rx.parser.needs_buffer() && rx.parser.capacity() == self.rx_bufs.size() {
-            rx.parser.give_buffer(self.rx_bufs.take());
-        }
-        let buf = rx.parser.buf_mut();
-        let offered = buf.len();
-        match sock::recv(&conn.sock, buf) {
-            Ok(0) => Got::Eof,
-            Ok(k) => {
-                rx.parser.advance(k);
-                Got::Buffered(k == offered)
-            }
-            Err(Errno::EAGAIN) => Got::Again,
-            Err(e) => Got::Failed(sock::errno_status(e)),
+            r.map(|r| match r {
+                Ok(0) => Got::Eof,
+                Ok(k) => match rx.parser.bulk_direct_done(k as u64) {
+                    Ok(done) => Got::Direct(done),
+                    Err(st) => Got::Failed(st),
+                },
+                Err(Errno::EAGAIN) => Got::Again,
+                Err(e) => Got::Failed(sock::errno_status(e)),
+            })
         }
     }
 
@@ -220,12 +234,21 @@ impl Shared {
 
     /// Delivers every complete frame and bulk chunk. Stops when the connection closes (a
     /// handler may destroy its endpoint).
+    #[inline]
     fn process_frames(&self, conn: &Rc<Conn>, rx: &mut Rx) -> u32 {
         let Rx { parser, sink } = rx;
         let mut work = 0;
         // Nothing buffered is the usual end of a receive: no call to find that out. (A broken
         // stream was reported by the call that broke it; an awaited bulk chunk needs bytes.)
         while parser.buffered() > 0 {
+            if let Some((id, payload)) = parser.next_am() {
+                work += 1;
+                self.on_am(conn, id, payload);
+                if conn.state.get() != State::Connected {
+                    break;
+                }
+                continue;
+            }
             let Some(item) = parser.next_frame() else { break };
             match item {
                 Err(e) => {
@@ -252,15 +275,7 @@ impl Shared {
 
     fn on_msg(&self, conn: &Rc<Conn>, sink: &mut Sink, m: Msg<'_>) {
         match m {
-            Msg::Am { id, payload } => {
-                if let Err(st) = self.am.invoke(id, payload, None) {
-                    tracing::warn!(
-                        "tcp: malformed active message (id {id}) from {}; dropping the connection",
-                        conn.peer.get()
-                    );
-                    self.conn_failed(conn, st);
-                }
-            }
+            Msg::Am { id, payload } => self.on_am(conn, id, payload),
             Msg::PutReq(r) => self.on_put_req(conn, sink, r),
             Msg::GetReq(r) => self.on_get_req(conn, r),
             Msg::AtomicReq(r) => self.on_atomic_req(conn, r),
@@ -283,6 +298,22 @@ impl Shared {
                 }
             }
         }
+    }
+
+    #[inline]
+    fn on_am(&self, conn: &Rc<Conn>, id: u8, payload: &[u8]) {
+        if let Err(st) = self.am.invoke(id, payload, None) {
+            self.am_refused(conn, id, st);
+        }
+    }
+
+    #[cold]
+    fn am_refused(&self, conn: &Rc<Conn>, id: u8, st: Status) {
+        tracing::warn!(
+            "tcp: malformed active message (id {id}) from {}; dropping the connection",
+            conn.peer.get()
+        );
+        self.conn_failed(conn, st);
     }
 
     /// A piece of bulk data.

@@ -1,7 +1,8 @@
 //! Receive-side reassembly of the tcp byte stream into handshake messages, frames and bulk data.
 //!
 //! The transport `recv()`s straight into [`RxParser::buf_mut`], reports the byte count with
-//! [`RxParser::advance`], then drains [`RxParser::next_frame`] until it returns `None`. A
+//! [`RxParser::advance`], then drains [`RxParser::next_frame`] until it returns `None`
+//! (trying [`RxParser::next_am`], the active-message fast path, before each). A
 //! message may be split at any byte, including inside its header; each one is yielded once,
 //! whole. The buffer (twice the largest frame) is allocated once, or lent by the owner while
 //! the parser is idle ([`RxParser::take_buffer`] / [`RxParser::give_buffer`]); partial messages
@@ -25,7 +26,9 @@
 
 use ucs::Status;
 
-use crate::wire::{decode_frame, decode_handshake, Handshake, Msg, MsgType, WireError, FRAME_HDR_LEN};
+use crate::wire::{
+    decode_frame, decode_handshake, Handshake, Msg, MsgType, WireError, AM_ID_MAX, FRAME_HDR_LEN,
+};
 
 /// One item out of the stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -234,6 +237,42 @@ impl RxParser {
         }
     }
 
+    /// The next frame if it is a complete active message, as `(id, payload)`; `None` for
+    /// anything else (bulk data due, another frame type, a partial or malformed frame, a broken
+    /// stream), which [`next_frame`](Self::next_frame) then reports. The receive fast path:
+    /// `decode_frame`'s checks of an AM frame, inline, without building a `Msg`
+    /// (docs/benchmarks.md: the result enums moved through three calls cost more than the
+    /// checks).
+    #[inline]
+    pub fn next_am(&mut self) -> Option<(u8, &[u8])> {
+        if self.failed.is_some() || self.bulk_done != self.bulk_total {
+            return None;
+        }
+        let s = self.start;
+        let avail = self.end - s;
+        if avail < FRAME_HDR_LEN {
+            return None;
+        }
+        let mut h = [0u8; FRAME_HDR_LEN];
+        h.copy_from_slice(&self.buf[s..s + FRAME_HDR_LEN]);
+        let h = u64::from_le_bytes(h);
+        // Type in byte 0, three reserved zero bytes, the payload length in bytes 4..8.
+        let (ty, len) = (h as u8, (h >> 32) as u32);
+        if ty >= AM_ID_MAX || h & 0xffff_ff00 != 0 || len > self.max_payload {
+            return None;
+        }
+        let total = FRAME_HDR_LEN + len as usize;
+        if avail < total {
+            return None;
+        }
+        self.start = s + total;
+        self.bulk_total = 0;
+        self.bulk_done = 0;
+        self.want = 0;
+        self.after_bulk = false;
+        Some((ty, &self.buf[s + FRAME_HDR_LEN..s + total]))
+    }
+
     /// The next complete frame or bulk chunk; `None`: need more bytes.
     pub fn next_frame(&mut self) -> Option<Result<Frame<'_>, WireError>> {
         if let Some(e) = self.failed {
@@ -379,6 +418,62 @@ mod tests {
             let got = run_chunked(&stream, MAXP, seed);
             assert_eq!(got, want, "seed {seed:#x}");
         }
+    }
+
+    #[test]
+    fn next_am_takes_whole_ams_only_and_leaves_the_rest_to_next_frame() {
+        let am = |id: u8, payload: &[u8]| {
+            let m = Msg::Am { id, payload };
+            let mut b = vec![0u8; m.encoded_len()];
+            encode_frame(&m, &mut b).unwrap();
+            b
+        };
+        let mut p = RxParser::new(MAXP);
+        let a = am(3, b"abcdef");
+        // Split inside the header, then inside the payload: nothing until it is whole.
+        p.feed(&a[..5]);
+        assert_eq!(p.next_am(), None);
+        p.feed(&a[5..9]);
+        assert_eq!(p.next_am(), None);
+        assert_eq!(p.next_frame(), None);
+        p.feed(&a[9..]);
+        assert_eq!(p.next_am(), Some((3, &b"abcdef"[..])));
+        assert_eq!(p.buffered(), 0);
+        // Another frame type is next_frame's.
+        let mut put = vec![0u8; 64];
+        let req = PutReq {
+            remote_addr: 1,
+            rkey: 2,
+            length: 3,
+            seq: 4,
+            ack_req: false,
+        };
+        let n = encode_frame(&Msg::PutReq(req), &mut put).unwrap();
+        p.feed(&put[..n]);
+        assert_eq!(p.next_am(), None);
+        assert_eq!(p.next_frame(), Some(Ok(Frame::Msg(Msg::PutReq(req)))));
+        // Its bulk data comes first, even when it looks like an AM.
+        p.feed(&a[..3]);
+        assert_eq!(p.next_am(), None);
+        assert!(matches!(p.next_frame(), Some(Ok(Frame::Bulk { last: true, .. }))));
+        p.feed(&a);
+        assert_eq!(p.next_am(), Some((3, &b"abcdef"[..])));
+        // A malformed AM header (reserved byte set) is refused by next_frame, not skipped.
+        let mut bad = am(1, b"x");
+        bad[2] = 1;
+        p.feed(&bad);
+        assert_eq!(p.next_am(), None);
+        assert!(matches!(p.next_frame(), Some(Err(WireError::BadField { .. }))));
+        p.feed(&am(1, b"y"));
+        assert_eq!(p.next_am(), None, "a broken stream stays broken");
+        // Too long for this side: refused the same way.
+        let mut q = RxParser::new(MAXP);
+        q.feed(&FrameHeader { ty: 2, len: MAXP + 1 }.encode());
+        assert_eq!(q.next_am(), None);
+        assert!(matches!(
+            q.next_frame(),
+            Some(Err(WireError::LengthTooLarge { .. }))
+        ));
     }
 
     #[test]

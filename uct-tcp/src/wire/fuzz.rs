@@ -21,9 +21,18 @@ pub enum Event {
     Bulk(Vec<u8>),
 }
 
-/// Drains `p` into `out`, checking bulk offsets and the `last` flag on the way.
+/// Drains `p` into `out` as the transport does (the AM fast path `next_am` first, then
+/// `next_frame`), checking bulk offsets and the `last` flag on the way.
 pub fn drain(p: &mut RxParser, out: &mut Vec<Event>) {
-    while let Some(r) = p.next_frame() {
+    loop {
+        if let Some((id, payload)) = p.next_am() {
+            let m = super::Msg::Am { id, payload };
+            let mut b = vec![0u8; m.encoded_len()];
+            encode_frame(&m, &mut b).expect("fast-path frames re-encode");
+            out.push(Event::Msg(b));
+            continue;
+        }
+        let Some(r) = p.next_frame() else { return };
         match r {
             Ok(Frame::Msg(m)) => {
                 let mut b = vec![0u8; m.encoded_len()];
