@@ -160,56 +160,54 @@ impl Shared {
     /// `None` when there is none to receive into (the bytes then go through the parser).
     #[inline(never)]
     fn recv_bulk(&self, conn: &Conn, rx: &mut Rx, direct: u64) -> Option<Got> {
-        {
-            let remaining = rx.parser.bulk_remaining();
-            let r = match &mut rx.sink {
-                Sink::Put {
-                    key,
-                    addr,
-                    len,
-                    status: Status::Ok,
-                    ..
-                } => {
-                    let at = *addr + (*len - remaining);
-                    let n = direct as usize;
-                    match self
-                        .regions
-                        .with_target(*key, at, n, |dst| sock::recv(&conn.sock, dst))
-                    {
-                        Ok(r) => Some(r),
-                        Err(st) => {
-                            // Deregistered meanwhile: the rest is read and dropped.
-                            if let Sink::Put { status, .. } = &mut rx.sink {
-                                *status = st;
-                            }
-                            None
+        let remaining = rx.parser.bulk_remaining();
+        let r = match &mut rx.sink {
+            Sink::Put {
+                key,
+                addr,
+                len,
+                status: Status::Ok,
+                ..
+            } => {
+                let at = *addr + (*len - remaining);
+                let n = direct as usize;
+                match self
+                    .regions
+                    .with_target(*key, at, n, |dst| sock::recv(&conn.sock, dst))
+                {
+                    Ok(r) => Some(r),
+                    Err(st) => {
+                        // Deregistered meanwhile: the rest is read and dropped.
+                        if let Sink::Put { status, .. } = &mut rx.sink {
+                            *status = st;
                         }
+                        None
                     }
                 }
-                Sink::Get(Op {
-                    kind:
-                        OpKind::Get {
-                            len,
-                            dst: GetDst::Zcopy { iov },
-                        },
-                    ..
-                }) => {
-                    let pos = (*len - remaining) as usize;
-                    locate(iov, pos)
-                        .map(|(i, off)| crate::direct::recv_into(&conn.sock, &iov[i], off, direct as usize))
-                }
-                _ => None,
-            };
-            r.map(|r| match r {
-                Ok(0) => Got::Eof,
-                Ok(k) => match rx.parser.bulk_direct_done(k as u64) {
-                    Ok(done) => Got::Direct(done),
-                    Err(st) => Got::Failed(st),
-                },
-                Err(Errno::EAGAIN) => Got::Again,
-                Err(e) => Got::Failed(sock::errno_status(e)),
-            })
-        }
+            }
+            Sink::Get(Op {
+                kind:
+                    OpKind::Get {
+                        len,
+                        dst: GetDst::Zcopy { iov },
+                    },
+                ..
+            }) => {
+                let pos = (*len - remaining) as usize;
+                locate(iov, pos)
+                    .map(|(i, off)| crate::direct::recv_into(&conn.sock, &iov[i], off, direct as usize))
+            }
+            _ => None,
+        };
+        r.map(|r| match r {
+            Ok(0) => Got::Eof,
+            Ok(k) => match rx.parser.bulk_direct_done(k as u64) {
+                Ok(done) => Got::Direct(done),
+                Err(st) => Got::Failed(st),
+            },
+            Err(Errno::EAGAIN) => Got::Again,
+            Err(e) => Got::Failed(sock::errno_status(e)),
+        })
     }
 
     /// The peer closed its side (EOF).
