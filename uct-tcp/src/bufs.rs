@@ -5,7 +5,9 @@
 //! (as UCX's tcp takes both from interface pools). So an idle endpoint costs about a kilobyte
 //! instead of the ~140 KiB of its two full-size buffers (`ep-cost`, docs/benchmarks.md). The
 //! pool keeps one buffer in a `Cell` for the common case (one connection sending or receiving
-//! at a time: take and give back are a few instructions) and a few spares behind it.
+//! at a time: take and give back are a few instructions) and a few spares behind it. The
+//! interface's only connection keeps its buffers ([`Shared::lends_buffers`]): there is no one
+//! to lend them to, and the round trip through the pool is on every message's path.
 
 use std::cell::{Cell, RefCell};
 
@@ -113,5 +115,16 @@ mod size_tests {
         let rx = std::mem::size_of::<crate::conn::Rx>();
         assert!(conn <= 384, "Conn is {conn} bytes");
         assert!(rx <= 256, "Rx is {rx} bytes");
+    }
+}
+
+impl crate::iface::Shared {
+    /// Whether an idle connection gives its buffers back to the pools: not while it is the
+    /// interface's only one (it would get the same buffer back on its next message; this saves
+    /// the round trip, ~40 instructions per message, and holds no more memory than the pool
+    /// would). A connection keeping them gives them back once it is idle with others present.
+    #[inline]
+    pub fn lends_buffers(&self) -> bool {
+        self.conns.try_borrow().map_or(true, |c| c.len() > 1)
     }
 }

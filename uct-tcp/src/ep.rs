@@ -146,7 +146,7 @@ impl TcpEp {
         }
         let bytes = conn.tx_bytes.get();
         let r = f(conn, &mut tx);
-        if !tx.busy() {
+        if !tx.busy() && self.sh.lends_buffers() {
             self.sh.give_tx_buf(std::mem::take(&mut tx.buf));
         }
         if r.is_ok() {

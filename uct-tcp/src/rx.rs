@@ -53,9 +53,9 @@ impl Shared {
         // connection instead of parsing the same buffer twice.
         let Some(mut rx) = conn.rx.take() else { return 0 };
         let work = self.rx_round(conn, &mut rx);
-        // Idle again: the buffer goes back to the interface (handshake-phase parsers keep
-        // their small one).
-        if conn.state.get() == State::Connected {
+        // Idle again: the buffer goes back to the interface unless this is its only
+        // connection (`bufs.rs`; handshake-phase parsers keep their small one).
+        if conn.state.get() == State::Connected && self.lends_buffers() {
             if let Some(b) = rx.parser.take_buffer() {
                 self.rx_bufs.give(b);
             }
