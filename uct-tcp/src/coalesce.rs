@@ -143,6 +143,15 @@ impl Shared {
         tx.tail = unsent;
     }
 
+    /// The send buffer of a connection with nothing left to send: back to its pool, unless the
+    /// connection is the interface's only one ([`lends_buffers`](Self::lends_buffers)).
+    #[inline]
+    pub fn release_tx_buf(&self, tx: &mut Tx) {
+        if self.lends_buffers() {
+            self.give_tx_buf(std::mem::take(&mut tx.buf));
+        }
+    }
+
     /// Returns an idle connection's send buffer to the pool it came from.
     #[inline]
     pub fn give_tx_buf(&self, b: Box<[u8]>) {

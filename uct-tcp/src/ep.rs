@@ -146,8 +146,8 @@ impl TcpEp {
         }
         let bytes = conn.tx_bytes.get();
         let r = f(conn, &mut tx);
-        if !tx.busy() && self.sh.lends_buffers() {
-            self.sh.give_tx_buf(std::mem::take(&mut tx.buf));
+        if !tx.busy() {
+            self.sh.release_tx_buf(&mut tx);
         }
         if r.is_ok() {
             let units = 1 + ((conn.tx_bytes.get() - bytes) / crate::progress::DIRECT_UNIT).min(255);

@@ -15,10 +15,9 @@
 //! need (measured: an am_bw receiver spent 11% of its time in that lock's contention, and a
 //! put_bw initiator waiting for PUT_ACKs 5%, slowing the other side).
 
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-
-use std::os::fd::AsRawFd;
 
 use nix::sys::epoll::EpollFlags;
 use ucs::{Result, Status};
@@ -157,7 +156,7 @@ impl Shared {
             let mut tx = conn.tx.borrow_mut();
             match self.drain_tx(conn, &mut tx) {
                 Ok(true) => {
-                    self.give_tx_buf(std::mem::take(&mut tx.buf));
+                    self.release_tx_buf(&mut tx);
                     Ok(Some(tx.reset()))
                 }
                 Ok(false) => Ok(None),

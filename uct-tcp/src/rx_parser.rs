@@ -27,7 +27,7 @@
 use ucs::Status;
 
 use crate::wire::{
-    decode_frame, decode_handshake, Handshake, Msg, MsgType, WireError, AM_ID_MAX, FRAME_HDR_LEN,
+    decode_frame, decode_handshake, FrameHeader, Handshake, Msg, MsgType, WireError, AM_ID_MAX, FRAME_HDR_LEN,
 };
 
 /// One item out of the stream.
@@ -240,7 +240,7 @@ impl RxParser {
     /// The next frame if it is a complete active message, as `(id, payload)`; `None` for
     /// anything else (bulk data due, another frame type, a partial or malformed frame, a broken
     /// stream), which [`next_frame`](Self::next_frame) then reports. The receive fast path:
-    /// `decode_frame`'s checks of an AM frame, inline, without building a `Msg`
+    /// the frame header's checks (`FrameHeader::decode`) without building a `Msg`
     /// (docs/benchmarks.md: the result enums moved through three calls cost more than the
     /// checks).
     #[inline]
@@ -249,20 +249,9 @@ impl RxParser {
             return None;
         }
         let s = self.start;
-        let avail = self.end - s;
-        if avail < FRAME_HDR_LEN {
-            return None;
-        }
-        let mut h = [0u8; FRAME_HDR_LEN];
-        h.copy_from_slice(&self.buf[s..s + FRAME_HDR_LEN]);
-        let h = u64::from_le_bytes(h);
-        // Type in byte 0, three reserved zero bytes, the payload length in bytes 4..8.
-        let (ty, len) = (h as u8, (h >> 32) as u32);
-        if ty >= AM_ID_MAX || h & 0xffff_ff00 != 0 || len > self.max_payload {
-            return None;
-        }
-        let total = FRAME_HDR_LEN + len as usize;
-        if avail < total {
+        let h = FrameHeader::decode(&self.buf[s..self.end], self.max_payload).ok()?;
+        let total = FRAME_HDR_LEN + h.len as usize;
+        if h.ty >= AM_ID_MAX || self.end - s < total {
             return None;
         }
         self.start = s + total;
@@ -270,7 +259,7 @@ impl RxParser {
         self.bulk_done = 0;
         self.want = 0;
         self.after_bulk = false;
-        Some((ty, &self.buf[s + FRAME_HDR_LEN..s + total]))
+        Some((h.ty, &self.buf[s + FRAME_HDR_LEN..s + total]))
     }
 
     /// The next complete frame or bulk chunk; `None`: need more bytes.
@@ -313,6 +302,7 @@ impl RxParser {
                     self.failed = Some(e);
                     return Some(Err(e));
                 }
+                // (As in `next_am`; `msg` borrows the buffer, so no `&mut self` helper here.)
                 self.start = s + used;
                 self.bulk_total = bulk;
                 self.bulk_done = 0;

@@ -26,19 +26,12 @@ pub enum Event {
 pub fn drain(p: &mut RxParser, out: &mut Vec<Event>) {
     loop {
         if let Some((id, payload)) = p.next_am() {
-            let m = super::Msg::Am { id, payload };
-            let mut b = vec![0u8; m.encoded_len()];
-            encode_frame(&m, &mut b).expect("fast-path frames re-encode");
-            out.push(Event::Msg(b));
+            out.push(Event::Msg(reencode(&super::Msg::Am { id, payload })));
             continue;
         }
         let Some(r) = p.next_frame() else { return };
         match r {
-            Ok(Frame::Msg(m)) => {
-                let mut b = vec![0u8; m.encoded_len()];
-                encode_frame(&m, &mut b).expect("decoded frames re-encode");
-                out.push(Event::Msg(b));
-            }
+            Ok(Frame::Msg(m)) => out.push(Event::Msg(reencode(&m))),
             Ok(Frame::Bulk { data, offset, last }) => {
                 let have: usize = out
                     .iter()
@@ -55,6 +48,13 @@ pub fn drain(p: &mut RxParser, out: &mut Vec<Event>) {
             Err(_) => return,
         }
     }
+}
+
+/// A decoded frame's bytes, encoded again.
+fn reencode(m: &super::Msg<'_>) -> Vec<u8> {
+    let mut b = vec![0u8; m.encoded_len()];
+    encode_frame(m, &mut b).expect("decoded frames re-encode");
+    b
 }
 
 /// Merges adjacent bulk runs so differently chunked receptions compare equal.
