@@ -62,6 +62,12 @@ impl QueueState {
     pub fn has_work(self) -> bool {
         self.0 & (ACTIVE | PENDING) != 0
     }
+
+    /// Only the owner's held work: the queue's dispatch would find nothing.
+    #[inline(always)]
+    pub fn held_only(self) -> bool {
+        self.0 == HELD
+    }
 }
 
 /// Identifies a callback added with `add` / `add_safe`. Ids are never reused.
