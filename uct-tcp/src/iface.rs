@@ -124,9 +124,7 @@ impl Transport for TcpTransport {
             unexpected: RefCell::new(HashMap::new()),
             peer_sn: RefCell::new(HashMap::new()),
             deferred: Cell::new(0),
-            ev_buf: Cell::new(Some(
-                vec![crate::sys::EMPTY_EVENT; cfg.max_poll].into_boxed_slice(),
-            )),
+            ev_buf: RefCell::new(vec![crate::sys::EMPTY_EVENT; cfg.max_poll].into_boxed_slice()),
             tick: Cell::new(0),
             tuner: ReadTuner::new(cfg.direct_reads, seed_u32()),
             solo: Cell::new(0),
@@ -189,8 +187,8 @@ pub struct Shared {
     pub peer_sn: RefCell<HashMap<(std::net::IpAddr, u16), u64>>,
     /// Deferred callbacks (error reports, pending re-dispatch) not yet run.
     pub deferred: Cell<usize>,
-    /// Events of one progress call (`RUCX_TCP_MAX_POLL` entries); taken while in use.
-    pub ev_buf: Cell<Option<Box<[crate::sys::Event]>>>,
+    /// Events of one progress call (`RUCX_TCP_MAX_POLL` entries); borrowed while in use.
+    pub ev_buf: RefCell<Box<[crate::sys::Event]>>,
     /// Progress calls so far (every `progress::EPOLL_EVERY`th one polls epoll).
     pub tick: Cell<u32>,
     /// Whether progress reads the lone connection directly while a reply is awaited.
@@ -485,6 +483,7 @@ impl Iface for TcpIface {
         addr::decode_iface_addr(iface).is_some() && self.sh.dev.reaches(&peer)
     }
 
+    #[inline] // into the worker's progress callback (`uct::abi::export`): one call less per poll
     fn progress(&self) -> u32 {
         self.sh.progress()
     }

@@ -47,6 +47,7 @@ thread_local! {
 }
 
 impl Shared {
+    #[inline] // into the worker's progress callback, with `TcpIface::progress`
     pub fn progress(&self) -> u32 {
         // Staged sends go first, and those that handlers stage go at the end (`coalesce.rs`).
         let mut work = 0;
@@ -60,30 +61,28 @@ impl Shared {
         work
     }
 
+    #[inline]
     fn poll(&self) -> u32 {
-        if let Some(conn) = self.direct_conn() {
-            return self.conn_readable(&conn);
+        // (The tick also tells sends in one progress round apart, `coalesce.rs`.)
+        let t = self.tick.get().wrapping_add(1);
+        self.tick.set(t);
+        if self.tuner.direct() && !t.is_multiple_of(EPOLL_EVERY) {
+            if let Some(conn) = self.direct_conn() {
+                return self.conn_readable(&conn);
+            }
         }
         // The event array is kept in the interface; a handler that re-enters progress gets a
         // small one on the stack.
-        match self.ev_buf.take() {
-            Some(mut buf) => {
-                let w = self.poll_into(&mut buf);
-                self.ev_buf.set(Some(buf));
-                w
-            }
-            None => self.poll_into(&mut [sys::EMPTY_EVENT; 4]),
+        match self.ev_buf.try_borrow_mut() {
+            Ok(mut buf) => self.poll_into(&mut buf),
+            Err(_) => self.poll_into(&mut [sys::EMPTY_EVENT; 4]),
         }
     }
 
-    /// The connection to read without asking epoll (see the module docs), if any this call.
+    /// The connection to read without asking epoll (see the module docs), if any this call;
+    /// asked only while the tuner chose direct reads.
     #[inline]
     fn direct_conn(&self) -> Option<Rc<Conn>> {
-        let t = self.tick.get().wrapping_add(1);
-        self.tick.set(t);
-        if t.is_multiple_of(EPOLL_EVERY) || !self.tuner.direct() {
-            return None;
-        }
         let conns = self.conns.borrow();
         if conns.len() != 1 {
             return None;
@@ -111,13 +110,20 @@ impl Shared {
         Some(conn.clone())
     }
 
+    /// One `epoll_wait(0)`; the events it returns are handled out of line, so that a call
+    /// with nothing to do stays short (it is the loop a waiting caller spins in).
+    #[inline]
     fn poll_into(&self, evs: &mut [sys::Event]) -> u32 {
-        let n = match sys::epoll_wait(self.epoll.0.as_raw_fd(), evs, 0) {
-            Ok(n) => n,
-            Err(_) => return 0, // EINTR; anything else would repeat on the next call
-        };
+        match sys::epoll_wait(self.epoll.0.as_raw_fd(), evs, 0) {
+            Ok(0) | Err(_) => 0, // Err: EINTR; anything else would repeat on the next call
+            Ok(n) => self.handle_events(&evs[..n]),
+        }
+    }
+
+    #[inline(never)]
+    fn handle_events(&self, evs: &[sys::Event]) -> u32 {
         let mut work = 0;
-        for ev in &evs[..n] {
+        for ev in evs {
             work += match sys::ev_token(ev) {
                 LISTEN_TOKEN => self.accept_some(),
                 TIMER_TOKEN => self.run_timers(),
@@ -208,6 +214,7 @@ impl Shared {
         1
     }
 
+    #[inline(never)]
     fn accept_some(&self) -> u32 {
         let mut work = 0;
         for _ in 0..ACCEPT_BURST {
@@ -238,6 +245,7 @@ impl Shared {
         work
     }
 
+    #[inline(never)]
     fn run_timers(&self) -> u32 {
         let due = self.timers.expired();
         let n = due.len() as u32;
