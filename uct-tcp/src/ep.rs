@@ -120,14 +120,16 @@ impl TcpEp {
             return Err(self.inner.not_ready());
         }
         let mut tx = conn.tx.borrow_mut();
-        if !conn.can_send(&tx) {
-            let go = if tx.busy() {
-                self.sh.make_room(conn, &mut tx, append)
-            } else {
+        // (`in_pack` was checked above: this is `conn.can_send(&tx)`.)
+        let mut idle = !tx.busy();
+        if !idle || conn.state.get() != State::Connected {
+            let go = if idle {
                 Ok(false)
+            } else {
+                self.sh.make_room(conn, &mut tx, append)
             };
             match go {
-                Ok(true) => {}
+                Ok(true) => idle = !tx.busy(),
                 Ok(false) => return Err(self.inner.not_ready()),
                 Err(st) => {
                     drop(tx);
@@ -139,7 +141,7 @@ impl TcpEp {
         if tx.buf.is_empty() {
             tx.buf = self.sh.tx_bufs.take();
         }
-        if append > 0 && !tx.busy() {
+        if append > 0 && idle {
             if let Some(rc) = guard.as_ref() {
                 self.sh.stage_if_burst(rc, &mut tx, append);
             }

@@ -136,6 +136,7 @@ impl Shared {
         work
     }
 
+    #[inline(always)]
     fn conn_event(&self, conn: &Rc<Conn>, ev: EpollFlags) -> u32 {
         if conn.state.get() == State::Connecting {
             return self.connect_ready(conn);
@@ -144,7 +145,7 @@ impl Shared {
         if ev.intersects(
             EpollFlags::EPOLLIN | EpollFlags::EPOLLHUP | EpollFlags::EPOLLERR | EpollFlags::EPOLLRDHUP,
         ) {
-            work += self.conn_readable(conn);
+            work += self.conn_readable_inline(conn);
         }
         if conn.is_open() && ev.intersects(EpollFlags::EPOLLOUT | EpollFlags::EPOLLERR) {
             work += self.conn_writable(conn);

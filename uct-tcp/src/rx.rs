@@ -45,7 +45,15 @@ fn locate(iov: &[uct::iov::Iov<'static>], mut pos: usize) -> Option<(usize, usiz
 
 impl Shared {
     /// A connection is readable.
+    #[inline(never)]
     pub fn conn_readable(&self, conn: &Rc<Conn>) -> u32 {
+        self.conn_readable_inline(conn)
+    }
+
+    /// `conn_readable`, inlined into the handling of epoll's events (one call less between a
+    /// reply's arrival and its handler).
+    #[inline(always)]
+    pub(crate) fn conn_readable_inline(&self, conn: &Rc<Conn>) -> u32 {
         if conn.in_pack.get() {
             return 0;
         }
@@ -70,19 +78,28 @@ impl Shared {
     /// its header, `rx_parser::SMALL_READ`), one more, straight into the destination: the data
     /// is usually in the socket already, and would otherwise wait for the next progress call
     /// and its `epoll_wait` (a 64 KiB put's target: one system call less per put).
+    #[inline(always)]
     fn rx_round(&self, conn: &Rc<Conn>, rx: &mut Rx) -> u32 {
         let (work, full) = self.rx_step(conn, rx);
         if full && conn.state.get() == State::Connected && rx.parser.bulk_direct_max() > 0 {
-            return work + self.rx_step(conn, rx).0;
+            return work + self.rx_step_again(conn, rx);
         }
         work
+    }
+
+    /// The second `recv()` of a round (out of line: the first stays inlined in
+    /// `conn_readable`).
+    #[inline(never)]
+    fn rx_step_again(&self, conn: &Rc<Conn>, rx: &mut Rx) -> u32 {
+        self.rx_step(conn, rx).0
     }
 
     /// One `recv()` and its processing: (work, whether it was a full buffered read).
     /// (Inlined with `rx_got`, `recv_once` and `process_frames`: one function from the `recv()`
     /// to the handler, not four, each saving and restoring registers; what only puts, gets and
-    /// handshakes need stays out of line.)
-    #[inline]
+    /// handshakes need stays out of line. `inline(always)`: left to itself the compiler split
+    /// this path differently from build to build, 20-50 instructions per message apart.)
+    #[inline(always)]
     fn rx_step(&self, conn: &Rc<Conn>, rx: &mut Rx) -> (u32, bool) {
         let got = self.recv_once(conn, rx);
         if matches!(got, Got::Buffered(_) | Got::Direct(_)) && conn.sent_since_rx.get() != 0 {
@@ -93,7 +110,7 @@ impl Shared {
         (self.rx_got(conn, rx, got), full)
     }
 
-    #[inline]
+    #[inline(always)]
     fn rx_got(&self, conn: &Rc<Conn>, rx: &mut Rx, got: Got) -> u32 {
         match got {
             Got::Again => return 0,
@@ -132,7 +149,7 @@ impl Shared {
     }
 
     /// One `recv()`: into the bulk destination when possible, else into the parser.
-    #[inline]
+    #[inline(always)]
     fn recv_once(&self, conn: &Conn, rx: &mut Rx) -> Got {
         let direct = rx.parser.bulk_direct_max().min(DIRECT_MAX);
         if direct > 0 {
@@ -232,7 +249,7 @@ impl Shared {
 
     /// Delivers every complete frame and bulk chunk. Stops when the connection closes (a
     /// handler may destroy its endpoint).
-    #[inline]
+    #[inline(always)]
     fn process_frames(&self, conn: &Rc<Conn>, rx: &mut Rx) -> u32 {
         let Rx { parser, sink } = rx;
         let mut work = 0;

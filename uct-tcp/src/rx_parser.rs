@@ -176,7 +176,20 @@ impl RxParser {
     /// Call after draining [`next_frame`](Self::next_frame): then it holds the rest of the
     /// partial frame (exactly that, when more than [`BOUNDED_MIN`] bytes of it are missing), or
     /// at least as much as the largest frame; never empty.
+    #[inline]
     pub fn buf_mut(&mut self) -> &mut [u8] {
+        // Everything handed out, no bulk data just ended: the whole buffer (the usual case).
+        if self.start == self.end && !self.after_bulk && !self.buf.is_empty() {
+            self.start = 0;
+            self.end = 0;
+            return &mut self.buf[..];
+        }
+        self.buf_mut_other()
+    }
+
+    /// `buf_mut` for a partial item, a bulk transfer just ended, or no buffer yet.
+    #[inline(never)]
+    fn buf_mut_other(&mut self) -> &mut [u8] {
         if self.buf.is_empty() {
             self.buf = vec![0u8; self.cap].into_boxed_slice();
         }
@@ -243,7 +256,7 @@ impl RxParser {
     /// the frame header's checks (`FrameHeader::decode`) without building a `Msg`
     /// (docs/benchmarks.md: the result enums moved through three calls cost more than the
     /// checks).
-    #[inline]
+    #[inline(always)]
     pub fn next_am(&mut self) -> Option<(u8, &[u8])> {
         if self.failed.is_some() || self.bulk_done != self.bulk_total {
             return None;

@@ -45,16 +45,26 @@ fn peer_limit(conn: &Conn, len: usize) -> Status {
 
 /// Sends the message just written to `tx.buf[base..base + total]`: at once from the start if
 /// nothing was waiting (keeping any rest there), else appended behind the staged or unsent
-/// bytes, which progress writes (`coalesce.rs`).
-#[inline]
+/// bytes, which progress writes (`coalesce.rs`). Inlined into each sender up to the `send()`,
+/// because across dies the instructions between a reply's arrival and the next send show in
+/// the latency (docs/benchmarks.md); what a partial send needs is out of line.
+#[inline(always)]
 fn send_buffered(ep: &TcpEp, conn: &Conn, tx: &mut Tx, base: usize, total: usize) -> Result<()> {
     conn.tx_bytes.set(conn.tx_bytes.get() + total as u64);
     if tx.busy() || conn.staged.get() {
         tx.tail = base + total;
         return Ok(());
     }
-    let sent = match sock::send(&conn.sock, &tx.buf[..total]) {
-        Ok(n) if n == total => return Ok(()),
+    match sock::send(&conn.sock, &tx.buf[..total]) {
+        Ok(n) if n == total => Ok(()),
+        r => send_rest(ep, conn, tx, total, r),
+    }
+}
+
+/// The socket took part of a message, or none (EAGAIN), or failed.
+#[inline(never)]
+fn send_rest(ep: &TcpEp, conn: &Conn, tx: &mut Tx, total: usize, r: nix::Result<usize>) -> Result<()> {
+    let sent = match r {
         Ok(n) => n,
         Err(nix::errno::Errno::EAGAIN) => 0,
         Err(e) => return Err(sock::errno_status(e)),

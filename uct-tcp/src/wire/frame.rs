@@ -28,7 +28,21 @@ impl FrameHeader {
     }
 
     /// Decodes and validates a header against the receiver's `max_payload`.
+    #[inline]
     pub fn decode(buf: &[u8], max_payload: u32) -> Result<FrameHeader, WireError> {
+        // A valid user AM header, the receive path's usual case, inline; everything else (and
+        // every error) is `decode_checked`'s.
+        if let Some(b) = buf.first_chunk::<FRAME_HDR_LEN>() {
+            let len = get_u32(b, 4);
+            if b[0] < AM_ID_MAX && b[1..4] == [0, 0, 0] && len <= max_payload {
+                return Ok(FrameHeader { ty: b[0], len });
+            }
+        }
+        Self::decode_checked(buf, max_payload)
+    }
+
+    #[inline(never)]
+    fn decode_checked(buf: &[u8], max_payload: u32) -> Result<FrameHeader, WireError> {
         if buf.len() < FRAME_HDR_LEN {
             return Err(WireError::Incomplete(FRAME_HDR_LEN));
         }
@@ -562,6 +576,33 @@ mod tests {
             encode_am_short(1, 0, &[0; 30], &mut b),
             Err(WireError::BufferTooSmall { .. })
         ));
+    }
+
+    /// The inline AM case of `FrameHeader::decode` answers exactly as the full check does:
+    /// every type byte, a nonzero byte in each reserved position, lengths around the limit,
+    /// short buffers.
+    #[test]
+    fn decode_fast_path_agrees_with_the_full_check() {
+        let max = 64;
+        for ty in 0..=255u8 {
+            for len in [0, 1, 40, 63, 64, 65, u32::MAX] {
+                let good = FrameHeader { ty, len }.encode();
+                let mut bufs = vec![good.to_vec()];
+                for r in 1..4 {
+                    let mut b = good;
+                    b[r] = 1;
+                    bufs.push(b.to_vec());
+                }
+                bufs.push(good[..FRAME_HDR_LEN - 1].to_vec());
+                for b in &bufs {
+                    assert_eq!(
+                        FrameHeader::decode(b, max),
+                        FrameHeader::decode_checked(b, max),
+                        "{b:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
