@@ -206,7 +206,13 @@ impl Conn {
     /// True when a user send may go ahead now.
     #[inline]
     pub fn can_send(&self, tx: &Tx) -> bool {
-        self.state.get() == State::Connected && !tx.busy() && !self.in_pack.get()
+        self.can_send_idle(!tx.busy())
+    }
+
+    /// `can_send` for a caller that has `idle` (`!tx.busy()`) at hand already.
+    #[inline]
+    pub fn can_send_idle(&self, idle: bool) -> bool {
+        self.state.get() == State::Connected && idle && !self.in_pack.get()
     }
 
     pub fn is_open(&self) -> bool {

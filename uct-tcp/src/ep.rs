@@ -120,9 +120,8 @@ impl TcpEp {
             return Err(self.inner.not_ready());
         }
         let mut tx = conn.tx.borrow_mut();
-        // (`in_pack` was checked above: this is `conn.can_send(&tx)`.)
         let mut idle = !tx.busy();
-        if !idle || conn.state.get() != State::Connected {
+        if !conn.can_send_idle(idle) {
             let go = if idle {
                 Ok(false)
             } else {

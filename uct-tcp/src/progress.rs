@@ -120,6 +120,7 @@ impl Shared {
         }
     }
 
+    /// What `epoll_wait` reported: accepts, timers, connections' reads and writes.
     #[inline(never)]
     fn handle_events(&self, evs: &[sys::Event]) -> u32 {
         let mut work = 0;

@@ -44,7 +44,8 @@ fn locate(iov: &[uct::iov::Iov<'static>], mut pos: usize) -> Option<(usize, usiz
 }
 
 impl Shared {
-    /// A connection is readable.
+    /// A connection is readable (the direct-read path's call; epoll's events use
+    /// `conn_readable_inline`).
     #[inline(never)]
     pub fn conn_readable(&self, conn: &Rc<Conn>) -> u32 {
         self.conn_readable_inline(conn)
