@@ -5,7 +5,9 @@
 # measurement method) alternately, several rounds, takes the median of each and prints one
 # markdown table: case, unit, UCX, rucx, rucx/UCX, plus the 50th-percentile latency (robust on
 # a busy machine). The TCP floor (a bare non-blocking socket, tools/src/bin/socket-floor.rs)
-# shows what the kernel alone costs; it runs in every round, next to the tcp cases.
+# shows what the kernel alone costs; it runs in every round, next to the tcp cases, once with
+# the system's congestion control (what UCX uses) and once with reno (what rucx's tcp uses on
+# loopback, RUCX_TCP_CONGESTION=auto).
 #
 # verbs: rc_verbs / ud_verbs need RDMA, so on a host without it the script boots the soft-RoCE
 # VM once (testbed/rxe-vm.sh --smp 4) and runs itself there (--cases verbs[,eps] --no-build),
@@ -230,6 +232,8 @@ run_case() { # tool id mode args
 FLOOR_SPECS=(
     "floor_lat|lat|tcp floor: socket ping-pong 8 B|lat -s 8 -n $(iters 100000)"
     "floor_bw|bw|tcp floor: socket stream 64 KiB|stream -s 65536 -n $(iters 40000)"
+    "floor_lat_reno|lat|tcp floor: socket ping-pong 8 B, reno|lat -s 8 -n $(iters 100000) --cc reno"
+    "floor_bw_reno|bw|tcp floor: socket stream 64 KiB, reno|stream -s 65536 -n $(iters 40000) --cc reno"
 )
 echo "running ${#CASE_LIST[@]} cases x $ROUNDS rounds (UCX and rucx alternating) ..." >&2
 for round in $(seq 1 "$ROUNDS"); do
@@ -430,6 +434,16 @@ TABLE=$(
             read -r frange fside _ <<<"$(ci lat 1.10 $fr)"
             case "$fside" in ahead) fside="below (met)" ;; behind) fside="above (missed)" ;; parity) fside="contains it" ;; esac
             echo "tcp am_lat 8 B against the floor (target rucx/floor <= 1.10): rucx/floor $(ratio "$fl" "$(median 6 ${VAL[tcp_am_lat_8,rucx]})"), UCX/floor $(ratio "$fl" "$(median 6 ${VAL[tcp_am_lat_8,ucx]:-})"); p50: rucx/floor $(ratio "$(median 3 ${PCT[floor_lat,floor]})" "$(median 3 ${PCT[tcp_am_lat_8,rucx]})"), UCX/floor $(ratio "$(median 3 ${PCT[floor_lat,floor]})" "$(median 3 ${PCT[tcp_am_lat_8,ucx]:-})"); per round rucx/floor CI $frange, against 1.10: $fside."
+            # The same against the floor with rucx's congestion control on loopback (reno).
+            flr=$(median 6 ${VAL[floor_lat_reno,floor]:-})
+            if [ "$flr" != n/a ]; then
+                frr=$(paste -d' ' <(printf '%s\n' ${VAL[floor_lat_reno,floor]}) <(printf '%s\n' ${VAL[tcp_am_lat_8,rucx]}) |
+                    awk '$1 + 0 > 0 && $2 + 0 > 0 { printf "%.4f ", $2 / $1 }')
+                read -r frrange frside _ <<<"$(ci lat 1.10 $frr)"
+                case "$frside" in ahead) frside="below" ;; behind) frside="above" ;; parity) frside="contains it" ;; esac
+                echo
+                echo "The same against the reno floor (rucx's tcp uses reno on loopback, UCX the system's default): rucx/floor $(ratio "$flr" "$(median 6 ${VAL[tcp_am_lat_8,rucx]})"), UCX/floor $(ratio "$flr" "$(median 6 ${VAL[tcp_am_lat_8,ucx]:-})"); p50: rucx/floor $(ratio "$(median 3 ${PCT[floor_lat_reno,floor]})" "$(median 3 ${PCT[tcp_am_lat_8,rucx]})"); per round rucx/floor CI $frrange, against 1.10: $frside."
+            fi
         fi
     fi
     if [ ${#EPS_ROWS[@]} -gt 0 ]; then

@@ -40,6 +40,19 @@ fn lat_and_stream_rows() {
 }
 
 #[test]
+fn congestion_control_option() {
+    // reno is built into every kernel and allowed to every user.
+    let v = row(&floor("lat -n 500 -w 10 --cc reno"));
+    assert_eq!(v[0], 500.0);
+    let v = row(&floor("stream -s 4096 -n 100 -w 1 --cc reno"));
+    assert_eq!(v[0], 100.0);
+    // A name the kernel does not know is an error, not the default in silence.
+    let o = floor("lat -n 10 --cc no_such_cc");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("TCP_CONGESTION"));
+}
+
+#[test]
 fn line_times_a_cache_line_between_two_cpus() {
     let o = floor("line -n 20000 -w 100");
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {

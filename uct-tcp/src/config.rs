@@ -66,6 +66,19 @@ pub static TCP_CONFIG: ConfigTable = ConfigTable {
             "Socket receive buffer (SO_RCVBUF); auto: kernel default.",
         ),
         ConfigField::new(
+            "CONGESTION",
+            "auto",
+            ConfigKind::Str,
+            "Congestion control of the connections (TCP_CONGESTION). auto: reno on a loopback \
+             device, the system's default elsewhere; default: the system's default \
+             (net.ipv4.tcp_congestion_control) everywhere; or a name from \
+             net.ipv4.tcp_available_congestion_control (one not in \
+             tcp_allowed_congestion_control needs CAP_NET_ADMIN). On loopback nothing is lost \
+             or queued, and reno does the least work per packet: no pacing, no model \
+             update per ACK (with bbr there tcp am_lat took 2-4% longer and 64 KiB AMs \
+             moved 3-8% less, docs/benchmarks.md).",
+        ),
+        ConfigField::new(
             "NODELAY",
             "y",
             ConfigKind::Bool,
@@ -172,6 +185,38 @@ const DEFAULT_KEEPCNT: u32 = 3;
 /// Not used on other devices, where the buffer must cover the path's bandwidth-delay product.
 pub const LOOPBACK_SNDBUF: usize = 512 * 1024;
 
+/// Congestion control on a loopback device when `RUCX_TCP_CONGESTION=auto`.
+pub const LOOPBACK_CONGESTION: &str = "reno";
+
+/// The congestion control a connection asks for (`RUCX_TCP_CONGESTION`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Congestion {
+    /// Resolved by [`TcpConfig::for_device`]: [`LOOPBACK_CONGESTION`] on loopback, else
+    /// [`Congestion::System`].
+    Auto,
+    /// The system's default (the socket option is not set).
+    System,
+    /// This algorithm (a kernel name, at most 15 characters).
+    Named(String),
+}
+
+/// Parses `auto`, `default` or an algorithm's name (what the kernel accepts: up to 15
+/// characters, letters, digits, `_` and `-`).
+pub fn parse_congestion(s: &str) -> Option<Congestion> {
+    match s.trim() {
+        "auto" => Some(Congestion::Auto),
+        "default" => Some(Congestion::System),
+        n if !n.is_empty()
+            && n.len() <= 15
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') =>
+        {
+            Some(Congestion::Named(n.to_string()))
+        }
+        _ => None,
+    }
+}
+
 /// Kernel keepalive settings (whole seconds, as the kernel takes them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Keepalive {
@@ -192,6 +237,7 @@ pub struct TcpConfig {
     pub sndbuf: Option<usize>,
     pub rcvbuf: Option<usize>,
     pub nodelay: bool,
+    pub congestion: Congestion,
     /// Inclusive; `None`: any port.
     pub port_range: Option<(u16, u16)>,
     pub max_conn_retries: u32,
@@ -236,10 +282,18 @@ fn secs_ceil(d: Duration) -> u32 {
 }
 
 impl TcpConfig {
-    /// Resolves the device-dependent defaults: `SNDBUF=auto` on a loopback device.
+    /// Resolves the device-dependent defaults: `SNDBUF=auto` and `CONGESTION=auto` on a
+    /// loopback device.
     pub fn for_device(mut self, loopback: bool) -> TcpConfig {
         if loopback && self.sndbuf.is_none() {
             self.sndbuf = Some(LOOPBACK_SNDBUF);
+        }
+        if self.congestion == Congestion::Auto {
+            self.congestion = if loopback {
+                Congestion::Named(LOOPBACK_CONGESTION.to_string())
+            } else {
+                Congestion::System
+            };
         }
         self
     }
@@ -354,6 +408,14 @@ impl TcpConfig {
         if !(1..=1024).contains(&max_poll) {
             return Err(invalid("TCP_MAX_POLL", &max_poll.to_string(), "1..1024"));
         }
+        let cc = TCP_CONFIG.get_str("CONGESTION")?;
+        let congestion = parse_congestion(&cc).ok_or_else(|| {
+            invalid(
+                "TCP_CONGESTION",
+                &cc,
+                "auto, default, or an algorithm's name like reno or cubic (up to 15 letters, digits, _ or -)",
+            )
+        })?;
         Ok(TcpConfig {
             tx_seg: tx_seg as usize,
             rx_seg: rx_seg as usize,
@@ -363,6 +425,7 @@ impl TcpConfig {
             sndbuf,
             rcvbuf,
             nodelay: TCP_CONFIG.get_bool("NODELAY")?,
+            congestion,
             port_range,
             max_conn_retries: retries,
             keepalive,
@@ -423,6 +486,50 @@ mod tests {
             ..c
         };
         assert_eq!(set.for_device(true).sndbuf, Some(4 << 20));
+    }
+
+    #[test]
+    fn loopback_gets_reno_unless_set() {
+        let c = TcpConfig::read().expect("defaults");
+        assert_eq!(c.congestion, Congestion::Auto);
+        assert_eq!(
+            c.clone().for_device(true).congestion,
+            Congestion::Named("reno".into())
+        );
+        assert_eq!(c.clone().for_device(false).congestion, Congestion::System);
+        for (set, lo, other) in [
+            (Congestion::System, Congestion::System, Congestion::System),
+            (
+                Congestion::Named("cubic".into()),
+                Congestion::Named("cubic".into()),
+                Congestion::Named("cubic".into()),
+            ),
+        ] {
+            let s = TcpConfig {
+                congestion: set,
+                ..c.clone()
+            };
+            assert_eq!(s.clone().for_device(true).congestion, lo);
+            assert_eq!(s.for_device(false).congestion, other);
+        }
+    }
+
+    #[test]
+    fn congestion_values() {
+        assert_eq!(parse_congestion("auto"), Some(Congestion::Auto));
+        assert_eq!(parse_congestion(" default "), Some(Congestion::System));
+        assert_eq!(parse_congestion("bbr"), Some(Congestion::Named("bbr".into())));
+        assert_eq!(
+            parse_congestion("dctcp_x-1"),
+            Some(Congestion::Named("dctcp_x-1".into()))
+        );
+        assert_eq!(
+            parse_congestion("a23456789012345"),
+            Some(Congestion::Named("a23456789012345".into()))
+        );
+        for bad in ["", " ", "a234567890123456", "re no", "reno;", "bbr\0", "c\u{e9}"] {
+            assert_eq!(parse_congestion(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use nix::errno::Errno;
 use nix::sys::socket::{self, sockopt, AddressFamily, MsgFlags, SockFlag, SockType, SockaddrIn, SockaddrIn6};
 use ucs::{Result, Status};
 
-use crate::config::TcpConfig;
+use crate::config::{Congestion, TcpConfig};
 use crate::sys;
 
 const SEND_FLAGS: i32 = MsgFlags::MSG_NOSIGNAL.union(MsgFlags::MSG_DONTWAIT).bits();
@@ -45,6 +45,24 @@ pub fn recv(sock: &TcpStream, buf: &mut [u8]) -> std::result::Result<usize, Errn
         match sys::recv(sock.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT.bits()) {
             Err(Errno::EINTR) => continue,
             r => return r,
+        }
+    }
+}
+
+/// Sets TCP_CONGESTION; a refusal is logged once per process (a name the kernel lacks or does
+/// not allow would otherwise be logged for every connection) and the connection goes on with
+/// the system's default.
+fn set_congestion(sock: &TcpStream, name: &str) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let r = socket::setsockopt(sock, sockopt::TcpCongestion, &std::ffi::OsString::from(name));
+    if let Err(e) = r {
+        if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(
+                "tcp: congestion control {name:?} refused ({e}); connections use the system's default. \
+                 Pick one listed in /proc/sys/net/ipv4/tcp_allowed_congestion_control (or \
+                 tcp_available_congestion_control, with CAP_NET_ADMIN) with RUCX_TCP_CONGESTION, \
+                 or set it to default"
+            );
         }
     }
 }
@@ -93,6 +111,9 @@ pub fn configure(sock: &TcpStream, cfg: &TcpConfig) -> Result<()> {
             "TCP_NODELAY",
             socket::setsockopt(sock, sockopt::TcpNoDelay, &true),
         );
+    }
+    if let Congestion::Named(name) = &cfg.congestion {
+        set_congestion(sock, name);
     }
     if let Some(b) = cfg.sndbuf {
         warn("SO_SNDBUF", socket::setsockopt(sock, sockopt::SndBuf, &b));
@@ -235,10 +256,60 @@ mod tests {
         assert_eq!(socket::getsockopt(&s, sockopt::TcpKeepCount).unwrap(), 3);
         assert_eq!(socket::getsockopt(&s, sockopt::TcpUserTimeout).unwrap(), 16_000);
         assert!(socket::getsockopt(&s, sockopt::TcpNoDelay).unwrap());
+        assert_eq!(cfg.congestion, Congestion::Auto);
+        assert_eq!(cc(&s), system_cc());
         // The kernel doubles SO_SNDBUF for its bookkeeping.
         assert!(socket::getsockopt(&s, sockopt::SndBuf).unwrap() >= 1 << 16);
         assert_eq!(errno_status(Errno::ETIMEDOUT), Status::EndpointTimeout);
         assert_eq!(errno_status(Errno::ECONNRESET), Status::ConnectionReset);
+    }
+
+    fn cc(s: &TcpStream) -> String {
+        let v = socket::getsockopt(s, sockopt::TcpCongestion).unwrap();
+        v.to_string_lossy().trim_end_matches('\0').to_string()
+    }
+
+    fn system_cc() -> String {
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    #[test]
+    fn congestion_control_reaches_both_ends() {
+        let l = listen("127.0.0.1".parse().unwrap(), 0, None).unwrap();
+        let target = l.local_addr().unwrap();
+        let cfg = TcpConfig::read().unwrap().for_device(true);
+        assert_eq!(cfg.congestion, Congestion::Named("reno".into()));
+        let (s, _) = start_connect(target, None, &cfg).unwrap();
+        assert_eq!(cc(&s), "reno");
+        let (a, _) = l.accept().unwrap();
+        configure(&a, &cfg).unwrap();
+        assert_eq!(cc(&a), "reno");
+        // The system's default when told so.
+        let mut d = cfg.clone();
+        d.congestion = Congestion::System;
+        let (s2, _) = start_connect(target, None, &d).unwrap();
+        assert_eq!(cc(&s2), system_cc());
+    }
+
+    #[test]
+    fn unknown_congestion_control_is_not_fatal() {
+        let l = listen("127.0.0.1".parse().unwrap(), 0, None).unwrap();
+        let target = l.local_addr().unwrap();
+        let mut cfg = TcpConfig::read().unwrap();
+        cfg.congestion = Congestion::Named("no_such_cc".into());
+        let (s, _) = start_connect(target, None, &cfg).unwrap();
+        assert_eq!(cc(&s), system_cc());
+        let (mut a, _) = l.accept().unwrap();
+        // The connection works.
+        let mut s = s;
+        s.set_nonblocking(false).unwrap();
+        std::io::Write::write_all(&mut s, b"ok").unwrap();
+        let mut b = [0u8; 2];
+        std::io::Read::read_exact(&mut a, &mut b).unwrap();
+        assert_eq!(&b, b"ok");
     }
 
     #[test]

@@ -26,6 +26,8 @@ fn configuration_from_the_environment() {
         ("RUCX_TCP_MAX_POLL", "0"),
         ("RUCX_TCP_TX_COALESCE", "2g"),
         ("RUCX_TCP_DIRECT_READS", "sometimes"),
+        ("RUCX_TCP_CONGESTION", "re no"),
+        ("RUCX_TCP_CONGESTION", "a_name_too_long_for_the_kernel"),
     ] {
         std::env::set_var(var, val);
         assert_eq!(open_lo(&c).err(), Some(Status::InvalidParam), "{var}={val}");

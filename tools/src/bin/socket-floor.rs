@@ -6,6 +6,9 @@
 //! socket-floor stream [-s 65536] [-n 20000]  [-w 100]    # one-way stream, then a 1-byte ack
 //! socket-floor line   [-n 1000000]                       # a cache line between CPUs 0 and 1
 //! ```
+//! `--cc NAME` (lat, stream) sets the sockets' congestion control (TCP_CONGESTION), e.g. reno,
+//! what rucx's tcp uses on loopback (`RUCX_TCP_CONGESTION=auto`); without it the system's
+//! default, what UCX uses.
 //! A server thread and a client thread talk over 127.0.0.1 with `TCP_NODELAY`, both busy-polling
 //! non-blocking sockets (as UCX's tcp transport progresses). Output is `ucx_perftest -f -v`'s
 //! CSV (header + one row: iterations, percentile/avg/overall latency in µs, avg/overall
@@ -27,6 +30,8 @@ struct Args {
     size: usize,
     iters: u64,
     warmup: u64,
+    /// TCP_CONGESTION of both sockets; `None`: the system's default.
+    cc: Option<String>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -45,15 +50,24 @@ fn parse() -> Result<Args, String> {
         size,
         iters,
         warmup,
+        cc: None,
     };
     while let Some(o) = a.next() {
         let v = a.next().ok_or(format!("{o} needs a value"))?;
+        if o == "--cc" {
+            args.cc = Some(v);
+            continue;
+        }
         let n: u64 = v.parse().map_err(|_| format!("{o}: {v:?} is not a number"))?;
         match o.as_str() {
             "-s" => args.size = n.max(1) as usize,
             "-n" => args.iters = n.max(1),
             "-w" => args.warmup = n,
-            _ => return Err(format!("unknown option {o} (-s size, -n iterations, -w warm-up)")),
+            _ => {
+                return Err(format!(
+                    "unknown option {o} (-s size, -n iterations, -w warm-up, --cc congestion control)"
+                ))
+            }
         }
     }
     Ok(args)
@@ -91,13 +105,18 @@ fn write_full(s: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-fn pair() -> std::io::Result<(TcpStream, TcpStream)> {
+fn pair(cc: Option<&str>) -> std::io::Result<(TcpStream, TcpStream)> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     let c = TcpStream::connect(l.local_addr()?)?;
     let (s, _) = l.accept()?;
     for x in [&c, &s] {
         x.set_nodelay(true)?;
         x.set_nonblocking(true)?;
+        if let Some(cc) = cc {
+            let name = std::ffi::OsString::from(cc);
+            nix::sys::socket::setsockopt(x, nix::sys::socket::sockopt::TcpCongestion, &name)
+                .map_err(|e| std::io::Error::other(format!("TCP_CONGESTION {cc:?}: {e}")))?;
+        }
     }
     Ok((c, s))
 }
@@ -181,7 +200,7 @@ fn run(a: &Args) -> std::io::Result<()> {
     if a.mode == "line" {
         return cache_line(a);
     }
-    let (mut c, s) = pair()?;
+    let (mut c, s) = pair(a.cc.as_deref())?;
     let total = a.warmup + a.iters;
     let (size, lat) = (a.size, a.mode == "lat");
     let server = std::thread::spawn(move || {
