@@ -9,7 +9,7 @@ use ucs::{Result, Status};
 use crate::verbs::Mtu;
 
 /// Accepted values of `RUCX_IB_PATH_MTU`.
-const MTU_NAMES: &[&str] = &["default", "256", "512", "1024", "2048", "4096"];
+const MTU_NAMES: &[&str] = &["auto", "default", "256", "512", "1024", "2048", "4096"];
 
 /// The ib transports' configuration.
 pub static IB_CONFIG: ConfigTable = ConfigTable {
@@ -101,9 +101,15 @@ pub static IB_CONFIG: ConfigTable = ConfigTable {
         ),
         ConfigField::new(
             "PATH_MTU",
-            "default",
+            "auto",
             ConfigKind::Enum(MTU_NAMES),
-            "Path MTU of connected QPs: default (the port's active MTU) or 256..4096.",
+            "Path MTU of connected QPs. auto: the port's active MTU, except toward a peer at \
+             this port's own address on Soft-RoCE (rdma_rxe), which hands those packets from \
+             QP to QP in software and never puts them on a wire: the port's largest MTU \
+             (4096; fewer packets, each costing rxe the same work: 8000-byte sends 1.4x \
+             faster, docs/benchmarks.md). default: the port's active MTU always. 256..4096: \
+             that, at most the active MTU. Both ends of a connection must choose alike (the \
+             same setting does).",
         ),
         ConfigField::new("SL", "0", ConfigKind::Uint, "InfiniBand service level (0..15)."),
         ConfigField::new(
@@ -197,6 +203,9 @@ pub struct IbConfig {
     pub gid_index: Option<u8>,
     /// `None`: the port's active MTU.
     pub path_mtu: Option<Mtu>,
+    /// `PATH_MTU=auto`: a connected QP toward this port's own address on Soft-RoCE uses the
+    /// port's largest MTU (`path_mtu` is then `None`).
+    pub local_max_mtu: bool,
     pub sl: u8,
     pub traffic_class: u8,
     pub hop_limit: u8,
@@ -253,9 +262,13 @@ impl IbConfig {
         if inline > 4096 {
             return Err(bad("TX_MIN_INLINE", &format!("{inline} bytes; use at most 4k")));
         }
-        let mtu = match IB_CONFIG.get_enum("PATH_MTU")? {
-            0 => None,
-            i => Mtu::from_bytes(MTU_NAMES[i].parse::<u32>().unwrap_or(1024)),
+        let (mtu, local_max_mtu) = match IB_CONFIG.get_enum("PATH_MTU")? {
+            0 => (None, true),
+            1 => (None, false),
+            i => (
+                Mtu::from_bytes(MTU_NAMES[i].parse::<u32>().unwrap_or(1024)),
+                false,
+            ),
         };
         let time = |var: &str| -> Result<Duration> {
             let d = IB_CONFIG.get_time(var)?.duration_or(Duration::from_secs(1));
@@ -286,6 +299,7 @@ impl IbConfig {
             tx_db_batch: uint_in("TX_DB_BATCH", 1, crate::verbs::SEND_BATCH_MAX as u64)? as usize,
             gid_index: parse_auto_u8("GID_INDEX", &IB_CONFIG.get_str("GID_INDEX")?, 255)?,
             path_mtu: mtu,
+            local_max_mtu,
             sl: uint_in("SL", 0, 15)? as u8,
             traffic_class: uint_in("TRAFFIC_CLASS", 0, 255)? as u8,
             hop_limit: uint_in("HOP_LIMIT", 1, 255)? as u8,
@@ -323,6 +337,7 @@ mod tests {
         assert!(c.rx_heads);
         assert_eq!(c.tx_db_batch, 4);
         assert_eq!((c.gid_index, c.path_mtu, c.max_rd_atomic), (None, None, None));
+        assert!(c.local_max_mtu);
         assert_eq!(
             (c.timeout, c.rnr_timeout),
             (Duration::from_secs(1), Duration::from_millis(1))

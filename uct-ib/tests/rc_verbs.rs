@@ -799,3 +799,59 @@ fn pending_before_connect_and_behind_the_window() {
     assert_eq!(order, (0..20).collect::<Vec<_>>());
     assert_eq!(*a.errors.borrow(), vec![]);
 }
+
+/// Packets the port has sent, from Soft-RoCE's counters (`None` elsewhere).
+fn sent_pkts(dev: &str) -> Option<u64> {
+    let (name, port) = dev.split_once(':')?;
+    std::fs::read_to_string(format!(
+        "/sys/class/infiniband/{name}/ports/{port}/hw_counters/sent_pkts"
+    ))
+    .ok()?
+    .trim()
+    .parse()
+    .ok()
+}
+
+/// Sends `n` 8000-byte AMs a -> b over a fresh pair and returns the port's packets per message
+/// (data and the responder's ACKs: both QPs are on this port).
+fn packets_per_message(ctx: &Context, dev: &str, n: usize) -> f64 {
+    let a = side(ctx, dev);
+    let b = side(ctx, dev);
+    let (ab, _ba) = connect(&a, &b);
+    let f = Fix { a, b, ab, ba: _ba };
+    let rec = record(&f.b, 5);
+    let data = vec![0x5au8; 8000];
+    let before = sent_pkts(dev).expect("counters");
+    for _ in 0..n {
+        f.retry("am_bcopy", || {
+            f.ab.am_bcopy(5, |buf| {
+                buf[..data.len()].copy_from_slice(&data);
+                data.len()
+            })
+        });
+    }
+    f.wait("all AMs", || rec.borrow().len() == n);
+    f.flush();
+    assert!(rec.borrow().iter().all(|m| m[..] == data[..]));
+    f.no_errors();
+    (sent_pkts(dev).expect("counters") - before) as f64 / n as f64
+}
+
+#[test]
+fn a_peer_on_the_same_soft_roce_port_gets_the_largest_mtu() {
+    let Some((ctx, dev)) = context() else { return };
+    if sent_pkts(&dev).is_none() {
+        println!("skipped: {dev} is not Soft-RoCE (no hw_counters/sent_pkts)");
+        return;
+    }
+    // auto (the default): MTU 4096 between two QPs of this port, 2 data packets per 8000 B.
+    let auto = packets_per_message(&ctx, &dev, 64);
+    // default: the port's active MTU (1024 on rxe over a 1500-byte netdev): 8 data packets.
+    let active = {
+        let _env = Env::set(&[("RUCX_IB_PATH_MTU", "default")]);
+        packets_per_message(&ctx, &dev, 64)
+    };
+    println!("packets per 8000-byte message: auto {auto:.2}, default {active:.2}");
+    assert!(auto < 4.0, "auto: {auto} packets per 8000-byte message");
+    assert!(active >= 8.0, "default: {active} packets per 8000-byte message");
+}

@@ -128,8 +128,14 @@ impl EpState {
         }
         let dest_qp_num = unpack_ep_addr(ep_addr)?;
         let cfg = &s.cfg;
+        // A peer at our own address (another QP of this port) may get a larger MTU.
+        let path_mtu = if remote == s.port.device_address() {
+            s.caps.local_path_mtu
+        } else {
+            s.caps.path_mtu
+        };
         self.qp.modify_to_rtr(&RtrParams {
-            path_mtu: s.caps.path_mtu,
+            path_mtu,
             dest_qp_num,
             rq_psn: 0,
             max_dest_rd_atomic: s.caps.max_dest_rd_atomic,

@@ -66,6 +66,8 @@ pub(crate) struct Caps {
     pub max_rd_atomic: u8,
     pub max_dest_rd_atomic: u8,
     pub path_mtu: Mtu,
+    /// The path MTU toward a peer at this port's own address (see [`local_path_mtu`]).
+    pub local_path_mtu: Mtu,
     pub tx_qlen: u32,
     pub moderation: u32,
     pub seg_size: usize,
@@ -76,10 +78,32 @@ pub(crate) struct Caps {
 /// Soft-RoCE's vendor id.
 const RXE_VENDOR_ID: u32 = 0xff_ffff;
 
+/// Soft-RoCE (rdma_rxe), by vendor id or, failing that, by its conventional name.
+fn is_soft_roce(dev: &IbDevice) -> bool {
+    dev.attr.vendor_id == RXE_VENDOR_ID || dev.name().starts_with("rxe")
+}
+
+/// The path MTU of a QP toward a peer at this port's own address. Soft-RoCE hands such packets
+/// from QP to QP in software (its loopback path: same source and destination address), so no
+/// wire limits their size, and its cost is per packet: with `RUCX_IB_PATH_MTU=auto` those QPs
+/// use the port's largest MTU. Elsewhere (hardware, whose loopback may still obey the link's
+/// MTU; or another setting) the same as toward any peer.
+pub(crate) fn local_path_mtu(
+    soft_roce: bool,
+    local_max_mtu: bool,
+    port_max: Option<Mtu>,
+    path_mtu: Mtu,
+) -> Mtu {
+    match port_max {
+        Some(max) if soft_roce && local_max_mtu => max.max(path_mtu),
+        _ => path_mtu,
+    }
+}
+
 /// The transport retry count for `dev`: Soft-RoCE (rxe) treats 7 as "retry forever" (like the
 /// RNR retry count), so a dead peer would never be detected; there 7 becomes 6.
 fn retry_count(dev: &IbDevice, configured: u8) -> u8 {
-    let rxe = dev.attr.vendor_id == RXE_VENDOR_ID || dev.name().starts_with("rxe");
+    let rxe = is_soft_roce(dev);
     if rxe && configured == 7 {
         tracing::debug!(
             "rc_verbs: {}: RUCX_IB_RETRY_COUNT 7 means infinite on Soft-RoCE; using 6",
@@ -163,6 +187,12 @@ impl IfaceShared {
                 v.min(a.max_qp_rd_atom.clamp(0, 255) as u8)
             }),
             path_mtu: port.path_mtu(cfg.path_mtu),
+            local_path_mtu: local_path_mtu(
+                is_soft_roce(&dev),
+                cfg.local_max_mtu,
+                port.attr.max_mtu,
+                port.path_mtu(cfg.path_mtu),
+            ),
             tx_qlen: granted.max_send_wr.min(tx_qlen).max(1),
             moderation: cfg.tx_cq_moderation.min((tx_qlen / 4).max(1)),
             seg_size: cfg.seg_size,
@@ -399,5 +429,22 @@ impl Iface for RcIface {
 
     fn ep_create(&self) -> Result<RcEp> {
         RcEp::create(&self.shared)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_largest_mtu_only_toward_ourselves_on_soft_roce_with_auto() {
+        let (max, active) = (Some(Mtu::Mtu4096), Mtu::Mtu1024);
+        assert_eq!(local_path_mtu(true, true, max, active), Mtu::Mtu4096);
+        // Hardware, PATH_MTU=default or a number, or a port without a max: unchanged.
+        assert_eq!(local_path_mtu(false, true, max, active), active);
+        assert_eq!(local_path_mtu(true, false, max, active), active);
+        assert_eq!(local_path_mtu(true, true, None, active), active);
+        // Never below what any other peer gets.
+        assert_eq!(local_path_mtu(true, true, Some(Mtu::Mtu512), active), active);
     }
 }
