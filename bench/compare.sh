@@ -336,6 +336,19 @@ ahead() { # kind ratios...
 # 2nd and 8th, 96%; up to 8 rounds k = 1, the whole range, which is under 95% below 6 rounds).
 # Prints "lo-hi side coverage%": side says where the interval lies against `ref` (ahead / parity
 # / behind, for rucx), the sign test in words.
+# tcp am_lat 8 B against floor case $1 (medians, and per round: rucx over the floor of the same
+# round, its CI against 1.10): "rucx/floor UCX/floor p50-rucx/floor p50-UCX/floor CI side".
+floor_ratios() {
+    local fid=$1 f r p
+    f=$(median 6 ${VAL[$fid,floor]:-})
+    p=$(median 3 ${PCT[$fid,floor]})
+    r=$(paste -d' ' <(printf '%s\n' ${VAL[$fid,floor]}) <(printf '%s\n' ${VAL[tcp_am_lat_8,rucx]}) |
+        awk '$1 + 0 > 0 && $2 + 0 > 0 { printf "%.4f ", $2 / $1 }')
+    echo "$(ratio "$f" "$(median 6 ${VAL[tcp_am_lat_8,rucx]})") $(ratio "$f" "$(median 6 ${VAL[tcp_am_lat_8,ucx]:-})")" \
+        "$(ratio "$p" "$(median 3 ${PCT[tcp_am_lat_8,rucx]})") $(ratio "$p" "$(median 3 ${PCT[tcp_am_lat_8,ucx]:-})")" \
+        "$(ci lat 1.10 $r)"
+}
+
 ci() { # kind ref ratios...
     local kind=$1 ref=$2; shift 2
     printf '%s\n' "$@" | grep -v FAIL | sort -g | awk -v kind="$kind" -v ref="$ref" '
@@ -427,22 +440,16 @@ TABLE=$(
         fi
         fl=$(median 6 ${VAL[floor_lat,floor]:-})
         if [ -n "${VAL[tcp_am_lat_8,rucx]:-}" ] && [ "$fl" != n/a ]; then
-            echo
-            # Per round: rucx over the floor measured in the same round; the CI against 1.10.
-            fr=$(paste -d' ' <(printf '%s\n' ${VAL[floor_lat,floor]}) <(printf '%s\n' ${VAL[tcp_am_lat_8,rucx]}) |
-                awk '$1 + 0 > 0 && $2 + 0 > 0 { printf "%.4f ", $2 / $1 }')
-            read -r frange fside _ <<<"$(ci lat 1.10 $fr)"
+            read -r rr ur rp up frange fside _ <<<"$(floor_ratios floor_lat)"
             case "$fside" in ahead) fside="below (met)" ;; behind) fside="above (missed)" ;; parity) fside="contains it" ;; esac
-            echo "tcp am_lat 8 B against the floor (target rucx/floor <= 1.10): rucx/floor $(ratio "$fl" "$(median 6 ${VAL[tcp_am_lat_8,rucx]})"), UCX/floor $(ratio "$fl" "$(median 6 ${VAL[tcp_am_lat_8,ucx]:-})"); p50: rucx/floor $(ratio "$(median 3 ${PCT[floor_lat,floor]})" "$(median 3 ${PCT[tcp_am_lat_8,rucx]})"), UCX/floor $(ratio "$(median 3 ${PCT[floor_lat,floor]})" "$(median 3 ${PCT[tcp_am_lat_8,ucx]:-})"); per round rucx/floor CI $frange, against 1.10: $fside."
+            echo
+            echo "tcp am_lat 8 B against the floor (target rucx/floor <= 1.10): rucx/floor $rr, UCX/floor $ur; p50: rucx/floor $rp, UCX/floor $up; per round rucx/floor CI $frange, against 1.10: $fside."
             # The same against the floor with rucx's congestion control on loopback (reno).
-            flr=$(median 6 ${VAL[floor_lat_reno,floor]:-})
-            if [ "$flr" != n/a ]; then
-                frr=$(paste -d' ' <(printf '%s\n' ${VAL[floor_lat_reno,floor]}) <(printf '%s\n' ${VAL[tcp_am_lat_8,rucx]}) |
-                    awk '$1 + 0 > 0 && $2 + 0 > 0 { printf "%.4f ", $2 / $1 }')
-                read -r frrange frside _ <<<"$(ci lat 1.10 $frr)"
-                case "$frside" in ahead) frside="below" ;; behind) frside="above" ;; parity) frside="contains it" ;; esac
+            if [ "$(median 6 ${VAL[floor_lat_reno,floor]:-})" != n/a ]; then
+                read -r rr ur rp _ frange fside _ <<<"$(floor_ratios floor_lat_reno)"
+                case "$fside" in ahead) fside="below" ;; behind) fside="above" ;; parity) fside="contains it" ;; esac
                 echo
-                echo "The same against the reno floor (rucx's tcp uses reno on loopback, UCX the system's default): rucx/floor $(ratio "$flr" "$(median 6 ${VAL[tcp_am_lat_8,rucx]})"), UCX/floor $(ratio "$flr" "$(median 6 ${VAL[tcp_am_lat_8,ucx]:-})"); p50: rucx/floor $(ratio "$(median 3 ${PCT[floor_lat_reno,floor]})" "$(median 3 ${PCT[tcp_am_lat_8,rucx]})"); per round rucx/floor CI $frrange, against 1.10: $frside."
+                echo "The same against the reno floor (rucx's tcp uses reno on loopback, UCX the system's default): rucx/floor $rr, UCX/floor $ur; p50: rucx/floor $rp; per round rucx/floor CI $frange, against 1.10: $fside."
             fi
         fi
     fi

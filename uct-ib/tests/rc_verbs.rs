@@ -111,10 +111,15 @@ fn connect(a: &Side, b: &Side) -> (Ep, Ep) {
 
 fn fixture() -> Option<Fix> {
     let (ctx, dev) = context()?;
-    let a = side(&ctx, &dev);
-    let b = side(&ctx, &dev);
+    Some(pair_on(&ctx, &dev))
+}
+
+/// Two sides on `dev`, connected (their configuration read from the environment now).
+fn pair_on(ctx: &Context, dev: &str) -> Fix {
+    let a = side(ctx, dev);
+    let b = side(ctx, dev);
     let (ab, ba) = connect(&a, &b);
-    Some(Fix { a, b, ab, ba })
+    Fix { a, b, ab, ba }
 }
 
 impl Fix {
@@ -815,10 +820,7 @@ fn sent_pkts(dev: &str) -> Option<u64> {
 /// Sends `n` 8000-byte AMs a -> b over a fresh pair and returns the port's packets per message
 /// (data and the responder's ACKs: both QPs are on this port).
 fn packets_per_message(ctx: &Context, dev: &str, n: usize) -> f64 {
-    let a = side(ctx, dev);
-    let b = side(ctx, dev);
-    let (ab, _ba) = connect(&a, &b);
-    let f = Fix { a, b, ab, ba: _ba };
+    let f = pair_on(ctx, dev);
     let rec = record(&f.b, 5);
     let data = vec![0x5au8; 8000];
     let before = sent_pkts(dev).expect("counters");
