@@ -5,7 +5,7 @@ pub use uct;
 
 /// The transport modules linked into rucx, in priority order. A plugin file with the same name
 /// as one of these is listed as shadowed and not loaded.
-pub fn builtin_modules() -> Vec<&'static uct::abi::RawModule> {
+pub fn builtin_modules() -> Vec<&'static uct::Module> {
     vec![uct_self::module(), uct_tcp::module()]
 }
 

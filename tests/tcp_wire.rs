@@ -436,10 +436,10 @@ fn forged_rma_outside_registered_memory_is_refused() {
     if let Some(r) = &ro {
         r.fill(0x33);
     }
-    // The wire rkey is the key a packed rkey starts with (uct::rma::RegionTable layout).
+    // The wire rkey is the key a packed rkey starts with (uct_transport::rma::RegionTable layout).
     let key = |m: &Mem| {
         let p = m.pack_rkey().expect("pack rkey");
-        uct::rma::RegionTable::unpack(&p).expect("packed rkey holds a key")
+        uct_transport::rma::RegionTable::unpack(&p).expect("packed rkey holds a key")
     };
     let (a1, k1, a2) = (m1.addr(), key(&m1), m2.addr());
     let ro_ak = ro.as_ref().map(|r| (r.addr(), key(r)));
@@ -538,7 +538,7 @@ fn split_rma_requests_and_bulk_data_land_intact() {
     let inbox = collect(&node, AM_ID);
     const LEN: usize = 65536;
     let mem = Mem::alloc(node.iface.md(), LEN, MemAccess::ALL).expect("register");
-    let key = uct::rma::RegionTable::unpack(&mem.pack_rkey().unwrap()).unwrap();
+    let key = uct_transport::rma::RegionTable::unpack(&mem.pack_rkey().unwrap()).unwrap();
     let (port, base, ib) = (node.port, mem.addr(), inbox.clone());
     // The image the target memory must end up with, built by the helper thread.
     let image = drive(

@@ -9,7 +9,7 @@
 //! Test names read `<module>::<test>::<target>`, so `cargo test --test conformance tcp_lo` runs
 //! everything on tcp and `cargo test --test conformance am_short` one test on every target.
 
-use uct::abi::RawModule;
+use uct::Module as RawModule;
 
 /// Where the transport's code comes from.
 #[derive(Clone, Copy, Debug)]

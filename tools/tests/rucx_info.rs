@@ -29,7 +29,7 @@ fn version_names_the_abi() {
         "{out}"
     );
     assert!(
-        out.contains(&format!("# plugin ABI version {}", uct::abi::ABI_VERSION)),
+        out.contains(&format!("# plugin ABI version {}", uct::PLUGIN_ABI_VERSION)),
         "{out}"
     );
     assert!(out.contains("built-in modules: self"), "{out}");

@@ -6,7 +6,7 @@ use std::time::Duration;
 use ucs::config::{ConfigField, ConfigKind, ConfigTable};
 use ucs::{Result, Status};
 
-use crate::verbs::Mtu;
+use uct_ib_verbs::Mtu;
 
 /// Accepted values of `RUCX_IB_PATH_MTU`.
 const MTU_NAMES: &[&str] = &["auto", "default", "256", "512", "1024", "2048", "4096"];
@@ -294,9 +294,9 @@ impl IbConfig {
             tx_cq_moderation: uint_in("TX_CQ_MODERATION", 1, 1 << 16)? as u32,
             tx_max_poll: uint_in("TX_MAX_POLL", 1, 32)? as usize,
             rx_max_poll: uint_in("RX_MAX_POLL", 1, 32)? as usize,
-            rx_max_batch: uint_in("RX_MAX_BATCH", 1, crate::verbs::MAX_RECV_BATCH as u64)? as usize,
+            rx_max_batch: uint_in("RX_MAX_BATCH", 1, uct_ib_verbs::MAX_RECV_BATCH as u64)? as usize,
             rx_heads: IB_CONFIG.get_bool("RX_HEADS")?,
-            tx_db_batch: uint_in("TX_DB_BATCH", 1, crate::verbs::SEND_BATCH_MAX as u64)? as usize,
+            tx_db_batch: uint_in("TX_DB_BATCH", 1, uct_ib_verbs::SEND_BATCH_MAX as u64)? as usize,
             gid_index: parse_auto_u8("GID_INDEX", &IB_CONFIG.get_str("GID_INDEX")?, 255)?,
             path_mtu: mtu,
             local_max_mtu,

@@ -9,10 +9,10 @@
 use std::sync::Arc;
 
 use ucs::{Result, Status};
-use uct::types::{Bandwidth, DeviceType, LinearFunc, TlResource};
+use uct_transport::types::{Bandwidth, DeviceType, LinearFunc, TlResource};
 
 use crate::config::IbConfig;
-use crate::verbs::{
+use uct_ib_verbs::{
     AhAttr, Context, DeviceAttr, Gid, GidEntry, GlobalRoute, Mtu, PortAttr, ProtectionDomain,
 };
 
@@ -277,7 +277,7 @@ impl DeviceAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verbs::{GidType, LinkLayer, PortState};
+    use uct_ib_verbs::{GidType, LinkLayer, PortState};
 
     fn port(roce: bool, gid: &str) -> PortInfo {
         PortInfo {

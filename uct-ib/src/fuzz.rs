@@ -10,7 +10,7 @@
 #![doc(hidden)]
 
 use ucs::Status;
-use uct::rng::XorShift;
+use uct_transport::rng::XorShift;
 
 use crate::device::{DeviceAddr, DEV_ADDR_LEN};
 use crate::md::{pack_rkey, unpack_rkey, RKEY_PACKED_LEN};
@@ -19,7 +19,7 @@ use crate::ud::wire::{
     get_u24, put_u24, restamp, Crep, Creq, Header, Kind, WireError, EP_ADDR_LEN, HDR_LEN, ID_MASK,
     MAX_DEV_ADDR, VERSION,
 };
-use crate::verbs::{AccessFlags, Gid};
+use uct_ib_verbs::{AccessFlags, Gid};
 
 /// Fuzz body `ud_packet`: `Header::decode` refuses exactly what the format forbids, with the
 /// first reason; a decoded header re-encodes to the same bytes except the reserved top byte of
@@ -43,7 +43,7 @@ pub fn ud_packet(data: &[u8]) {
         }
     };
     assert!(data.len() >= HDR_LEN && data[0] == VERSION);
-    assert!(hdr.kind != Kind::Am || hdr.am_id < uct::types::AM_ID_MAX);
+    assert!(hdr.kind != Kind::Am || hdr.am_id < uct_transport::types::AM_ID_MAX);
     assert!(hdr.dest_ep <= ID_MASK);
     let mut want = [0u8; HDR_LEN];
     want.copy_from_slice(&data[..HDR_LEN]);
@@ -183,7 +183,7 @@ pub fn ib_addr(data: &[u8]) {
 
     if let Some(&b) = data.first() {
         let (id, flags) = rc::parse_am_hdr(b);
-        assert!(id < uct::types::AM_ID_MAX);
+        assert!(id < uct_transport::types::AM_ID_MAX);
         assert_eq!(rc::am_hdr(id, flags), b);
     }
 

@@ -9,13 +9,13 @@ use std::sync::Arc;
 
 use ucs::mpool::{MemPool, MemPoolParams, PoolBuf};
 use ucs::{Result, Status};
-use uct::am::{AmDisposition, AmTable};
-use uct::types::ArmEvents;
+use uct_transport::am::{AmDisposition, AmTable};
+use uct_transport::types::ArmEvents;
 
 use crate::config::IbConfig;
 use crate::device::{parse_dev_name, PortInfo};
 use crate::md::IbMd;
-use crate::verbs::{
+use uct_ib_verbs::{
     AccessFlags, CompletionChannel, CompletionQueue, MrChunkAllocator, ProtectionDomain, RxLoan, Sge,
     WcBatch, WorkCompletion, RX_DESC_HDR,
 };
@@ -74,7 +74,7 @@ pub fn buffer_pool(
     MemPool::new(p)
 }
 
-/// A pool of one registered array of `bytes` bytes (for [`RxHeads`](crate::verbs::RxHeads)).
+/// A pool of one registered array of `bytes` bytes (for [`RxHeads`](uct_ib_verbs::RxHeads)).
 pub fn array_pool(pd: &Arc<ProtectionDomain>, name: &str, bytes: usize) -> Result<MemPool> {
     let mut p = MemPoolParams::new(name, bytes);
     p.alignment = 64;

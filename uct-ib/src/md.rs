@@ -14,11 +14,11 @@ use std::sync::Arc;
 
 use slab::Slab;
 use ucs::{Result, Status};
-use uct::transport::{Component, Md};
-use uct::types::{LinearFunc, MdAttr, MdFlags, MemAccess};
+use uct_transport::traits::{TransportComponent, TransportMd};
+use uct_transport::types::{LinearFunc, MdAttr, MdFlags, MemAccess};
 
 use crate::device::IbDevice;
-use crate::verbs::{register_host_memory, AccessFlags, DeviceList, MemoryRegion};
+use uct_ib_verbs::{register_host_memory, AccessFlags, DeviceList, MemoryRegion};
 
 /// Length of a packed rkey.
 pub const RKEY_PACKED_LEN: usize = 8;
@@ -26,7 +26,7 @@ const RKEY_VERSION: u8 = 1;
 
 pub struct IbComponent;
 
-impl Component for IbComponent {
+impl TransportComponent for IbComponent {
     type Md = IbMd;
     const NAME: &'static CStr = c"ib";
 
@@ -133,7 +133,7 @@ impl IbMd {
     }
 }
 
-impl Md for IbMd {
+impl TransportMd for IbMd {
     fn query(&self) -> MdAttr {
         MdAttr {
             flags: MdFlags::REG | MdFlags::NEED_MEMH | MdFlags::NEED_RKEY,

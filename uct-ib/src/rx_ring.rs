@@ -10,7 +10,7 @@ use ucs::mpool::{MemPool, PoolBuf};
 use ucs::{Result, Status};
 
 use crate::iface_common::buf_sge;
-use crate::verbs::{touch_posted, HeadCopy, RecvChain, RecvPostError, RxHeads, MAX_RECV_BATCH, RX_DESC_HDR};
+use uct_ib_verbs::{touch_posted, HeadCopy, RecvChain, RecvPostError, RxHeads, MAX_RECV_BATCH, RX_DESC_HDR};
 
 /// The buffers of an [`RxRing`] by wr_id (the slot index; a slot whose message fit its head
 /// keeps its buffer for the next post), the unused wr_ids, and the posted ones in the order

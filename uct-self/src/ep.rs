@@ -3,11 +3,11 @@
 use std::rc::Rc;
 
 use ucs::{Result, Status};
-use uct::callbacks::{Comp, PackCb, PendingReq, ResultPtr, UnpackCb};
-use uct::iov::{gather, total_len, Iov};
-use uct::rma::RegionTable;
-use uct::transport::{AtomicSize, Ep};
-use uct::types::{AtomicOp, FlushFlags, AM_ID_MAX};
+use uct_transport::callbacks::{Comp, PackCb, PendingReq, ResultPtr, UnpackCb};
+use uct_transport::iov::{gather, total_len, Iov};
+use uct_transport::rma::RegionTable;
+use uct_transport::traits::{AtomicSize, TransportEp};
+use uct_transport::types::{AtomicOp, FlushFlags, AM_ID_MAX};
 
 use crate::iface::Shared;
 use crate::md::regions;
@@ -87,7 +87,7 @@ fn on_stack(block: &mut [u8], t: &Shared, id: u8, header: u64, payload: &[u8]) -
     t.am.invoke(id, buf, None).map(|_| ())
 }
 
-impl Ep for SelfEp {
+impl TransportEp for SelfEp {
     /// The fast path, written out: no closure between the send and the handler call. A message
     /// of up to 64 bytes is assembled on the stack ([`StackMsg`]), a longer one in the
     /// interface's delivery buffer. Anything unusual (bad AM id, closed target, too long, a
@@ -251,7 +251,7 @@ impl Ep for SelfEp {
         Err(Status::Busy)
     }
 
-    fn pending_purge(&self, _purge: uct::callbacks::PurgeCb) {}
+    fn pending_purge(&self, _purge: uct_transport::callbacks::PurgeCb) {}
 
     fn flush(&self, _flags: FlushFlags, _comp: Comp) -> Result<Status> {
         Ok(Status::Ok)

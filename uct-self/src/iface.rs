@@ -7,10 +7,10 @@ use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ucs::{Result, Status};
-use uct::am::AmTable;
-use uct::callbacks::Comp;
-use uct::transport::{Iface, IfaceParams, Transport};
-use uct::types::*;
+use uct_transport::am::AmTable;
+use uct_transport::callbacks::Comp;
+use uct_transport::traits::{IfaceOpenParams, Transport, TransportIface};
+use uct_transport::types::*;
 
 use crate::config::SELF_CONFIG;
 use crate::ep::SelfEp;
@@ -92,7 +92,7 @@ impl Transport for SelfTransport {
         Ok(vec![TlResource::new("self", DEVICE, DeviceType::SelfDev)])
     }
 
-    fn iface_open(_md: &SelfMd, params: IfaceParams) -> Result<SelfIface> {
+    fn iface_open(_md: &SelfMd, params: IfaceOpenParams) -> Result<SelfIface> {
         if params.dev_name != DEVICE {
             tracing::error!(dev = %params.dev_name, "self has one device, {DEVICE}");
             return Err(Status::NoDevice);
@@ -141,7 +141,7 @@ fn find(dev: &[u8], iface: &[u8]) -> Option<Rc<Shared>> {
     IFACES.with(|m| m.borrow().get(&id).and_then(Weak::upgrade))
 }
 
-impl Iface for SelfIface {
+impl TransportIface for SelfIface {
     type Ep = SelfEp;
     const NEEDS_PROGRESS: bool = false;
 
@@ -175,21 +175,21 @@ impl Iface for SelfIface {
                 max_bcopy: seg,
                 max_zcopy: seg,
                 max_hdr: seg,
-                max_iov: uct::MAX_IOV,
+                max_iov: uct_transport::types::MAX_IOV,
                 ..Default::default()
             },
             put: OpCaps {
                 max_short: u32::MAX as usize,
                 max_bcopy: seg,
                 max_zcopy: usize::MAX,
-                max_iov: uct::MAX_IOV,
+                max_iov: uct_transport::types::MAX_IOV,
                 ..Default::default()
             },
             get: OpCaps {
                 max_short: u32::MAX as usize,
                 max_bcopy: seg,
                 max_zcopy: usize::MAX,
-                max_iov: uct::MAX_IOV,
+                max_iov: uct_transport::types::MAX_IOV,
                 ..Default::default()
             },
             atomic32: AtomicCaps {

@@ -6,7 +6,7 @@
 //! in one process). RMA and atomics go through a bounds-checked region table: a put outside
 //! registered memory is refused. The fast path (`am_short`) copies into a reusable buffer and
 //! calls the handler: no allocation, no lock, no syscall.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod config;
 mod ep;
@@ -15,13 +15,12 @@ mod md;
 
 pub use config::SELF_CONFIG;
 
-static MD_OPS: uct::abi::RawMdOps = uct::abi::export::md_ops::<md::SelfMd>();
-static IFACE_OPS: uct::abi::RawIfaceOps = uct::abi::export::iface_ops::<iface::SelfIface>();
-static TRANSPORTS: [uct::abi::RawTransport; 1] =
-    [uct::abi::export::transport::<iface::SelfTransport>(&IFACE_OPS)];
-static COMPONENTS: [uct::abi::RawComponent; 1] = [uct::abi::export::component::<md::SelfComponent>(
-    &MD_OPS,
-    &TRANSPORTS,
-)];
+use uct_transport::abi::{RawComponent, RawIfaceOps, RawMdOps, RawTransport};
+use uct_transport::export;
 
-uct::declare_module!(self, COMPONENTS, [&SELF_CONFIG]);
+static MD_OPS: RawMdOps = export::md_ops::<md::SelfMd>();
+static IFACE_OPS: RawIfaceOps = export::iface_ops::<iface::SelfIface>();
+static TRANSPORTS: [RawTransport; 1] = [export::transport::<iface::SelfTransport>(&IFACE_OPS)];
+static COMPONENTS: [RawComponent; 1] = [export::component::<md::SelfComponent>(&MD_OPS, &TRANSPORTS)];
+
+uct_transport::declare_module!(self, COMPONENTS, [&SELF_CONFIG]);

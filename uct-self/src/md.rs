@@ -5,9 +5,9 @@ use std::ffi::CStr;
 use std::rc::Rc;
 
 use ucs::{Result, Status};
-use uct::rma::{RegionTable, PACKED_RKEY_LEN};
-use uct::transport::{Component, Md};
-use uct::types::{LinearFunc, MdAttr, MdFlags, MemAccess};
+use uct_transport::rma::{RegionTable, PACKED_RKEY_LEN};
+use uct_transport::traits::{TransportComponent, TransportMd};
+use uct_transport::types::{LinearFunc, MdAttr, MdFlags, MemAccess};
 
 thread_local! {
     /// The thread's registrations: self connects only within a thread, so every memory domain
@@ -22,7 +22,7 @@ pub(crate) fn regions() -> Rc<RegionTable> {
 
 pub struct SelfComponent;
 
-impl Component for SelfComponent {
+impl TransportComponent for SelfComponent {
     type Md = SelfMd;
     const NAME: &'static CStr = c"self";
 
@@ -45,7 +45,7 @@ impl Component for SelfComponent {
 
 pub struct SelfMd;
 
-impl Md for SelfMd {
+impl TransportMd for SelfMd {
     fn query(&self) -> MdAttr {
         MdAttr {
             flags: MdFlags::REG | MdFlags::NEED_RKEY,

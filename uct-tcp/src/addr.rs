@@ -11,6 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
 use ucs::{Result, Status};
 
+#[cfg(feature = "fuzz")]
 #[doc(hidden)]
 pub mod fuzz;
 

@@ -325,11 +325,11 @@ impl TcpConfig {
             return Err(Status::InvalidParam);
         }
         let max_iov = TCP_CONFIG.get_uint("MAX_IOV")?;
-        if !(1..=uct::MAX_IOV as u64).contains(&max_iov) {
+        if !(1..=uct_transport::types::MAX_IOV as u64).contains(&max_iov) {
             return Err(invalid(
                 "TCP_MAX_IOV",
                 &max_iov.to_string(),
-                &format!("1..{}", uct::MAX_IOV),
+                &format!("1..{}", uct_transport::types::MAX_IOV),
             ));
         }
         let sendv = size("SENDV_THRESH", Some(2048))?

@@ -17,8 +17,8 @@ use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
 use std::rc::Weak;
 
-use uct::callbacks::Comp;
-use uct::iov::Iov;
+use uct_transport::callbacks::Comp;
+use uct_transport::iov::Iov;
 
 use crate::ep::EpInner;
 use crate::ops::Ops;
@@ -76,7 +76,7 @@ pub enum ZcTail {
 }
 
 /// Most lent entries of one message.
-pub const MAX_TX_IOV: usize = uct::MAX_IOV;
+pub const MAX_TX_IOV: usize = uct_transport::types::MAX_IOV;
 
 impl Tx {
     pub fn new(cap: usize) -> Tx {

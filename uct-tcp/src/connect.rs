@@ -28,7 +28,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::rc::Rc;
 
 use ucs::{Result, Status};
-use uct::callbacks::Comp;
+use uct_transport::callbacks::Comp;
 
 use crate::addr::{self, DevAddr};
 use crate::conn::{pair_key, Conn, Role, Rx, State};

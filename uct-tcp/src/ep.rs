@@ -7,9 +7,9 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 
 use ucs::{Result, Status};
-use uct::callbacks::{Comp, PendingReq, PendingResult, PurgeCb};
-use uct::transport::EpHandle;
-use uct::types::FlushFlags;
+use uct_transport::callbacks::{Comp, PendingReq, PendingResult, PurgeCb};
+use uct_transport::traits::EpHandle;
+use uct_transport::types::FlushFlags;
 
 use crate::conn::{Conn, State};
 use crate::iface::Shared;
@@ -443,7 +443,7 @@ impl Shared {
     }
 }
 
-impl uct::transport::Ep for TcpEp {
+impl uct_transport::traits::TransportEp for TcpEp {
     fn on_created(&self, handle: EpHandle) {
         self.sh.ep_on_created(&self.inner, handle);
     }
@@ -461,11 +461,11 @@ impl uct::transport::Ep for TcpEp {
         self.send_am_short(id, header, payload)
     }
 
-    fn am_short_iov(&self, id: u8, iov: &[uct::iov::Iov]) -> Result<()> {
+    fn am_short_iov(&self, id: u8, iov: &[uct_transport::iov::Iov]) -> Result<()> {
         self.send_am_short_iov(id, iov)
     }
 
-    fn am_bcopy(&self, id: u8, pack: uct::callbacks::PackCb, _flags: u32) -> Result<usize> {
+    fn am_bcopy(&self, id: u8, pack: uct_transport::callbacks::PackCb, _flags: u32) -> Result<usize> {
         self.send_am_bcopy(id, pack)
     }
 
@@ -473,7 +473,7 @@ impl uct::transport::Ep for TcpEp {
         &self,
         id: u8,
         header: &[u8],
-        iov: &[uct::iov::Iov],
+        iov: &[uct_transport::iov::Iov],
         _flags: u32,
         comp: Comp,
     ) -> Result<Status> {
@@ -484,17 +484,23 @@ impl uct::transport::Ep for TcpEp {
         self.send_put_short(data, raddr, rkey)
     }
 
-    fn put_bcopy(&self, pack: uct::callbacks::PackCb, raddr: u64, rkey: u64) -> Result<usize> {
+    fn put_bcopy(&self, pack: uct_transport::callbacks::PackCb, raddr: u64, rkey: u64) -> Result<usize> {
         self.send_put_bcopy(pack, raddr, rkey)
     }
 
-    fn put_zcopy(&self, iov: &[uct::iov::Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Status> {
+    fn put_zcopy(
+        &self,
+        iov: &[uct_transport::iov::Iov],
+        raddr: u64,
+        rkey: u64,
+        comp: Comp,
+    ) -> Result<Status> {
         self.send_put_zcopy(iov, raddr, rkey, comp)
     }
 
     fn get_bcopy(
         &self,
-        unpack: uct::callbacks::UnpackCb,
+        unpack: uct_transport::callbacks::UnpackCb,
         len: usize,
         raddr: u64,
         rkey: u64,
@@ -503,14 +509,20 @@ impl uct::transport::Ep for TcpEp {
         self.send_get_bcopy(unpack, len, raddr, rkey, comp)
     }
 
-    fn get_zcopy(&self, iov: &[uct::iov::Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Status> {
+    fn get_zcopy(
+        &self,
+        iov: &[uct_transport::iov::Iov],
+        raddr: u64,
+        rkey: u64,
+        comp: Comp,
+    ) -> Result<Status> {
         self.send_get_zcopy(iov, raddr, rkey, comp)
     }
 
     fn atomic_post(
         &self,
-        size: uct::transport::AtomicSize,
-        op: uct::types::AtomicOp,
+        size: uct_transport::traits::AtomicSize,
+        op: uct_transport::types::AtomicOp,
         value: u64,
         raddr: u64,
         rkey: u64,
@@ -521,15 +533,15 @@ impl uct::transport::Ep for TcpEp {
 
     fn atomic_fetch(
         &self,
-        size: uct::transport::AtomicSize,
-        op: uct::types::AtomicOp,
+        size: uct_transport::traits::AtomicSize,
+        op: uct_transport::types::AtomicOp,
         value: u64,
-        result: uct::callbacks::ResultPtr,
+        result: uct_transport::callbacks::ResultPtr,
         raddr: u64,
         rkey: u64,
         comp: Comp,
     ) -> Result<Status> {
-        if op == uct::types::AtomicOp::Cswap {
+        if op == uct_transport::types::AtomicOp::Cswap {
             tracing::error!("tcp: atomic_fetch with Cswap: use atomic_cswap");
             return Err(Status::InvalidParam);
         }
@@ -538,17 +550,17 @@ impl uct::transport::Ep for TcpEp {
 
     fn atomic_cswap(
         &self,
-        size: uct::transport::AtomicSize,
+        size: uct_transport::traits::AtomicSize,
         compare: u64,
         swap: u64,
-        result: uct::callbacks::ResultPtr,
+        result: uct_transport::callbacks::ResultPtr,
         raddr: u64,
         rkey: u64,
         comp: Comp,
     ) -> Result<Status> {
         self.send_atomic(
             size,
-            uct::types::AtomicOp::Cswap,
+            uct_transport::types::AtomicOp::Cswap,
             swap,
             compare,
             Some(result),

@@ -12,7 +12,7 @@ use std::rc::{Rc, Weak};
 
 use nix::sys::socket::{shutdown, Shutdown};
 use ucs::Status;
-use uct::transport::EpHandle;
+use uct_transport::traits::EpHandle;
 
 use crate::conn::{Conn, Role, State};
 use crate::ep::EpInner;
@@ -142,7 +142,7 @@ impl Shared {
             let to = peer.map_or_else(|| "its peer".to_string(), |p| p.to_string());
             tracing::error!(
                 "tcp: endpoint to {to} failed: {st} (no error handler took it; install one with \
-                 IfaceParams::err_handler to handle peer failures)"
+                 IfaceOpenParams::err_handler to handle peer failures)"
             );
         }
     }

@@ -11,12 +11,12 @@ use std::rc::{Rc, Weak};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use slab::Slab;
 use ucs::{Result, Status};
-use uct::am::AmTable;
-use uct::callbacks::{Comp, ErrHandler};
-use uct::rma::RegionTable;
-use uct::transport::{Iface, IfaceParams, Transport};
-use uct::types::*;
-use uct::worker_ref::WorkerRef;
+use uct_transport::am::AmTable;
+use uct_transport::callbacks::{Comp, ErrHandler};
+use uct_transport::rma::RegionTable;
+use uct_transport::traits::{IfaceOpenParams, Transport, TransportIface};
+use uct_transport::types::*;
+use uct_transport::worker_ref::WorkerRef;
 
 use crate::addr::{self, DevAddr, EP_ADDR_LEN, IFACE_ADDR_LEN};
 use crate::bufs::BufPool;
@@ -53,7 +53,7 @@ impl Transport for TcpTransport {
             .collect())
     }
 
-    fn iface_open(md: &TcpMd, params: IfaceParams) -> Result<TcpIface> {
+    fn iface_open(md: &TcpMd, params: IfaceOpenParams) -> Result<TcpIface> {
         let cfg = TcpConfig::read()?;
         let Some(dev) = devices()?.into_iter().find(|d| d.name == params.dev_name) else {
             tracing::error!(
@@ -386,7 +386,7 @@ impl Drop for TcpIface {
     }
 }
 
-impl Iface for TcpIface {
+impl TransportIface for TcpIface {
     type Ep = TcpEp;
 
     fn query(&self) -> IfaceAttr {
@@ -483,7 +483,7 @@ impl Iface for TcpIface {
         addr::decode_iface_addr(iface).is_some() && self.sh.dev.reaches(&peer)
     }
 
-    #[inline] // into the worker's progress callback (`uct::abi::export`): one call less per poll
+    #[inline] // into the worker's progress callback (`uct_transport::abi::export`): one call less per poll
     fn progress(&self) -> u32 {
         self.sh.progress()
     }

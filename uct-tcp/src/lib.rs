@@ -52,13 +52,12 @@ pub mod wire;
 
 pub use config::{NET_CONFIG, TCP_CONFIG};
 
-static MD_OPS: uct::abi::RawMdOps = uct::abi::export::md_ops::<md::TcpMd>();
-static IFACE_OPS: uct::abi::RawIfaceOps = uct::abi::export::iface_ops::<iface::TcpIface>();
-static TRANSPORTS: [uct::abi::RawTransport; 1] =
-    [uct::abi::export::transport::<iface::TcpTransport>(&IFACE_OPS)];
-static COMPONENTS: [uct::abi::RawComponent; 1] = [uct::abi::export::component::<md::TcpComponent>(
-    &MD_OPS,
-    &TRANSPORTS,
-)];
+use uct_transport::abi::{RawComponent, RawIfaceOps, RawMdOps, RawTransport};
+use uct_transport::export;
 
-uct::declare_module!(tcp, COMPONENTS, [&TCP_CONFIG, &NET_CONFIG]);
+static MD_OPS: RawMdOps = export::md_ops::<md::TcpMd>();
+static IFACE_OPS: RawIfaceOps = export::iface_ops::<iface::TcpIface>();
+static TRANSPORTS: [RawTransport; 1] = [export::transport::<iface::TcpTransport>(&IFACE_OPS)];
+static COMPONENTS: [RawComponent; 1] = [export::component::<md::TcpComponent>(&MD_OPS, &TRANSPORTS)];
+
+uct_transport::declare_module!(tcp, COMPONENTS, [&TCP_CONFIG, &NET_CONFIG]);

@@ -9,16 +9,16 @@ use std::ffi::CStr;
 use std::rc::Rc;
 
 use ucs::{Result, Status};
-use uct::rma::{RegionTable, PACKED_RKEY_LEN};
-use uct::transport::{Component, Md};
-use uct::types::{LinearFunc, MdAttr, MdFlags, MemAccess};
+use uct_transport::rma::{RegionTable, PACKED_RKEY_LEN};
+use uct_transport::traits::{TransportComponent, TransportMd};
+use uct_transport::types::{LinearFunc, MdAttr, MdFlags, MemAccess};
 
 /// The only memory domain of the component.
 pub const MD_NAME: &str = "tcp";
 
 pub struct TcpComponent;
 
-impl Component for TcpComponent {
+impl TransportComponent for TcpComponent {
     type Md = TcpMd;
     const NAME: &'static CStr = c"tcp";
 
@@ -54,7 +54,7 @@ pub struct TcpMd {
     pub(crate) regions: Rc<RegionTable>,
 }
 
-impl Md for TcpMd {
+impl TransportMd for TcpMd {
     fn query(&self) -> MdAttr {
         MdAttr {
             flags: MdFlags::REG | MdFlags::NEED_RKEY,

@@ -11,8 +11,8 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 
 use ucs::Status;
-use uct::callbacks::{Comp, ResultPtr, UnpackCb};
-use uct::iov::Iov;
+use uct_transport::callbacks::{Comp, ResultPtr, UnpackCb};
+use uct_transport::iov::Iov;
 
 /// A flush of several endpoints (iface flush) that completes its completion once all are done.
 pub struct FlushGroup {

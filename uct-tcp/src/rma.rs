@@ -11,10 +11,10 @@
 use std::rc::Rc;
 
 use ucs::{Result, Status};
-use uct::callbacks::{Comp, ResultPtr, UnpackCb};
-use uct::iov::{total_len, Iov};
-use uct::transport::AtomicSize;
-use uct::types::AtomicOp;
+use uct_transport::callbacks::{Comp, ResultPtr, UnpackCb};
+use uct_transport::iov::{total_len, Iov};
+use uct_transport::traits::AtomicSize;
+use uct_transport::types::AtomicOp;
 
 use crate::conn::{Conn, Ctl, Sink, State};
 use crate::ep::TcpEp;

@@ -33,7 +33,7 @@ enum Got {
 }
 
 /// Finds the entry and offset of byte `pos` of a get_zcopy destination.
-fn locate(iov: &[uct::iov::Iov<'static>], mut pos: usize) -> Option<(usize, usize)> {
+fn locate(iov: &[uct_transport::iov::Iov<'static>], mut pos: usize) -> Option<(usize, usize)> {
     for (i, e) in iov.iter().enumerate() {
         if pos < e.len() {
             return Some((i, pos));

@@ -9,8 +9,8 @@
 //! (`coalesce.rs`) and the others answer `NoResource`.
 
 use ucs::{Result, Status};
-use uct::callbacks::{Comp, PackCb};
-use uct::iov::Iov;
+use uct_transport::callbacks::{Comp, PackCb};
+use uct_transport::iov::Iov;
 
 use crate::conn::{Conn, Tx};
 use crate::ep::TcpEp;
@@ -120,12 +120,12 @@ impl TcpEp {
         if id >= AM_ID_MAX {
             return Err(bad_id(id));
         }
-        if iov.len() > uct::MAX_IOV {
+        if iov.len() > uct_transport::types::MAX_IOV {
             return Err(too_long(
                 "am_short_iov entry count",
                 iov.len(),
-                uct::MAX_IOV,
-                "uct::MAX_IOV",
+                uct_transport::types::MAX_IOV,
+                "uct_transport::types::MAX_IOV",
             ));
         }
         let len: usize = iov.iter().map(|e| e.len()).sum();

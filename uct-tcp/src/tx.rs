@@ -11,8 +11,8 @@ use std::io::IoSlice;
 
 use nix::errno::Errno;
 use ucs::{Result, Status};
-use uct::callbacks::Comp;
-use uct::iov::Iov;
+use uct_transport::callbacks::Comp;
+use uct_transport::iov::Iov;
 
 use crate::conn::{Conn, Ctl, Tx, ZcTail, MAX_TX_IOV};
 use crate::iface::Shared;
@@ -20,7 +20,7 @@ use crate::sock;
 use crate::wire::{encode_frame, GetRep, Msg};
 
 /// Most parts of one message: frame header, AM header, up to MAX_IOV user entries.
-pub const MAX_PARTS: usize = uct::MAX_IOV + 2;
+pub const MAX_PARTS: usize = uct_transport::types::MAX_IOV + 2;
 
 /// Where the parts after the copied ones live.
 #[derive(Clone, Copy)]
@@ -50,7 +50,7 @@ fn iov_empty() -> Iov<'static> {
 }
 
 fn raw_iov(buffer: *mut u8, length: usize) -> Iov<'static> {
-    Iov::from_raw(uct::abi::RawIov {
+    Iov::from_raw(uct_transport::abi::RawIov {
         buffer,
         length,
         memh: std::ptr::null_mut(),

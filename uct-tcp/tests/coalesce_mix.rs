@@ -10,8 +10,8 @@ mod common;
 use std::time::Instant;
 
 use common::*;
-use uct::rng::XorShift;
 use uct::*;
+use uct_transport::rng::XorShift;
 
 const ID: u8 = 9;
 const MEM: usize = 64 * 1024;

@@ -17,6 +17,6 @@ pub fn version(ctx: &uct::Context, out: &mut String) {
         .map(|m| m.name.as_str())
         .collect();
     let _ = writeln!(out, "# rucx version {}", env!("CARGO_PKG_VERSION"));
-    let _ = writeln!(out, "# plugin ABI version {}", uct::abi::ABI_VERSION);
+    let _ = writeln!(out, "# plugin ABI version {}", uct::PLUGIN_ABI_VERSION);
     let _ = writeln!(out, "# built-in modules: {}", builtin.join(", "));
 }

@@ -126,7 +126,6 @@ impl Perf {
         self.head = (self.head + 1) & (TIMING_QUEUE_SIZE - 1);
         self.prev_time = t;
         if t.wrapping_sub(self.prev.time) >= self.report_interval {
-            std::hint::cold_path();
             self.report();
         }
     }

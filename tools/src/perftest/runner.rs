@@ -259,6 +259,12 @@ impl<'s> Bench<'s> {
         }
     }
 
+    #[cold]
+    #[inline(never)]
+    fn progress_out_of_line(&self) {
+        self.progress();
+    }
+
     #[inline(always)]
     fn progress(&self) {
         self.worker.progress();
@@ -426,8 +432,7 @@ impl<'s> Bench<'s> {
                 self.counters.send_b_count.set(c.wrapping_add(1));
                 if c.is_multiple_of(SENDS_PER_PROGRESS) {
                     // 1 in 16: kept out of the loop's straight line, as in UCX's build.
-                    std::hint::cold_path();
-                    self.progress();
+                    self.progress_out_of_line();
                 }
             }
         }

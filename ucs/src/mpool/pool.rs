@@ -198,6 +198,21 @@ impl PoolBuf {
         self.data.as_ptr()
     }
 
+    /// Copies `data` into the element at `offset`, as much as fits; returns the bytes copied.
+    /// (What a device does to a posted buffer; no slice over the element is formed.)
+    pub fn write_at(&mut self, offset: usize, data: &[u8]) -> usize {
+        let cap = self.capacity();
+        if offset >= cap {
+            return 0;
+        }
+        let n = data.len().min(cap - offset);
+        // SAFETY: `offset + n <= capacity`, inside this element, which `&mut self` owns; no
+        // reference into the element exists (this type never forms one), and `data` cannot
+        // overlap it for the same reason.
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), self.data.as_ptr().add(offset), n) };
+        n
+    }
+
     /// Bytes in the element (the pool's element size), without forming a slice over them
     /// (a device may own them, e.g. a posted receive buffer).
     #[inline]

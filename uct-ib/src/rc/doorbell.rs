@@ -20,7 +20,7 @@ use ucs::{Result, Status};
 use super::ep::EpState;
 use super::iface::IfaceShared;
 use super::tx::TxOp;
-use crate::verbs::{SendBatch, SendFlags, SendOp, Sge};
+use uct_ib_verbs::{SendBatch, SendFlags, SendOp, Sge};
 
 /// The interface's collected send requests (of one endpoint at a time).
 pub(crate) struct Doorbell {

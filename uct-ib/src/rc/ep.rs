@@ -6,10 +6,10 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 
 use ucs::{Result, Status};
-use uct::callbacks::{Comp, PackCb, PendingReq, PurgeCb, ResultPtr, UnpackCb};
-use uct::iov::Iov;
-use uct::transport::{AtomicSize, Ep, EpHandle};
-use uct::types::{AtomicOp, FlushFlags};
+use uct_transport::callbacks::{Comp, PackCb, PendingReq, PurgeCb, ResultPtr, UnpackCb};
+use uct_transport::iov::Iov;
+use uct_transport::traits::{AtomicSize, EpHandle, TransportEp};
+use uct_transport::types::{AtomicOp, FlushFlags};
 
 use super::fc::FcState;
 use super::iface::IfaceShared;
@@ -17,7 +17,7 @@ use super::tx::TxOp;
 use super::wire::{pack_ep_addr, unpack_ep_addr};
 use crate::device::DeviceAddr;
 use crate::txq::TxQueue;
-use crate::verbs::{qp_timeout_from_secs, rnr_timer_from_secs, QueuePair, RtrParams, RtsParams};
+use uct_ib_verbs::{qp_timeout_from_secs, rnr_timer_from_secs, QueuePair, RtrParams, RtsParams};
 
 /// Connection state of an endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,7 +204,7 @@ impl Drop for RcEp {
     }
 }
 
-impl Ep for RcEp {
+impl TransportEp for RcEp {
     fn on_created(&self, handle: EpHandle) {
         self.st.handle.set(handle);
     }

@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use ucs::mpool::MemPool;
 use ucs::{Result, Status};
-use uct::am::AmTable;
-use uct::callbacks::{Comp, ErrHandler};
-use uct::transport::{Iface, IfaceParams, Transport};
-use uct::types::*;
+use uct_transport::am::AmTable;
+use uct_transport::callbacks::{Comp, ErrHandler};
+use uct_transport::traits::{IfaceOpenParams, Transport, TransportIface};
+use uct_transport::types::*;
 
 use super::doorbell::Doorbell;
 use super::ep::{EpState, RcEp};
@@ -26,7 +26,7 @@ use crate::iface_common::{
     array_pool, buffer_pool, open_port, EventCqs, RxRing, SendCqPacing, BUF_DATA_OFFSET,
 };
 use crate::md::IbMd;
-use crate::verbs::{
+use uct_ib_verbs::{
     AccessFlags, AtomicCap, Mtu, QpCaps, QpInitAttr, QpType, QueuePair, RxHeads, SharedReceiveQueue, RX_HEAD,
 };
 
@@ -48,7 +48,7 @@ impl Transport for RcTransport {
         Ok(md.device().tl_resources("rc_verbs"))
     }
 
-    fn iface_open(md: &IbMd, params: IfaceParams) -> Result<RcIface> {
+    fn iface_open(md: &IbMd, params: IfaceOpenParams) -> Result<RcIface> {
         let cfg = IbConfig::read()?;
         let port = open_port(md, &params.dev_name, &cfg)?;
         IfaceShared::open(md, port, cfg, params).map(|shared| RcIface { shared })
@@ -145,7 +145,7 @@ pub(crate) struct IfaceShared {
 }
 
 impl IfaceShared {
-    fn open(md: &IbMd, port: PortInfo, cfg: IbConfig, params: IfaceParams) -> Result<Rc<IfaceShared>> {
+    fn open(md: &IbMd, port: PortInfo, cfg: IbConfig, params: IfaceOpenParams) -> Result<Rc<IfaceShared>> {
         let dev = md.device().clone();
         let a = &dev.attr;
         let tx_qlen = cfg.tx_queue_len.min(a.max_qp_wr.max(1) as u32);
@@ -178,7 +178,7 @@ impl IfaceShared {
             max_inline: granted.max_inline_data as usize,
             max_send_sge: granted
                 .max_send_sge
-                .clamp(1, crate::verbs::MAX_INLINE_PIECES as u32) as usize,
+                .clamp(1, uct_ib_verbs::MAX_INLINE_PIECES as u32) as usize,
             max_get_sge: (granted.max_send_sge.min(a.max_sge_rd.max(1) as u32)).max(1) as usize,
             max_msg: port.attr.max_msg_sz as usize,
             atomics: a.atomic_cap != AtomicCap::None && max_rd_atomic > 0,
@@ -251,7 +251,7 @@ impl IfaceShared {
             Some(&self.srq),
             &qp_attr(&self.cfg, self.caps.tx_qlen),
         )?;
-        qp.modify_to_init(&crate::verbs::InitParams {
+        qp.modify_to_init(&uct_ib_verbs::InitParams {
             port_num: self.port.num,
             pkey_index: 0,
             access: AccessFlags::ALL_REMOTE,
@@ -320,7 +320,7 @@ impl Drop for RcIface {
     }
 }
 
-impl Iface for RcIface {
+impl TransportIface for RcIface {
     type Ep = RcEp;
 
     fn query(&self) -> IfaceAttr {

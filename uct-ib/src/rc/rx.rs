@@ -5,7 +5,7 @@ use super::iface::IfaceShared;
 use super::wire::{parse_am_hdr, AM_HDR_LEN, FC_PURE_GRANT};
 use crate::iface_common::{deliver_am, BUF_DATA_OFFSET as OFF};
 use crate::rx_ring::Received;
-use crate::verbs::WcBatch;
+use uct_ib_verbs::WcBatch;
 
 /// Completions polled per call at most (stack array).
 const MAX_POLL: usize = 32;

@@ -2,10 +2,10 @@
 //! (AMs, RDMA WRITE/READ, atomics, flush, pure grants).
 
 use ucs::{Result, Status};
-use uct::callbacks::{Comp, PackCb, ResultPtr, UnpackCb};
-use uct::iov::Iov;
-use uct::transport::AtomicSize;
-use uct::types::{AtomicOp, FlushFlags, AM_ID_MAX};
+use uct_transport::callbacks::{Comp, PackCb, ResultPtr, UnpackCb};
+use uct_transport::iov::Iov;
+use uct_transport::traits::AtomicSize;
+use uct_transport::types::{AtomicOp, FlushFlags, AM_ID_MAX};
 
 use super::ep::{Conn, EpState};
 use super::fc::FcState;
@@ -13,10 +13,10 @@ use super::tx::TxOp;
 use super::wire::{am_hdr, AM_HDR_LEN, FC_PURE_GRANT};
 use crate::iface_common::{buf_sge, BUF_DATA_OFFSET as OFF};
 use crate::md::lkey_of_memh;
-use crate::verbs::{SendFlags, SendOp, SendRequest, Sge};
+use uct_ib_verbs::{SendFlags, SendOp, SendRequest, Sge};
 
 /// Most SGEs of one work request (stack arrays).
-pub(crate) const MAX_SGE: usize = crate::verbs::MAX_INLINE_PIECES;
+pub(crate) const MAX_SGE: usize = uct_ib_verbs::MAX_INLINE_PIECES;
 
 #[cold]
 fn invalid(what: std::fmt::Arguments<'_>) -> Status {

@@ -6,13 +6,13 @@ use std::rc::Rc;
 
 use ucs::mpool::PoolBuf;
 use ucs::{Result, Status};
-use uct::callbacks::{Comp, PendingResult, ResultPtr, UnpackCb};
-use uct::types::FlushFlags;
+use uct_transport::callbacks::{Comp, PendingResult, ResultPtr, UnpackCb};
+use uct_transport::types::FlushFlags;
 
 use super::ep::{Conn, EpState};
 use super::iface::IfaceShared;
 use crate::iface_common::BUF_DATA_OFFSET as OFF;
-use crate::verbs::{ChainRefused, WcBatch, WcStatus, WorkCompletion};
+use uct_ib_verbs::{ChainRefused, WcBatch, WcStatus, WorkCompletion};
 
 /// Completions polled per call at most (stack array).
 const MAX_POLL: usize = 32;

@@ -1,8 +1,8 @@
 use super::*;
 use crate::iface_common::BUF_DATA_OFFSET;
-use crate::verbs::RX_HEAD;
 use ucs::mpool::{HeapAllocator, MemPoolParams};
 use ucs::Status;
+use uct_ib_verbs::RX_HEAD;
 
 fn heap_pool(n: usize) -> MemPool {
     let mut p = MemPoolParams::new("rx-test", BUF_DATA_OFFSET + 128);
@@ -174,18 +174,12 @@ fn ring_with_heads() -> RxRing {
 }
 
 /// Writes `msg` where a device would: the head slot, then the rest of the buffer.
-#[allow(unsafe_code)] // plays the device: writes through the posted SGEs' addresses
 fn land(ring: &RxRing, id: u64, msg: &[u8]) {
-    let h = ring.heads.as_ref().unwrap();
-    let n = msg.len().min(RX_HEAD);
-    // SAFETY: test memory: the slot's SGE covers RX_HEAD bytes of the heads array.
-    unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), h.sge(id as u32).addr() as *mut u8, n) };
+    ring.heads.as_ref().unwrap().land(id as u32, msg);
     if msg.len() > RX_HEAD {
-        let slots = ring.slots.borrow();
-        let buf = slots.bufs[id as usize].as_ref().unwrap();
-        let at = buf.as_ptr() as usize + BUF_DATA_OFFSET + RX_HEAD;
-        // SAFETY: inside the posted buffer's second SGE (128 - 64 bytes).
-        unsafe { std::ptr::copy_nonoverlapping(msg[RX_HEAD..].as_ptr(), at as *mut u8, msg.len() - RX_HEAD) };
+        let mut slots = ring.slots.borrow_mut();
+        let buf = slots.bufs[id as usize].as_mut().unwrap();
+        buf.write_at(BUF_DATA_OFFSET + RX_HEAD, &msg[RX_HEAD..]);
     }
 }
 

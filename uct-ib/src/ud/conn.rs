@@ -13,7 +13,7 @@ use super::iface::UdShared;
 use super::reliability::Reliability;
 use super::wire::{get_u24, EP_ADDR_LEN, EP_ID_NONE};
 use crate::device::{DeviceAddr, DEV_ADDR_LEN};
-use crate::verbs::AddressHandle;
+use uct_ib_verbs::AddressHandle;
 
 impl UdShared {
     /// The address handle for a peer's device address (cached per interface).

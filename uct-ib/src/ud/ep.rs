@@ -8,10 +8,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use ucs::{Result, Status};
-use uct::callbacks::{Comp, PackCb, PendingReq, PurgeCb};
-use uct::iov::{gather, total_len, Iov};
-use uct::transport::{Ep, EpHandle};
-use uct::types::{FlushFlags, AM_ID_MAX};
+use uct_transport::callbacks::{Comp, PackCb, PendingReq, PurgeCb};
+use uct_transport::iov::{gather, total_len, Iov};
+use uct_transport::traits::{EpHandle, TransportEp};
+use uct_transport::types::{FlushFlags, AM_ID_MAX};
 
 use super::iface::UdShared;
 use super::reliability::{Psn, Reliability};
@@ -19,7 +19,7 @@ use super::skb::MAX_ZCOPY_IOV;
 use super::wire::{put_u24, EP_ADDR_LEN, EP_ID_NONE};
 use crate::device::DEV_ADDR_LEN;
 use crate::md::lkey_of_memh;
-use crate::verbs::{AddressHandle, Sge, UdDest};
+use uct_ib_verbs::{AddressHandle, Sge, UdDest};
 
 /// Q_Key of every ud_verbs QP (UCX's `UCT_IB_KEY`).
 pub const QKEY: u32 = 0x1EE7_A330;
@@ -161,7 +161,7 @@ impl UdEp {
     }
 }
 
-impl Ep for UdEp {
+impl TransportEp for UdEp {
     fn on_created(&self, handle: EpHandle) {
         self.ep.st.borrow_mut().handle = Some(handle);
     }

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ucs::{Result, Status};
-use uct::am::AmTable;
-use uct::callbacks::{Comp, ErrHandler};
-use uct::transport::{EpHandle, Iface, IfaceParams, Transport};
-use uct::types::*;
+use uct_transport::am::AmTable;
+use uct_transport::callbacks::{Comp, ErrHandler};
+use uct_transport::traits::{EpHandle, IfaceOpenParams, Transport, TransportIface};
+use uct_transport::types::*;
 
 use super::config::UdConfig;
 use super::ep::{EpCell, PassiveKey, UdEp, QKEY};
@@ -28,7 +28,7 @@ use crate::iface_common::{
     array_pool, buffer_pool, open_port, EventCqs, RxRing, SendCqPacing, BUF_DATA_OFFSET,
 };
 use crate::md::IbMd;
-use crate::verbs::{
+use uct_ib_verbs::{
     AccessFlags, AddressHandle, InitParams, QpCaps, QpInitAttr, QpType, QueuePair, RxHeads, WcBatch, GRH_LEN,
     RX_HEAD,
 };
@@ -50,7 +50,7 @@ impl Transport for UdTransport {
         Ok(md.device().tl_resources(TL_NAME))
     }
 
-    fn iface_open(md: &IbMd, params: IfaceParams) -> Result<UdIface> {
+    fn iface_open(md: &IbMd, params: IfaceOpenParams) -> Result<UdIface> {
         Ok(UdIface {
             sh: Rc::new(UdShared::open(md, params)?),
         })
@@ -109,7 +109,7 @@ pub struct UdShared {
 }
 
 impl UdShared {
-    fn open(md: &IbMd, params: IfaceParams) -> Result<UdShared> {
+    fn open(md: &IbMd, params: IfaceOpenParams) -> Result<UdShared> {
         let ibcfg = IbConfig::read()?;
         let cfg = UdConfig::read()?;
         let port = open_port(md, &params.dev_name, &ibcfg)?;
@@ -373,7 +373,7 @@ pub struct UdIface {
     sh: Rc<UdShared>,
 }
 
-impl Iface for UdIface {
+impl TransportIface for UdIface {
     type Ep = UdEp;
 
     fn query(&self) -> IfaceAttr {
@@ -405,7 +405,7 @@ impl Iface for UdIface {
                 // the header counts towards max_zcopy (it shares the packet), as in UCX
                 max_zcopy: if sh.max_zcopy_iov > 0 { max } else { 0 },
                 max_hdr: if sh.max_zcopy_iov > 0 { max } else { 0 },
-                max_iov: sh.max_zcopy_iov.clamp(1, uct::MAX_IOV),
+                max_iov: sh.max_zcopy_iov.clamp(1, uct_transport::types::MAX_IOV),
                 ..Default::default()
             },
             device_addr_len: DEV_ADDR_LEN,

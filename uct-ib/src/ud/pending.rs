@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use ucs::{Result, Status};
-use uct::callbacks::{Comp, PendingResult};
+use uct_transport::callbacks::{Comp, PendingResult};
 
 use super::ep::{ctl, EpCell, EpState};
 use super::iface::UdShared;

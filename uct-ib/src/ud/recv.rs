@@ -18,7 +18,7 @@ use super::wire::{Crep, Creq, Header, Kind, WireError, HDR_LEN};
 use crate::device::DEV_ADDR_LEN;
 use crate::iface_common::{deliver_am, BUF_DATA_OFFSET};
 use crate::rx_ring::Received;
-use crate::verbs::GRH_LEN;
+use uct_ib_verbs::GRH_LEN;
 
 /// Where the packet starts in a receive buffer (after the lending header and the GRH).
 const PKT_OFF: usize = BUF_DATA_OFFSET + GRH_LEN;

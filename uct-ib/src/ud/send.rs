@@ -5,13 +5,13 @@
 use std::rc::Rc;
 
 use ucs::Result;
-use uct::callbacks::Comp;
+use uct_transport::callbacks::Comp;
 
 use super::ep::{ctl, EpCell, EpState};
 use super::iface::UdShared;
 use super::skb::{Taken, TxPool, PKT_OFF};
 use super::wire::{Crep, Creq, Header, Kind, EP_ID_NONE, FLAG_ACK_REQ, HDR_LEN};
-use crate::verbs::Sge;
+use uct_ib_verbs::Sge;
 
 impl UdShared {
     /// Sends an AM whose body `fill` writes (at most [`UdShared::max_am`] bytes); returns the

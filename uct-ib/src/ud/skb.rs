@@ -19,14 +19,14 @@ use std::sync::Arc;
 
 use ucs::mpool::{MemPool, PoolBuf};
 use ucs::{Result, Status};
-use uct::callbacks::Comp;
+use uct_transport::callbacks::Comp;
 
 use super::ep::QKEY;
 use super::reliability::Psn;
 use super::wire::{restamp, HDR_LEN};
 use crate::iface_common::{buf_sge, BUF_DATA_OFFSET};
 use crate::txq::TxQueue;
-use crate::verbs::{
+use uct_ib_verbs::{
     AddressHandle, QueuePair, SendBatch, SendFlags, SendOp, SendRequest, Sge, UdDest, UdInlineWr,
 };
 
@@ -144,7 +144,7 @@ impl TxPool {
 
     /// Posts AM packets of a burst in chains of up to `max` (1: every packet at once).
     pub fn with_doorbell_batch(mut self, max: usize) -> TxPool {
-        self.batch_max = max.clamp(1, crate::verbs::SEND_BATCH_MAX);
+        self.batch_max = max.clamp(1, uct_ib_verbs::SEND_BATCH_MAX);
         self
     }
 

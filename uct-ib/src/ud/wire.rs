@@ -108,7 +108,7 @@ impl Header {
             return Err(WireError::Version(b[0]));
         }
         let kind = Kind::from_raw(b[1]).ok_or(WireError::Kind(b[1]))?;
-        if kind == Kind::Am && b[2] >= uct::types::AM_ID_MAX {
+        if kind == Kind::Am && b[2] >= uct_transport::types::AM_ID_MAX {
             return Err(WireError::AmId(b[2]));
         }
         Ok(Header {

@@ -5,8 +5,8 @@
 
 use std::net::IpAddr;
 
-use uct::rma::PACKED_RKEY_LEN;
-use uct::transport::Component;
+use uct_transport::rma::PACKED_RKEY_LEN;
+use uct_transport::traits::TransportComponent;
 
 use super::{decode_ep_addr, decode_iface_addr, encode_ep_addr, encode_iface_addr, DevAddr};
 use super::{EP_ADDR_LEN, IFACE_ADDR_LEN};

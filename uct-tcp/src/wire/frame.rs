@@ -132,7 +132,7 @@ pub struct GetRep {
 
 /// Atomic operations, executed by the target's progress: the transport API's own enum, whose
 /// discriminants (0 add .. 5 cswap) are the wire codes.
-pub use uct::types::AtomicOp;
+pub use uct_transport::types::AtomicOp;
 
 /// Width of the target word of an atomic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

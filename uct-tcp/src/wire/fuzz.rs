@@ -12,7 +12,7 @@ use crate::rx_parser::{Frame, RxParser};
 pub use crate::addr::fuzz::tcp_addr;
 
 /// The seeded generator of the tests and fuzz helpers (shared by every transport).
-pub use uct::rng::XorShift;
+pub use uct_transport::rng::XorShift;
 
 /// What a receiver observed, owned: a frame re-encoded to bytes, or a run of bulk data.
 #[derive(Clone, Debug, PartialEq, Eq)]

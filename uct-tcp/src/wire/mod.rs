@@ -7,6 +7,8 @@
 
 mod error;
 mod frame;
+#[cfg(feature = "fuzz")]
+#[doc(hidden)]
 pub mod fuzz;
 mod handshake;
 

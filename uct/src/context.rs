@@ -1,0 +1,309 @@
+//! The module registry: built-in transports plus `.so` plugins found on disk.
+//!
+//! Lookup order for plugins (`libuct_<name>.so`, entry symbol `rucx_module_<name>`):
+//! `RUCX_MODULE_DIR` (colon list), then the running executable's directory and its `rucx/`
+//! subfolder. `RUCX_MODULES` (allow list, `^` denies) filters by module name, built-ins included.
+//! When a built-in and a plugin have the same name, the built-in wins and the plugin is listed as
+//! shadowed: the linked-in code is what the application was built and tested with.
+//! A plugin that cannot be used (not a shared library, missing dependency such as
+//! `libibverbs.so.1`, no entry symbol, other ABI version, init failure) is skipped with one
+//! `warn` line naming the file and the reason; everything else keeps working.
+#![allow(unsafe_code)]
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use ucs::{Result, Status};
+
+use crate::component::{cstr, Component, Md};
+use uct_transport::abi::{self, RawConfigField, RawHostApi, RawModule, ABI_VERSION};
+use uct_transport::types::TlResource;
+
+/// How a module was obtained, or why it is not used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModuleStatus {
+    /// Linked into the application.
+    Builtin,
+    /// Loaded from a plugin file.
+    Loaded,
+    /// A plugin with the name of a built-in module; the built-in is used.
+    Shadowed,
+    /// Excluded by `RUCX_MODULES`.
+    Denied,
+    /// Could not be used; the reason says why and what to do.
+    Failed(String),
+}
+
+/// One module found (or linked in).
+#[derive(Clone, Debug)]
+pub struct ModuleInfo {
+    pub name: String,
+    pub path: Option<PathBuf>,
+    pub status: ModuleStatus,
+}
+
+/// A config variable some module reads (for `rucx-info -c`).
+#[derive(Clone, Debug)]
+pub struct ModuleConfigVar {
+    pub module: String,
+    pub name: String,
+    pub default: String,
+    pub doc: String,
+    pub kind: String,
+}
+
+/// The set of usable components. `Send + Sync`: it only refers to `'static` module tables.
+#[derive(Clone)]
+pub struct Context {
+    modules: Vec<ModuleInfo>,
+    components: Vec<Component>,
+    config: Vec<ModuleConfigVar>,
+}
+
+/// Builds a [`Context`].
+pub struct ContextBuilder {
+    builtins: Vec<&'static RawModule>,
+    plugins: bool,
+}
+
+fn host_api() -> &'static RawHostApi {
+    static API: OnceLock<RawHostApi> = OnceLock::new();
+    API.get_or_init(|| {
+        let level = match tracing::level_filters::LevelFilter::current().into_level() {
+            None => 0,
+            Some(tracing::Level::ERROR) => 1,
+            Some(tracing::Level::WARN) => 2,
+            Some(tracing::Level::INFO) => 3,
+            Some(tracing::Level::DEBUG) => 4,
+            Some(tracing::Level::TRACE) => 5,
+        };
+        RawHostApi {
+            abi_version: ABI_VERSION,
+            log_level: level,
+            log: crate::host::host_log,
+        }
+    })
+}
+
+fn config_vars(m: &RawModule) -> &'static [RawConfigField] {
+    if m.num_config == 0 || m.config.is_null() {
+        return &[];
+    }
+    // SAFETY: the descriptor points to `num_config` 'static entries.
+    unsafe { std::slice::from_raw_parts(m.config, m.num_config) }
+}
+
+fn components(m: &'static RawModule) -> &'static [abi::RawComponent] {
+    if m.num_components == 0 || m.components.is_null() {
+        return &[];
+    }
+    // SAFETY: the descriptor points to `num_components` 'static entries.
+    unsafe { std::slice::from_raw_parts(m.components, m.num_components) }
+}
+
+impl ContextBuilder {
+    /// Adds a linked-in module (`uct_tcp::module()`, ...).
+    pub fn builtin(mut self, m: &'static RawModule) -> Self {
+        self.builtins.push(m);
+        self
+    }
+
+    /// Whether to look for plugins on disk (default: yes).
+    pub fn plugins(mut self, yes: bool) -> Self {
+        self.plugins = yes;
+        self
+    }
+
+    /// Builds the context.
+    pub fn build(self) -> Context {
+        let mut ctx = Context {
+            modules: Vec::new(),
+            components: Vec::new(),
+            config: Vec::new(),
+        };
+        for m in self.builtins {
+            let name = cstr(m.name);
+            if !ucs::module::allowed(name) {
+                ctx.modules.push(ModuleInfo {
+                    name: name.into(),
+                    path: None,
+                    status: ModuleStatus::Denied,
+                });
+                continue;
+            }
+            ctx.add(name, None, m, ModuleStatus::Builtin);
+        }
+        if self.plugins {
+            for (name, path) in ucs::module::find("libuct_", ".so") {
+                let status = if ctx
+                    .modules
+                    .iter()
+                    .any(|i| i.name == name && i.status == ModuleStatus::Builtin)
+                {
+                    tracing::info!(module = %name, path = %path.display(), "plugin shadowed by the built-in module of the same name");
+                    ModuleStatus::Shadowed
+                } else if !ucs::module::allowed(&name) {
+                    ModuleStatus::Denied
+                } else {
+                    match load_plugin(&name, &path) {
+                        Ok(m) => {
+                            ctx.add(&name, Some(path), m, ModuleStatus::Loaded);
+                            continue;
+                        }
+                        Err(reason) => {
+                            tracing::warn!("skipping plugin {}: {reason}", path.display());
+                            ModuleStatus::Failed(reason)
+                        }
+                    }
+                };
+                ctx.modules.push(ModuleInfo {
+                    name,
+                    path: Some(path),
+                    status,
+                });
+            }
+        }
+        ctx.register_config();
+        ctx
+    }
+}
+
+fn load_plugin(name: &str, path: &std::path::Path) -> std::result::Result<&'static RawModule, String> {
+    let lib: &'static libloading::Library = ucs::module::open(path).map_err(|e| e.to_string())?;
+    let sym = abi::entry_symbol(name);
+    // SAFETY: the entry symbol of a rucx plugin has this signature; a file that merely has the
+    // name is caught by the ABI version check below before anything else is used.
+    let entry: libloading::Symbol<unsafe extern "C" fn() -> *const RawModule> =
+        unsafe { lib.get(sym.as_bytes()) }.map_err(|_| format!("not a rucx plugin (no symbol {sym})"))?;
+    // SAFETY: calling the plugin's entry point, which catches its own panics.
+    let m = unsafe { entry() };
+    if m.is_null() {
+        return Err("the entry point returned no module descriptor".into());
+    }
+    // SAFETY: non-null descriptor pointer into the never-unloaded library.
+    let m: &'static RawModule = unsafe { &*m };
+    if m.abi_version != ABI_VERSION {
+        return Err(format!(
+            "ABI version {} but this program speaks {ABI_VERSION}: rebuild the plugin with the same rucx version",
+            m.abi_version
+        ));
+    }
+    if cstr(m.name) != name {
+        return Err(format!(
+            "descriptor names module {:?}, file names {name:?}",
+            cstr(m.name)
+        ));
+    }
+    // SAFETY: version checked; init catches panics on its side.
+    let st = unsafe { (m.init)(host_api()) };
+    if st != 0 {
+        return Err(format!("initialisation failed: {}", Status::from_raw(st)));
+    }
+    Ok(m)
+}
+
+impl Context {
+    /// A builder with no built-ins.
+    pub fn builder() -> ContextBuilder {
+        ContextBuilder {
+            builtins: Vec::new(),
+            plugins: true,
+        }
+    }
+
+    fn add(&mut self, name: &str, path: Option<PathBuf>, m: &'static RawModule, status: ModuleStatus) {
+        let module: &'static str = cstr(m.name);
+        for c in components(m) {
+            self.components.push(Component { raw: c, module });
+        }
+        for f in config_vars(m) {
+            self.config.push(ModuleConfigVar {
+                module: name.into(),
+                name: cstr(f.name).into(),
+                default: cstr(f.default).into(),
+                doc: cstr(f.doc).into(),
+                kind: cstr(f.kind).into(),
+            });
+        }
+        self.modules.push(ModuleInfo {
+            name: name.into(),
+            path,
+            status,
+        });
+    }
+
+    /// Makes the modules' variables known to `ucs::config` (dump, unknown-variable warnings).
+    fn register_config(&self) {
+        for m in &self.modules {
+            let fields: Vec<_> = self
+                .config
+                .iter()
+                .filter(|v| v.module == m.name)
+                .map(|v| ucs::config::DynField::new(&v.name, &v.default, &v.doc, &v.kind))
+                .collect();
+            if !fields.is_empty() {
+                let _ = ucs::config::register_dynamic(&m.name, "", fields);
+            }
+        }
+        ucs::config::warn_unknown_env_vars();
+    }
+
+    /// Every module found, with its status.
+    pub fn modules(&self) -> &[ModuleInfo] {
+        &self.modules
+    }
+
+    /// Usable components.
+    pub fn components(&self) -> &[Component] {
+        &self.components
+    }
+
+    /// Config variables declared by the modules.
+    pub fn config_vars(&self) -> &[ModuleConfigVar] {
+        &self.config
+    }
+
+    /// The component named `name`.
+    pub fn component(&self, name: &str) -> Option<Component> {
+        self.components.iter().copied().find(|c| c.name() == name)
+    }
+
+    /// Finds transport `tl` on device `dev`: opens the memory domain that has it.
+    pub fn find_resource(&self, tl: &str, dev: &str) -> Result<(Md, TlResource)> {
+        for c in &self.components {
+            if !c.transport_names().contains(&tl) {
+                continue;
+            }
+            for md_name in c.md_resources()? {
+                let md = c.md_open(&md_name)?;
+                if let Some(r) = md
+                    .tl_resources()?
+                    .into_iter()
+                    .find(|r| r.tl_name.as_str() == tl && r.dev_name.as_str() == dev)
+                {
+                    return Ok((md, r));
+                }
+            }
+        }
+        tracing::error!(
+            tl,
+            dev,
+            "no transport {tl} on device {dev}: list resources with rucx-info -d"
+        );
+        Err(Status::NoDevice)
+    }
+
+    /// Every (memory domain, resource) pair, opening each memory domain once.
+    pub fn resources(&self) -> Result<Vec<(Md, TlResource)>> {
+        let mut out = Vec::new();
+        for c in &self.components {
+            for md_name in c.md_resources()? {
+                let md = c.md_open(&md_name)?;
+                for r in md.tl_resources()? {
+                    out.push((md.clone(), r));
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,479 @@
+//! Interfaces as the application sees them: open, query, addresses, AM handlers, error handler,
+//! progress and events, endpoint creation.
+#![allow(unsafe_code)]
+
+use std::cell::{Cell, RefCell};
+use std::ffi::c_void;
+use std::os::fd::RawFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::rc::Rc;
+
+use ucs::{Result, Status};
+
+use crate::completion::Completion;
+use crate::component::Md;
+use crate::ep::Ep;
+use crate::worker::Worker;
+use uct_transport::abi::{RawIfaceOps, RawIfaceParams, RawRxDesc, RawStatus};
+use uct_transport::types::{AmCbFlags, ArmEvents, DevName, FlushFlags, IfaceAttr, ProgressFlags, AM_ID_MAX};
+
+/// Identifies an endpoint in error reports; compare with [`Ep::key`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct EpKey(pub usize);
+
+/// Parameters of [`Iface::open`].
+pub struct IfaceParams {
+    pub tl_name: String,
+    pub dev_name: String,
+    /// Bytes reserved in front of received data in kept descriptors.
+    pub rx_headroom: usize,
+    /// Called (from progress) when a peer fails; the endpoint is dead afterwards.
+    pub err_handler: Option<Box<dyn FnMut(EpKey, Status)>>,
+}
+
+impl IfaceParams {
+    /// Parameters for transport `tl` on device `dev`.
+    pub fn new(tl: &str, dev: &str) -> IfaceParams {
+        IfaceParams {
+            tl_name: tl.into(),
+            dev_name: dev.into(),
+            rx_headroom: 0,
+            err_handler: None,
+        }
+    }
+
+    /// Sets the peer-failure handler.
+    pub fn err_handler(mut self, f: impl FnMut(EpKey, Status) + 'static) -> IfaceParams {
+        self.err_handler = Some(Box::new(f));
+        self
+    }
+}
+
+/// A received active message, handed to an AM handler.
+pub struct AmMessage<'a> {
+    data: &'a [u8],
+    desc: *mut RawRxDesc,
+    kept: Cell<bool>,
+    iface: &'a std::rc::Weak<IfaceInner>,
+}
+
+impl<'a> AmMessage<'a> {
+    /// The message: for `am_short`, the 8-byte header (little-endian) followed by the payload.
+    pub fn data(&self) -> &'a [u8] {
+        self.data
+    }
+
+    /// The `am_short` header (first 8 bytes, little-endian); 0 if the message is shorter.
+    pub fn header(&self) -> u64 {
+        self.data
+            .get(..8)
+            .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+
+    /// Keeps the data beyond the handler: the transport's descriptor itself when it can lend
+    /// it (zero copy), otherwise a copy.
+    pub fn keep(&self) -> RxDesc {
+        if !self.desc.is_null() && !self.kept.get() {
+            if let Some(iface) = self.iface.upgrade() {
+                self.kept.set(true);
+                return RxDesc(Kept::Lent {
+                    desc: self.desc,
+                    data: self.data.as_ptr(),
+                    len: self.data.len(),
+                    _iface: iface,
+                });
+            }
+        }
+        RxDesc(Kept::Copied(self.data.to_vec()))
+    }
+}
+
+/// Data an AM handler kept; released (returned to the transport) when dropped. A lent
+/// descriptor keeps its interface open until then (so storing kept descriptors inside the
+/// handler's own state keeps the interface alive: drain them before closing it).
+pub struct RxDesc(Kept);
+
+enum Kept {
+    Lent {
+        desc: *mut RawRxDesc,
+        data: *const u8,
+        len: usize,
+        _iface: Rc<IfaceInner>,
+    },
+    Copied(Vec<u8>),
+}
+
+impl RxDesc {
+    /// True when this is the transport's own buffer (zero copy), false for a copy.
+    pub fn is_zero_copy(&self) -> bool {
+        matches!(self.0, Kept::Lent { .. })
+    }
+}
+
+impl std::ops::Deref for RxDesc {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            // SAFETY: the transport keeps the descriptor's data valid until `release`, and the
+            // interface is kept open by `_iface`.
+            Kept::Lent { data, len, .. } => unsafe { std::slice::from_raw_parts(*data, *len) },
+            Kept::Copied(v) => v,
+        }
+    }
+}
+
+impl std::fmt::Debug for RxDesc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "RxDesc({} bytes, zero_copy: {})",
+            self.len(),
+            self.is_zero_copy()
+        )
+    }
+}
+
+impl Drop for RxDesc {
+    fn drop(&mut self) {
+        if let Kept::Lent { desc, .. } = self.0 {
+            // SAFETY: the descriptor was lent to us; we release it exactly once, while the
+            // interface is still open (`_iface` is dropped after this).
+            unsafe { ((*desc).release)(desc) }
+        }
+    }
+}
+
+/// An installed handler, type-erased for ownership only (it is called through `am_tramp::<F>`).
+type AmHandler = Box<dyn std::any::Any>;
+
+/// What a handler's argument points to: the closure and a way back to its interface.
+struct HandlerBox<F> {
+    iface: std::rc::Weak<IfaceInner>,
+    f: F,
+}
+
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
+unsafe extern "C" fn am_tramp<F: FnMut(&AmMessage<'_>) + 'static>(
+    arg: *mut c_void,
+    data: *const u8,
+    len: usize,
+    desc: *mut RawRxDesc,
+) -> RawStatus {
+    // SAFETY: `arg` points to the boxed `HandlerBox<F>` stored in the iface's handler table (kept
+    // alive while installed; replaced handlers are kept until the iface closes); `data` is valid
+    // for `len`.
+    let h = unsafe { &mut *(arg as *mut HandlerBox<F>) };
+    let data = if len == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the transport passes `len` valid bytes at `data` for the duration of the call.
+        unsafe { std::slice::from_raw_parts(data, len) }
+    };
+    let msg = AmMessage {
+        data,
+        desc,
+        kept: Cell::new(false),
+        iface: &h.iface,
+    };
+    if catch_unwind(AssertUnwindSafe(|| (h.f)(&msg))).is_err() {
+        tracing::error!("panic in an AM handler (caught); message dropped");
+    }
+    if msg.kept.get() {
+        Status::InProgress.as_raw()
+    } else {
+        0
+    }
+}
+
+type ErrHandlerBox = Box<dyn FnMut(EpKey, Status)>;
+
+/// # Safety
+/// Called only across the plugin boundary, with the handles and pointers that
+/// `uct::abi`'s contract guarantees valid (see the module documentation).
+unsafe extern "C" fn err_tramp(arg: *mut c_void, ep: *mut c_void, status: RawStatus) -> RawStatus {
+    // SAFETY: `arg` is the boxed handler owned by the iface.
+    let h = unsafe { &mut *(arg as *mut ErrHandlerBox) };
+    match catch_unwind(AssertUnwindSafe(|| {
+        h(EpKey(ep as usize), Status::from_raw(status))
+    })) {
+        Ok(()) => 0,
+        Err(_) => {
+            tracing::error!("panic in an error handler (caught)");
+            Status::IoError.as_raw()
+        }
+    }
+}
+
+pub(crate) struct IfaceInner {
+    pub(crate) handle: *mut c_void,
+    pub(crate) ops: &'static RawIfaceOps,
+    pub(crate) attr: IfaceAttr,
+    tl_name: String,
+    dev_name: String,
+    handlers: RefCell<Vec<Option<AmHandler>>>,
+    /// Replaced handlers, kept until close: a handler may replace itself while running.
+    retired: RefCell<Vec<AmHandler>>,
+    _err: Option<Box<ErrHandlerBox>>,
+    /// Stands in when the application passes no completion, to keep buffers alive.
+    pub(crate) orphan: Completion,
+    pub(crate) md: Md,
+    pub(crate) worker: Worker,
+}
+
+impl Drop for IfaceInner {
+    fn drop(&mut self) {
+        // SAFETY: every ep holds an Rc to us, so all are destroyed; the handle is closed once.
+        unsafe { (self.ops.iface_close)(self.handle) }
+    }
+}
+
+/// An open interface. Clones share it; closed when the last clone and endpoint are gone.
+#[derive(Clone)]
+pub struct Iface {
+    pub(crate) inner: Rc<IfaceInner>,
+}
+
+fn status(st: RawStatus) -> Result<()> {
+    Status::from_raw(st).into_result().map(|_| ())
+}
+
+impl Iface {
+    /// Opens transport `params.tl_name` on device `params.dev_name` of `md`, driven by `worker`.
+    pub fn open(md: &Md, worker: &Worker, params: IfaceParams) -> Result<Iface> {
+        let Some(tl) = md.transport(&params.tl_name) else {
+            tracing::error!(tl = %params.tl_name, md = md.name(), "no such transport on this memory domain (see rucx-info -d)");
+            return Err(Status::NoDevice);
+        };
+        let err = params.err_handler.map(Box::new);
+        let raw = RawIfaceParams {
+            dev_name: DevName::new(&params.dev_name),
+            worker: worker.raw(),
+            rx_headroom: params.rx_headroom,
+            err_handler: err
+                .as_ref()
+                .map(|_| err_tramp as uct_transport::abi::RawErrHandler),
+            err_handler_arg: err.as_ref().map_or(std::ptr::null_mut(), |b| {
+                &**b as *const ErrHandlerBox as *mut c_void
+            }),
+        };
+        let mut h: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid md handle of the transport's component, params and out-pointer.
+        let st = unsafe { (tl.iface_open)(md.inner.handle, &raw, &mut h) };
+        if let Err(e) = status(st) {
+            tracing::error!(tl = %params.tl_name, dev = %params.dev_name, "cannot open interface: {e}");
+            return Err(e);
+        }
+        // SAFETY: the transport's ops table is 'static.
+        let ops: &'static RawIfaceOps = unsafe { &*tl.ops };
+        let mut attr = IfaceAttr::default();
+        // SAFETY: fresh handle of this transport.
+        let st = unsafe { (ops.iface_query)(h, &mut attr) };
+        let inner = IfaceInner {
+            handle: h,
+            ops,
+            attr,
+            tl_name: params.tl_name,
+            dev_name: params.dev_name,
+            handlers: RefCell::new((0..AM_ID_MAX).map(|_| None).collect()),
+            retired: RefCell::new(Vec::new()),
+            _err: err,
+            orphan: Completion::counter(),
+            md: md.clone(),
+            worker: worker.clone(),
+        };
+        let iface = Iface {
+            inner: Rc::new(inner),
+        };
+        status(st)?;
+        Ok(iface)
+    }
+
+    /// Transport name.
+    pub fn tl_name(&self) -> &str {
+        &self.inner.tl_name
+    }
+
+    /// Device name.
+    pub fn dev_name(&self) -> &str {
+        &self.inner.dev_name
+    }
+
+    /// Attributes (queried at open).
+    pub fn attr(&self) -> &IfaceAttr {
+        &self.inner.attr
+    }
+
+    /// The memory domain.
+    pub fn md(&self) -> &Md {
+        &self.inner.md
+    }
+
+    /// The worker.
+    pub fn worker(&self) -> &Worker {
+        &self.inner.worker
+    }
+
+    /// The device address (`device_addr_len` bytes).
+    pub fn device_address(&self) -> Result<Vec<u8>> {
+        let mut b = vec![0; self.inner.attr.device_addr_len];
+        // SAFETY: buffer of the advertised size.
+        status(unsafe {
+            (self.inner.ops.iface_get_device_address)(self.inner.handle, b.as_mut_ptr(), b.len())
+        })?;
+        Ok(b)
+    }
+
+    /// The interface address (`iface_addr_len` bytes; empty for connect-to-ep-only transports).
+    pub fn address(&self) -> Result<Vec<u8>> {
+        let mut b = vec![0; self.inner.attr.iface_addr_len];
+        // SAFETY: buffer of the advertised size.
+        status(unsafe { (self.inner.ops.iface_get_address)(self.inner.handle, b.as_mut_ptr(), b.len()) })?;
+        Ok(b)
+    }
+
+    /// Whether a peer with these addresses can be reached from this interface.
+    pub fn is_reachable(&self, dev: &[u8], iface: &[u8]) -> bool {
+        // SAFETY: valid buffers.
+        unsafe {
+            (self.inner.ops.iface_is_reachable)(
+                self.inner.handle,
+                dev.as_ptr(),
+                dev.len(),
+                iface.as_ptr(),
+                iface.len(),
+            )
+        }
+    }
+
+    /// Installs the handler of AM `id` (0..31). Handlers run from `Worker::progress`.
+    pub fn set_am_handler<F: FnMut(&AmMessage<'_>) + 'static>(
+        &self,
+        id: u8,
+        flags: AmCbFlags,
+        f: F,
+    ) -> Result<()> {
+        if id >= AM_ID_MAX {
+            tracing::error!(id, "set_am_handler: AM id must be below {AM_ID_MAX}");
+            return Err(Status::InvalidParam);
+        }
+        let boxed = Box::new(HandlerBox {
+            iface: Rc::downgrade(&self.inner),
+            f,
+        });
+        let arg = &*boxed as *const HandlerBox<F> as *mut c_void;
+        // SAFETY: `arg` stays valid: the box is stored below and retired, not freed, if replaced.
+        status(unsafe {
+            (self.inner.ops.iface_set_am_handler)(self.inner.handle, id, Some(am_tramp::<F>), arg, flags.0)
+        })?;
+        let old = self.inner.handlers.borrow_mut()[id as usize].replace(boxed as AmHandler);
+        if let Some(old) = old {
+            self.inner.retired.borrow_mut().push(old);
+        }
+        Ok(())
+    }
+
+    /// Removes the handler of AM `id`.
+    pub fn clear_am_handler(&self, id: u8) -> Result<()> {
+        if id >= AM_ID_MAX {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: removing the handler; the old box is retired, not freed.
+        status(unsafe {
+            (self.inner.ops.iface_set_am_handler)(self.inner.handle, id, None, std::ptr::null_mut(), 0)
+        })?;
+        let old = self.inner.handlers.borrow_mut()[id as usize].take();
+        if let Some(old) = old {
+            self.inner.retired.borrow_mut().push(old);
+        }
+        Ok(())
+    }
+
+    /// Adds this interface's progress to its worker (interfaces start with progress disabled).
+    pub fn progress_enable(&self, flags: ProgressFlags) {
+        // SAFETY: valid handle.
+        unsafe { (self.inner.ops.iface_progress_enable)(self.inner.handle, flags.0) }
+    }
+
+    /// Removes this interface's progress from its worker.
+    pub fn progress_disable(&self, flags: ProgressFlags) {
+        // SAFETY: valid handle.
+        unsafe { (self.inner.ops.iface_progress_disable)(self.inner.handle, flags.0) }
+    }
+
+    /// Progresses this interface alone.
+    pub fn progress(&self) -> u32 {
+        // SAFETY: valid handle.
+        unsafe { (self.inner.ops.iface_progress)(self.inner.handle) }
+    }
+
+    /// Flushes every endpoint: `Ok(Ok)` when done, `Ok(InProgress)` when `comp` will fire.
+    /// Without a completion it only reports the state (UCX's `comp == NULL`): poll again later.
+    pub fn flush(&self, flags: FlushFlags, comp: Option<&Completion>) -> Result<Status> {
+        let Some(c) = comp else {
+            // SAFETY: valid handle; a null completion is allowed by the boundary.
+            let st =
+                unsafe { (self.inner.ops.iface_flush)(self.inner.handle, flags.0, std::ptr::null_mut()) };
+            return Status::from_raw(st).into_result();
+        };
+        let raw = c.arm([]);
+        // SAFETY: valid handle; the completion stays alive while armed.
+        let st = Status::from_raw(unsafe { (self.inner.ops.iface_flush)(self.inner.handle, flags.0, raw) });
+        if st != Status::InProgress {
+            c.disarm();
+        }
+        st.into_result()
+    }
+
+    /// Orders operations before and after it.
+    pub fn fence(&self) -> Result<()> {
+        // SAFETY: valid handle.
+        status(unsafe { (self.inner.ops.iface_fence)(self.inner.handle, 0) })
+    }
+
+    /// A file descriptor that becomes readable when armed events occur.
+    pub fn event_fd(&self) -> Result<RawFd> {
+        let mut fd = -1;
+        // SAFETY: valid handle and out-pointer.
+        status(unsafe { (self.inner.ops.iface_event_fd)(self.inner.handle, &mut fd) })?;
+        Ok(fd)
+    }
+
+    /// Arms events; `Err(Busy)` means events are already pending: progress, do not sleep.
+    pub fn event_arm(&self, events: ArmEvents) -> Result<()> {
+        // SAFETY: valid handle.
+        status(unsafe { (self.inner.ops.iface_event_arm)(self.inner.handle, events.0) })
+    }
+
+    /// Creates an endpoint to be connected with [`Ep::connect_to_ep`] (connect-to-ep model).
+    pub fn ep_create(&self) -> Result<Ep> {
+        let mut h: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid handle and out-pointer.
+        status(unsafe { (self.inner.ops.ep_create)(self.inner.handle, &mut h) })?;
+        Ok(Ep::from_raw(h, self.inner.clone()))
+    }
+
+    /// Creates an endpoint connected to a remote interface (connect-to-iface model).
+    pub fn ep_create_connected(&self, dev_addr: &[u8], iface_addr: &[u8]) -> Result<Ep> {
+        let mut h: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid handle, buffers and out-pointer.
+        status(unsafe {
+            (self.inner.ops.ep_create_connected)(
+                self.inner.handle,
+                dev_addr.as_ptr(),
+                dev_addr.len(),
+                iface_addr.as_ptr(),
+                iface_addr.len(),
+                &mut h,
+            )
+        })?;
+        Ok(Ep::from_raw(h, self.inner.clone()))
+    }
+}
+
+impl std::fmt::Debug for Iface {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Iface({}/{})", self.inner.tl_name, self.inner.dev_name)
+    }
+}

@@ -1,0 +1,223 @@
+//! Registered memory: a buffer owned by rucx and registered with a memory domain, so transports
+//! can read and write it directly (zcopy, RMA targets, atomics).
+//!
+//! Because peers and transports may write this memory at any time, it is never lent out as a
+//! Rust reference: data moves in and out by copy (`read`, `write`, `to_vec`), which keeps the
+//! aliasing rules intact. This module holds the raw memory and is one of the unsafe modules.
+#![allow(unsafe_code)]
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ffi::c_void;
+use std::rc::Rc;
+
+use ucs::{Result, Status};
+
+use crate::component::Md;
+use uct_transport::types::MemAccess;
+
+/// Alignment of registered buffers (a cache line; RDMA wants at least 8 for atomics).
+pub const MEM_ALIGN: usize = 64;
+
+pub(crate) struct MemInner {
+    ptr: *mut u8,
+    layout: Layout,
+    len: usize,
+    memh: *mut c_void,
+    md: Md,
+}
+
+impl Drop for MemInner {
+    fn drop(&mut self) {
+        // Deregister first: after this no transport may access the memory.
+        if let Err(e) = self.md.mem_dereg_raw(self.memh) {
+            tracing::warn!("memory deregistration failed: {e}");
+        }
+        // SAFETY: `ptr` was allocated with `layout` in `Mem::alloc` and is freed once.
+        unsafe { dealloc(self.ptr, self.layout) };
+    }
+}
+
+/// A registered buffer. Clones share it; it is deregistered and freed when the last clone and
+/// the last operation using it are gone.
+#[derive(Clone)]
+pub struct Mem {
+    pub(crate) inner: Rc<MemInner>,
+}
+
+impl Mem {
+    /// Allocates `len` zeroed bytes (aligned to [`MEM_ALIGN`]) and registers them with `md`.
+    pub fn alloc(md: &Md, len: usize, access: MemAccess) -> Result<Mem> {
+        let layout = Layout::from_size_align(len.max(1), MEM_ALIGN).map_err(|_| Status::InvalidParam)?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        if ptr.is_null() {
+            tracing::error!(len, "cannot allocate {len} bytes for registered memory");
+            return Err(Status::NoMemory);
+        }
+        let memh = match md.mem_reg_raw(ptr, len, access) {
+            Ok(h) => h,
+            Err(e) => {
+                // SAFETY: freeing what we just allocated, unregistered.
+                unsafe { dealloc(ptr, layout) };
+                return Err(e);
+            }
+        };
+        Ok(Mem {
+            inner: Rc::new(MemInner {
+                ptr,
+                layout,
+                len,
+                memh,
+                md: md.clone(),
+            }),
+        })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    /// True for a zero-length buffer.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// The address peers use as `remote_addr` (with the packed rkey).
+    pub fn addr(&self) -> u64 {
+        self.inner.ptr as u64
+    }
+
+    /// The memory-domain handle.
+    pub fn memh(&self) -> *mut c_void {
+        self.inner.memh
+    }
+
+    /// The memory domain it is registered with.
+    pub fn md(&self) -> &Md {
+        &self.inner.md
+    }
+
+    /// Packs the rkey a peer needs to access this memory.
+    pub fn pack_rkey(&self) -> Result<Vec<u8>> {
+        self.inner.md.mkey_pack_raw(self.inner.memh)
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.inner.len => Ok(()),
+            _ => {
+                tracing::error!(
+                    offset,
+                    len,
+                    size = self.inner.len,
+                    "access beyond registered memory"
+                );
+                Err(Status::OutOfRange)
+            }
+        }
+    }
+
+    /// Copies `out.len()` bytes from `offset` into `out`.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len())?;
+        // SAFETY: in bounds (checked); the source may be concurrently written by a transport,
+        // which only makes the copied bytes stale, never invalid for `u8`.
+        unsafe { std::ptr::copy_nonoverlapping(self.inner.ptr.add(offset), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// The byte at `offset`, read once from memory (for polling a byte a transport or a peer
+    /// writes, as perftests poll their sequence numbers); `None` past the end.
+    #[inline]
+    pub fn load_u8(&self, offset: usize) -> Option<u8> {
+        if offset >= self.inner.len {
+            return None;
+        }
+        // SAFETY: in bounds (checked). A volatile read: the byte may be written meanwhile by a
+        // transport or a device, and must be read again on every call.
+        Some(unsafe { std::ptr::read_volatile(self.inner.ptr.add(offset)) })
+    }
+
+    /// Copies `data` to `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
+        // SAFETY: in bounds (checked); `data` cannot overlap our private allocation.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.inner.ptr.add(offset), data.len()) };
+        Ok(())
+    }
+
+    /// Fills the whole buffer with `byte`.
+    pub fn fill(&self, byte: u8) {
+        // SAFETY: the whole allocation is ours.
+        unsafe { std::ptr::write_bytes(self.inner.ptr, byte, self.inner.len) };
+    }
+
+    /// A copy of the contents.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0; self.inner.len];
+        self.read(0, &mut v).expect("whole-buffer read is in bounds");
+        v
+    }
+
+    /// Reads a little-endian u64 at `offset` (8-aligned offsets are read atomically).
+    pub fn read_u64(&self, offset: usize) -> Result<u64> {
+        let mut b = [0; 8];
+        self.read(offset, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// An I/O-vector entry over `[offset, offset+len)`, for zcopy operations.
+    pub fn iov(&self, offset: usize, len: usize) -> Result<MemIov> {
+        self.check(offset, len)?;
+        Ok(MemIov {
+            mem: self.clone(),
+            offset,
+            len,
+        })
+    }
+
+    /// The whole buffer as one I/O-vector entry.
+    pub fn whole(&self) -> MemIov {
+        MemIov {
+            mem: self.clone(),
+            offset: 0,
+            len: self.inner.len,
+        }
+    }
+
+    pub(crate) fn raw_iov(&self, offset: usize, len: usize) -> uct_transport::abi::RawIov {
+        uct_transport::abi::RawIov {
+            // SAFETY: `offset` was bounds-checked when the MemIov was built.
+            buffer: unsafe { self.inner.ptr.add(offset) },
+            length: len,
+            memh: self.inner.memh,
+        }
+    }
+}
+
+impl std::fmt::Debug for Mem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Mem({:#x}, {} bytes)", self.addr(), self.len())
+    }
+}
+
+/// A bounds-checked range of registered memory for zcopy operations.
+#[derive(Clone, Debug)]
+pub struct MemIov {
+    pub(crate) mem: Mem,
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+}
+
+impl MemIov {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
