@@ -2,10 +2,10 @@
 # bench/ab.sh — interleaved A/B rounds: UCX and several rucx variants, one perftest case.
 #
 # compare.sh answers "rucx against UCX"; this answers "is a change better than the build
-# before", which on these machines needs the variants run next to each other in every round
-# (the host's speed drifts by more than most changes are worth; docs/benchmarks.md, "How many
-# rounds"). Each round runs UCX's ucx_perftest and every variant once, in an order rotated per
-# round, and appends one CSV row per run to OUT:
+# before", which needs the variants run next to each other in every round (a shared host's
+# speed drifts by more than most changes are worth; what a set of rounds resolves:
+# docs/benchmarks.md, "How many rounds"). Each round runs UCX's ucx_perftest and every
+# variant once, in an order rotated per round, and appends one CSV row per run to OUT:
 #   name,round,iters,p50,avg,overall,bw,bw_overall,mr,mr_overall
 # then prints, for every variant, the median per-round ratio against UCX and against the first
 # variant, by the typical latency (p50) and by the overall average (1 / overall message rate,
@@ -14,7 +14,7 @@
 # more, of 40 rounds 27 or more, or as few on the other side, say a difference at 5%).
 #
 # Usage: bench/ab.sh [--vm] [--rounds N] [--out FILE] [--args "PERFTEST ARGS"] [--loopback]
-#                    [--floor [--line-split US] [--split US]]
+#                    [--netns] [--floor [--line-split US] [--split US]]
 #                    NAME=DIR[,VAR=VALUE...] ...
 #        bench/ab.sh --snapshot DIR      copy the release build (rucx-perftest, libuct_*.so)
 #                                        into DIR, a variant's folder
@@ -24,14 +24,20 @@
 #              small=/tmp/a,RUCX_IB_RX_QUEUE_LEN=256: one build, two settings)
 #   --args     the case (default: ud_verbs am_lat 8 B as compare.sh runs it)
 #   --loopback one process (-l), as compare.sh's self cases; default: server and client
+#   --netns    (native only, root) server and client in two network namespaces joined by a veth
+#              pair, 192.0.2.1/24 and 192.0.2.2/24 as scripts/netns-test.sh: a path that is not
+#              loopback. The veth is veth0 in both (both tools' servers use the device the client
+#              names), so the case says -d veth0, e.g. --args "-t am_lat -x tcp -d veth0 -s 8
+#              -D short -n 100000"; UCX_* / RUCX_* variables reach both sides. Set up once,
+#              removed on exit. --floor's probes still run outside (the host's speed)
 #   --vm       run the rounds in the soft-RoCE VM (testbed/rxe-vm.sh --smp 4, one boot)
 #   --rounds   default 16; the processes run SCHED_FIFO (chrt -f 10) as compare.sh --rt
 #   --floor    (native only) first in each round the bare-socket ping-pong and the cache-line
 #              probe (socket-floor lat, socket-floor line); the summary then also splits the
 #              rounds by where the host put the two vCPUs: a cache line one way between CPUs 0
-#              and 1 below --line-split microseconds (default 0.06: one die, ~0.02-0.03 on this
-#              host) or at or above it (across dies, ~0.18-0.19); docs/benchmarks.md, "tcp: direct
-#              reads and where the vCPUs run". Files without the probe split by the floor p50
+#              and 1 below --line-split microseconds (default 0.06: both on one die) or at or
+#              above it (across dies), since two-process cases run at different speeds on the
+#              two. Files without the probe split by the floor p50
 #              (--split, default 4.0 us)
 set -uo pipefail
 
@@ -42,6 +48,7 @@ VM=0
 LOOP=0
 ARGS="-t am_lat -x ud_verbs -d rxe0:1 -s 8 -n 20000"
 FLOOR=0
+NETNS=0
 SPLIT=4.0
 LINE_SPLIT=0.06
 VARIANTS=()
@@ -115,16 +122,17 @@ while [ $# -gt 0 ]; do
         --args) ARGS="$2"; shift 2 ;;
         --loopback) LOOP=1; shift ;;
         --floor) FLOOR=1; shift ;;
+        --netns) NETNS=1; shift ;;
         --split) SPLIT="$2"; shift 2 ;;
         --line-split) LINE_SPLIT="$2"; shift 2 ;;
         --vm) VM=1; shift ;;
         --snapshot)
             [ $# -ge 2 ] || die "--snapshot needs a folder"
             mkdir -p "$2" && cp "$ROOT/target/release/rucx-perftest" "$ROOT"/target/release/libuct_*.so "$2"/ ||
-                die "no release build to copy (cargo build --release -p rucx-tools -p uct-ib -p uct-self -p uct-tcp)"
+                die "no release build to copy (cargo build --release -p rucx-tools -p uct-ib-plugin -p uct-self-plugin -p uct-tcp-plugin)"
             echo "ab.sh: $(ls "$2" | wc -l) files in $2"; exit 0 ;;
         --summary) [ $# -ge 2 ] || die "--summary needs a file"; summary "$2"; exit 0 ;;
-        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
         -*) die "unknown option $1 (see --help)" ;;
         *=*) VARIANTS+=("$1"); shift ;;
         *) die "not a variant (NAME=DIR): $1" ;;
@@ -142,6 +150,11 @@ touch "$OUT" || die "cannot write $OUT"
 OUT=$(cd "$(dirname "$OUT")" && pwd)/$(basename "$OUT")
 
 [ "$FLOOR" = 1 ] && [ "$VM" = 1 ] && die "--floor measures the host's speed: for native runs only"
+if [ "$NETNS" = 1 ]; then
+    [ "$VM" = 0 ] && [ "$LOOP" = 0 ] || die "--netns runs a server and a client natively (not with --vm or --loopback)"
+    [[ " $ARGS " == *" -d veth0 "* ]] || die "--netns: the case's device is veth0 (--args \"... -d veth0 ...\")"
+    [ "$(id -u)" = 0 ] || die "--netns needs root (ip netns, veth)"
+fi
 if [ "$VM" = 1 ]; then
     # the folders of the variants and of OUT are shared read-write with the guest
     rw=(--rw "$(dirname "$OUT")")
@@ -158,6 +171,34 @@ TEST=$(echo " $ARGS " | sed -n 's/.* -t \([^ ]*\) .*/\1/p')
 case "$TEST" in *_bw) KIND=bw ;; *) KIND=lat ;; esac
 grep -q '^#kind,' "$OUT" || echo "#kind,$KIND" >>"$OUT"
 PORT=$((24000 + RANDOM % 4000))
+# Where the server and the client run, and the address the client connects to.
+SRV=(); CLI=(); HOST=127.0.0.1
+if [ "$NETNS" = 1 ]; then
+    NS_A=rucx-ab-a-$$ NS_B=rucx-ab-b-$$
+    netns_down() {
+        timeout 10 ip netns del "$NS_A" 2>/dev/null
+        timeout 10 ip netns del "$NS_B" 2>/dev/null
+        timeout 10 ip link del "abva$$" 2>/dev/null # left in this namespace by a failed setup
+    }
+    trap netns_down EXIT
+    trap 'exit 130' INT TERM
+    t="timeout 10"
+    { $t ip netns add "$NS_A" && $t ip netns add "$NS_B" &&
+        $t ip link add "abva$$" type veth peer name "abvb$$" &&
+        $t ip link set "abva$$" netns "$NS_A" && $t ip link set "abvb$$" netns "$NS_B" &&
+        $t ip -n "$NS_A" link set "abva$$" name veth0 && $t ip -n "$NS_B" link set "abvb$$" name veth0 &&
+        $t ip -n "$NS_A" addr add 192.0.2.1/24 dev veth0 && $t ip -n "$NS_B" addr add 192.0.2.2/24 dev veth0 &&
+        $t ip -n "$NS_A" link set lo up && $t ip -n "$NS_B" link set lo up &&
+        $t ip -n "$NS_A" link set veth0 up && $t ip -n "$NS_B" link set veth0 up; } ||
+        die "cannot set up the namespaces and the veth pair"
+    for _ in $(seq 50); do # the link up at both ends
+        $t ip -n "$NS_A" -br link show veth0 | grep -q ' UP ' &&
+            $t ip -n "$NS_B" -br link show veth0 | grep -q ' UP ' && break
+        sleep 0.1
+    done
+    SRV=(ip netns exec "$NS_A"); CLI=(ip netns exec "$NS_B"); HOST=192.0.2.1
+    echo "ab.sh: server in $NS_A (192.0.2.1), client in $NS_B (192.0.2.2), veth0" >&2
+fi
 run() { # name round tool env...
     local name=$1 r=$2 tool=$3 out s
     shift 3
@@ -165,14 +206,14 @@ run() { # name round tool env...
         out=$(env "$@" timeout -k 5 120 chrt -f 10 "$tool" -l "${PARGS[@]}" -f -v 2>/dev/null | tail -1)
     else
         PORT=$((PORT + 1))
-        env "$@" timeout -k 5 120 chrt -f 10 "$tool" -p "$PORT" >/dev/null 2>&1 &
+        env "$@" timeout -k 5 120 "${SRV[@]}" chrt -f 10 "$tool" -p "$PORT" >/dev/null 2>&1 &
         s=$!
         for _ in $(seq 100); do
-            ss -ltnH "sport = :$PORT" 2>/dev/null | grep -q . && break
+            timeout 5 "${SRV[@]}" ss -ltnH "sport = :$PORT" 2>/dev/null | grep -q . && break
             kill -0 "$s" 2>/dev/null || break
             sleep 0.05
         done
-        out=$(env "$@" timeout -k 5 120 chrt -f 10 "$tool" 127.0.0.1 -p "$PORT" "${PARGS[@]}" -f -v 2>/dev/null | tail -1)
+        out=$(env "$@" timeout -k 5 120 "${CLI[@]}" chrt -f 10 "$tool" "$HOST" -p "$PORT" "${PARGS[@]}" -f -v 2>/dev/null | tail -1)
         wait "$s" 2>/dev/null
     fi
     echo "$name,$r,${out:-FAIL}" >>"$OUT"
@@ -180,7 +221,7 @@ run() { # name round tool env...
 ALL=(ucx "${VARIANTS[@]}")
 FLOOR_BIN=$ROOT/target/release/socket-floor
 if [ "$FLOOR" = 1 ] && [ ! -x "$FLOOR_BIN" ]; then
-    die "--floor needs $FLOOR_BIN (cargo build --release -p rucx-tools --bin socket-floor)"
+    die "--floor needs $FLOOR_BIN (cargo build --release -p rucx-bench --bin socket-floor)"
 fi
 for r in $(seq 1 "$ROUNDS"); do
     if [ "$FLOOR" = 1 ]; then

@@ -4,7 +4,7 @@
 # For every case it runs UCX's `ucx_perftest` and rucx's `rucx-perftest` (same options, same
 # measurement method) alternately, several rounds, takes the median of each and prints one
 # markdown table: case, unit, UCX, rucx, rucx/UCX, plus the 50th-percentile latency (robust on
-# a busy machine). The TCP floor (a bare non-blocking socket, tools/src/bin/socket-floor.rs)
+# a busy machine). The TCP floor (a bare non-blocking socket, bench/src/bin/socket-floor.rs)
 # shows what the kernel alone costs; it runs in every round, next to the tcp cases, once with
 # the system's congestion control (what UCX uses) and once with reno (what rucx's tcp uses on
 # loopback, RUCX_TCP_CONGESTION=auto).
@@ -14,7 +14,7 @@
 # alternating UCX and rucx as here; its rows join this table. Inside the VM (RXE_VM=1) the verbs
 # device is $RUCX_BENCH_VERBS_DEV (default rxe0:1); both tools use GID index 0 there (UCX 1.13's
 # ud_verbs works on rxe only with it). The VM is emulated (TCG): compare ratios, not numbers.
-# eps: ep-cost (tools/src/bin/ep-cost.rs) and bench/ep-cost-ucx.c: the memory, descriptors and
+# eps: ep-cost (bench/src/bin/ep-cost.rs) and bench/c/ep-cost-ucx.c: the memory, descriptors and
 # connection time of endpoints (1000 on loopback tcp; 200 per verbs transport in the VM).
 #
 # Usage: bench/compare.sh [--rounds N] [--quick] [--cases self,tcp,floor,verbs,eps] [--pin]
@@ -23,10 +23,8 @@
 #   --pin     loopback runs on CPU 0; server on CPU 0, client on CPU 1 (taskset)
 #   --nice    run the measured processes at nice -20 (root): on a machine shared with compilers
 #             the busy-polling sides are preempted less often (EEVDF still gives others slices)
-#   --rt      run them SCHED_FIFO (chrt -f 10, root): no preemption by compilers, so the
-#             average equals the typical iteration; the kernel's RT throttling (95%) keeps the
-#             machine usable. Needed on a shared 2-CPU machine, where ~1% of iterations
-#             otherwise wait 2-90 ms for a CPU and make up ~90% of a latency test's time.
+#   --rt      run them SCHED_FIFO (chrt -f 10, root): not preempted by other work, so the average
+#             equals the typical iteration; the kernel's RT throttling (95%) keeps the host usable.
 #             --nice, --rt and --pin also apply inside the VM (the verbs cases).
 #   --no-build  use the binaries already in $CARGO_TARGET_DIR/release (the VM run uses this)
 #   --write   also put the table, machine and date into docs/benchmarks.md (between markers)
@@ -97,16 +95,16 @@ if want verbs && [ "$IN_VM" != 1 ] && [ -z "${RUCX_BENCH_VERBS_DEV:-}" ]; then
 fi
 if [ "$BUILD" = 1 ]; then
     echo "building rucx-perftest, socket-floor and ep-cost (release) ..." >&2
-    (cd "$ROOT" && timeout 1800 cargo build --release -q -p rucx-tools --bin rucx-perftest --bin socket-floor --bin ep-cost) ||
+    (cd "$ROOT" && timeout 1800 cargo build --release -q -p rucx-tools --bin rucx-perftest -p rucx-bench) ||
         { echo "compare.sh: build failed" >&2; exit 1; }
     if [ "$VM_VERBS" = 1 ]; then
         echo "building uct-ib (release: libuct_ib.so, the verbs plugin) ..." >&2
-        (cd "$ROOT" && timeout 1800 cargo build --release -q -p uct-ib) ||
-            { note "verbs cases skipped: cargo build -p uct-ib failed (scripts/install-deps.sh installs what it needs)"; VM_VERBS=0; }
+        (cd "$ROOT" && timeout 1800 cargo build --release -q -p uct-ib-plugin) ||
+            { note "verbs cases skipped: cargo build -p uct-ib-plugin failed (scripts/install-deps.sh installs what it needs)"; VM_VERBS=0; }
     fi
     if want eps; then
-        cc -O2 -o "$EPCOST_UCX" "$ROOT/bench/ep-cost-ucx.c" -luct -lucs 2>>"$LOG" ||
-            note "UCX ep cost not measured: cc bench/ep-cost-ucx.c -luct -lucs failed (libucx-dev missing?)"
+        cc -O2 -o "$EPCOST_UCX" "$ROOT/bench/c/ep-cost-ucx.c" -luct -lucs 2>>"$LOG" ||
+            note "UCX ep cost not measured: cc bench/c/ep-cost-ucx.c -luct -lucs failed (libucx-dev missing?)"
     fi
 fi
 
@@ -154,8 +152,8 @@ median() { # precision values... (FAIL ignored)
 
 field() { echo "$1" | awk -F, -v f="$2" '{print ($1 == "FAIL") ? "FAIL" : $f}'; }
 # The measured value of a row: bandwidth (MB/s) as printed; latency (µs) as 1e6 / overall message
-# rate, which both tools print with full precision (their latency columns have three decimals:
-# +-3.5% at self's 14 ns). For every test, overall_mr = 1 / overall_lat.
+# rate, which both tools print with full precision (their latency columns have three decimals,
+# too few for self's nanoseconds). For every test, overall_mr = 1 / overall_lat.
 value() { # kind row
     echo "$2" | awk -F, -v k="$1" '{ if ($1 == "FAIL" || NF < 8) print "FAIL";
         else if (k == "bw") print $6; else if ($8 + 0 > 0) printf "%.6f\n", 1e6 / $8; else print "FAIL" }'
@@ -196,10 +194,8 @@ if want verbs && { [ "$IN_VM" = 1 ] || [ -n "${RUCX_BENCH_VERBS_DEV:-}" ]; }; th
     export RUCX_MODULE_DIR=${RUCX_MODULE_DIR:-$TARGET/release}
     if [ "$IN_VM" = 1 ]; then export UCX_IB_GID_INDEX=0 RUCX_IB_GID_INDEX=0; fi
     # ud_verbs: one datagram per message, so at most the path MTU (rxe: 1024) minus headers.
-    # Iterations: a run's average in the VM is decided by a few 1-7 ms stalls of the emulator's
-    # threads on the host (docs/benchmarks.md, "verbs: the iterations one by one"); runs of
-    # 0.2-0.8 s caught 0-3 of them, and single rounds swung +-30%. Four times as long (1-3 s a
-    # run, about a minute more per 9 rounds) narrowed the per-round CIs by half (2026-11-25).
+    # Iterations: a run's average in the VM is decided by rare millisecond stalls of the
+    # emulator's threads on the host, so VM runs are long (1-3 s each) to catch enough of them.
     CASE_LIST+=(
         "rc_verbs_am_lat|p2p|rc_verbs am_lat 8 B short|lat|-t am_lat -x rc_verbs -d $VERBS_DEV -s 8 -n $(iters 60000)|same"
         "rc_verbs_am_bw|p2p|rc_verbs am_bw 8000 B bcopy|bw|-t am_bw -x rc_verbs -d $VERBS_DEV -s 8000 -D bcopy -n $(iters 20000)|same"
@@ -212,9 +208,8 @@ declare -A VAL PCT FAILED RR CUR STL
 LINE=""
 # Host steal: time the hypervisor ran something else on our vCPUs (/proc/stat "steal", in
 # USER_HZ ticks, all CPUs). A ping-pong stalls whenever either side's vCPU is stolen, so a run's
-# overall latency grows with it (measured: stalls of 2-4 ms, 8-34% of a run's time, about the
-# steal of those seconds); shown per case so that an unlucky round can be told from a slower
-# tool. The soft-RoCE VM's guest (TCG: no paravirtual steal clock) shows "-".
+# overall latency grows with it; shown per case so that an unlucky round can be told from a
+# slower tool. The soft-RoCE VM's guest (TCG: no paravirtual steal clock) shows "-".
 CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
 steal_now() { echo "$(awk '/^cpu /{print $9; exit}' /proc/stat 2>/dev/null || echo 0) $(date +%s%N)"; }
 steal_since() { # "ticks ns" from steal_now: steal since then, as % of all CPUs' time
@@ -249,8 +244,7 @@ for round in $(seq 1 "$ROUNDS"); do
             printf '  round %d %-44s floor %s\n' "$round" "$label" "$row" >&2
         done
         # Where the host put the two vCPUs this round (one die or across dies): a cache line's
-        # one-way time between CPUs 0 and 1 (docs/benchmarks.md, "tcp: direct reads and where
-        # the vCPUs run").
+        # one-way time between CPUs 0 and 1, which the two-process tcp cases depend on.
         row=$(timeout -k 5 "$TO" "$FLOOR" line 2>>"$LOG" | csv_row)
         LINE+="$(field "${row:-FAIL}" 2) "
         printf '  round %d %-44s floor %s\n' "$round" "vCPU placement: cache line one way (us)" "${row:-FAIL}" >&2
@@ -262,8 +256,8 @@ for round in $(seq 1 "$ROUNDS"); do
         if [ $((round % 2)) = 1 ]; then order="ucx rucx"; else order="rucx ucx"; fi
         for who in $order; do
             # A tool that failed a case twice is not run on it again (keeps a broken build from
-            # costing rounds x timeout); one failure may be the host (a round under heavy
-            # contention failed cases of both tools, docs/benchmarks.md).
+            # costing rounds x timeout); one failure may be the host (heavy contention can fail
+            # a case of either tool).
             if [ "${FAILED[$id,$who]:-0}" -ge 2 ]; then continue; fi
             s0=$(steal_now)
             if [ "$who" = ucx ]; then row=$(run_case "$UCX" "$id" "$mode" $uargs); else row=$(run_case "$RUCX" "$id" "$mode" $rargs); fi
@@ -281,8 +275,8 @@ for round in $(seq 1 "$ROUNDS"); do
             STL[$id,$who]+="$(steal_since "$s0") "
             printf '  round %d %-44s %-5s %s\n' "$round" "$label" "$who" "$row" >&2
         done
-        # This round's rucx/UCX: the two ran seconds apart, so slow drifts of the machine
-        # (its speed changes by 2x over minutes here) cancel out.
+        # This round's rucx/UCX: the two ran seconds apart, so slow drifts of the machine's
+        # speed over minutes cancel out.
         RR[$id]+="$(awk -v u="${CUR[ucx]:-FAIL}" -v r="${CUR[rucx]:-FAIL}" 'BEGIN { if (u + 0 > 0 && r + 0 > 0) printf "%.4f", r / u; else print "FAIL" }') "
         CUR=()
     done
@@ -392,7 +386,6 @@ if [ "$VM_VERBS" = 1 ]; then
     vm_args=(--cases "$vm_cases" --rounds "$ROUNDS" --no-build --timeout "$TO")
     [ "$QUICK" = 1 ] && vm_args+=(--quick)
     # the measured processes in the guest get the same priority and placement as here
-    # (before 2026-11-26 they ran at normal priority there, whatever the header said)
     case "$NICE" in 1) vm_args+=(--nice) ;; 2) vm_args+=(--rt) ;; esac
     [ "$PIN" = 1 ] && vm_args+=(--pin)
     echo "running the verbs cases in the soft-RoCE VM (one boot) ..." >&2

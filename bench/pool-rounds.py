@@ -45,7 +45,7 @@ def read_runs(paths):
                 if len(cols) < 8 or case.startswith(('tcp floor', 'ep cost')):
                     continue
                 # as compare.sh: latency = 1e6 / overall message rate (the latency column has
-                # three decimals, +-10% at self's 5 ns), bandwidth = overall MB/s
+                # three decimals, too few for self's nanoseconds), bandwidth = overall MB/s
                 try:
                     v = 1e6 / float(cols[7]) if is_latency(case) else float(cols[5])
                 except (ValueError, ZeroDivisionError):

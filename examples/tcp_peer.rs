@@ -6,14 +6,9 @@
 //! cargo run --example tcp_peer -- --dev lo --expect-end 1            # receiver
 //! cargo run --example tcp_peer -- --dev lo --connect <addr> --send 10000   # sender
 //! ```
-//! The logic lives in `tests/tcp_common/peer.rs`, shared with the tcp integration tests.
+//! The logic lives in the test kit (`rucx_testkit::tcp::peer`), shared with the tcp tests.
 
-#[allow(dead_code)]
-#[path = "../tests/tcp_common/gen.rs"]
-mod gen;
-#[allow(dead_code)]
-#[path = "../tests/tcp_common/peer.rs"]
-mod peer;
+use rucx_testkit::tcp::peer;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -4,7 +4,7 @@
 # Usage: scripts/gen-config-doc.sh   (builds rucx-info and the ib plugin first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build -q -p rucx-tools -p uct-ib
+cargo build -q -p rucx-tools -p uct-ib-plugin
 T=${CARGO_TARGET_DIR:-target}/debug
 # Defaults only: ignore whatever RUCX_* the caller has set.
 for v in $(env | grep -o '^RUCX_[A-Z0-9_]*' || true); do unset "$v"; done
@@ -12,9 +12,13 @@ for v in $(env | grep -o '^RUCX_[A-Z0-9_]*' || true); do unset "$v"; done
   echo "# Configuration"
   echo
   echo "Every tunable is an environment variable \`RUCX_<PREFIX>_<NAME>\`, read when the object that"
-  echo "uses it is opened. \`rucx-info -c\` prints them all with their current values; an unknown"
-  echo "\`RUCX_*\` variable is warned about once, with the closest known name. An invalid value makes the"
-  echo "open fail with \`InvalidParam\` and a log line naming the variable, the value and what is accepted."
+  echo "uses it is opened. Each can also be set in code, for one context"
+  echo "(\`uct::Context::builder().config(\"NET_DEVICES\", \"lo\")\`) or one interface"
+  echo "(\`IfaceParams::new(..).config(\"TCP_SNDBUF\", \"1m\")\`); a value set in code wins over the"
+  echo "environment. \`rucx-info -c\` prints them all with their current values and marks invalid ones;"
+  echo "an unknown \`RUCX_*\` variable is warned about once, with the closest known name (one set in"
+  echo "code is an error). An invalid value makes the open fail with \`InvalidParam\` and a message"
+  echo "naming the variable, the value and what is accepted (also logged once)."
   echo
   echo "Memory sizes take \`8k\`, \`64kb\`, \`1m\` (binary units), \`inf\`, \`auto\`; times \`10ms\`, \`2s\`,"
   echo "\`1m\` (a minute), \`inf\`, \`auto\`; booleans \`y/n\`; allow lists are comma lists, \`^\` in front"

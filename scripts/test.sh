@@ -57,7 +57,7 @@ step build cargo build --workspace --all-targets
 step msrv cargo clippy --workspace --all-targets -- -A clippy::all -D clippy::incompatible_msrv
 step test cargo test --workspace --no-fail-fast
 # the testbed's TCG plugins (diagnostics, not run here) must keep compiling
-step plugins bash -c 'for f in testbed/tcg-count.c testbed/tcg-syscall-times.c; do
+step plugins bash -c 'for f in bench/vm/tcg-count.c bench/vm/tcg-syscall-times.c; do
   cc -O2 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden -o /dev/null "$f" -lpthread || exit 1; done'
 if [ $EXTRA = 1 ]; then
   step demo cargo run --release --example uct_hello_world -- -l

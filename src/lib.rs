@@ -1,4 +1,5 @@
 //! rucx umbrella crate: re-exports the layers and builds the default transport context.
+#![forbid(unsafe_code)]
 pub use ucp;
 pub use ucs;
 pub use uct;

@@ -7,7 +7,7 @@
 #   --timeout S  VM time limit (default 600)
 #   -t TL -d DEV transport and device (default rc_verbs on rxe0:1)
 #
-# Builds on the host first (cargo build -p uct-ib: the plugin libuct_ib.so; cargo build -p rucx
+# Builds on the host first (cargo build -p uct-ib-plugin: libuct_ib.so; cargo build -p rucx
 # --example uct_hello_world), then boots testbed/rxe-vm.sh once and runs every flavour there with
 # RUCX_MODULE_DIR pointing at the plugin. The example connects endpoint to endpoint because
 # rc_verbs has no CONNECT_TO_IFACE; the out-of-band TCP exchange goes over the VM's veth
@@ -81,7 +81,7 @@ fi
 # ---------------------------------------------------------------- on the host
 if [ "$BUILD" = 1 ]; then
   echo "== building libuct_ib.so and uct_hello_world (target $TARGET)"
-  (cd "$ROOT" && cargo build -q -p uct-ib && cargo build -q -p rucx --example uct_hello_world) || {
+  (cd "$ROOT" && cargo build -q -p uct-ib-plugin && cargo build -q -p rucx --example uct_hello_world) || {
     echo "ib-hello.sh: build failed" >&2
     exit 2
   }

@@ -12,7 +12,7 @@
 #   --accel MODE   auto (default) | kvm | tcg
 #   --timing       print one line with boot, command and total times to stderr at the end
 #   --plugin SPEC  load a QEMU TCG plugin (qemu's -plugin SPEC, e.g. file.so,arg=...; tcg
-#                  only), such as testbed/tcg-count.c (see docs/benchmarks.md)
+#                  only), such as bench/vm/tcg-count.c (diagnostics; bench/README.md)
 #   --verbose      kernel messages, timing marks and the qemu command line
 #   -h, --help
 #
@@ -236,12 +236,10 @@ if [ "$ACCEL" = kvm ]; then ACC=(-accel kvm -cpu host); else ACC=(-accel tcg,thr
 # interrupt reaches the IO-APIC can miss its ticks and panic ("IO-APIC + timer doesn't work!");
 # the emulated timer is fine, so the check is skipped, as is usual for virtual machines.
 # tsc=reliable: the guest's TSC is the host's (TCG reads the host's time-stamp counter), the
-# same on every vCPU (testbed: no warp between two vCPUs in 10 000 hand-offs), but the kernel
-# marks it unstable by a rule of thumb (an emulated AMD CPU without constant_tsc and more than
-# one CPU) and falls back to the HPET. Every clock read is then a system call and an emulated
-# device access (850 ns against 52 ns), which charges programs by how often they read the
-# clock (UCX's ud_verbs 4-5 times per ping-pong and side, rucx 1.5) where real hardware has
-# an invariant TSC and the vDSO (docs/benchmarks.md, "verbs: the guest's clock").
+# same on every vCPU, but the kernel marks it unstable by a rule of thumb (an emulated AMD CPU
+# without constant_tsc and more than one CPU) and falls back to the HPET. Every clock read would
+# then be a system call and an emulated device access, which charges programs by how often they
+# read the clock, where real hardware has an invariant TSC and the vDSO.
 KARGS="no_timer_check quiet loglevel=3"
 [ "$VERBOSE" = 1 ] && KARGS="no_timer_check loglevel=5 rxevm.verbose"
 [ "$ACCEL" = kvm ] || KARGS="$KARGS tsc=reliable"

@@ -3,8 +3,9 @@
 # transports, through the ib plugin, inside one Soft-RoCE VM boot.
 #
 # Usage: testbed/vm-conformance.sh [--timeout S] [FILTER]   (default filter: verbs)
-# Builds libuct_ib.so and the conformance test binary on the host, then runs the binary in the
-# VM with RUCX_MODULE_DIR pointing at the plugin. Exit status: the test binary's (124/125 from
+# Builds the plugins (libuct_ib.so among them: a target whose module is missing fails) and the
+# conformance test binary (tests/conformance/main.rs) on the host, then runs the binary in the
+# VM with RUCX_MODULE_DIR pointing at the plugins. Exit status: the test binary's (124/125 from
 # rxe-vm.sh on timeout / VM failure).
 set -euo pipefail
 TB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
@@ -13,7 +14,7 @@ TIMEOUT=1500
 if [ "${1:-}" = --timeout ]; then TIMEOUT=$2; shift 2; fi
 FILTER=${1:-verbs}
 cd "$ROOT"
-cargo build -q -p uct-ib
+cargo build -q -p uct-ib-plugin -p uct-self-plugin -p uct-tcp-plugin
 JSON=$(mktemp /tmp/vm-conformance.XXXXXX)
 trap 'rm -f "$JSON"' EXIT
 cargo test -q -p rucx --test conformance --no-run --message-format=json >"$JSON"

@@ -5,10 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
+use rucx_testkit::modules::{plugin_file, target_dir};
 use uct::{Context, ModuleStatus};
-
-mod plugin_build;
-use plugin_build::{ensure_plugins, target_dir};
 
 /// A fresh directory under the target dir (tests run in parallel threads: unique names).
 fn scratch(name: &str) -> PathBuf {
@@ -128,7 +126,7 @@ fn bad_plugins_are_skipped_with_a_reason() {
 
 #[test]
 fn builtin_shadows_plugin_of_same_name() {
-    let so = ensure_plugins(&["uct-self"]).join("libuct_self.so");
+    let so = plugin_file("self");
     assert!(so.exists(), "{} is built with the tests", so.display());
     let dir = scratch("shadow");
     std::fs::copy(&so, dir.join("libuct_self.so")).unwrap();
@@ -139,7 +137,7 @@ fn builtin_shadows_plugin_of_same_name() {
 
 #[test]
 fn plugin_loads_and_is_denied_by_rucx_modules() {
-    let so = ensure_plugins(&["uct-self"]).join("libuct_self.so");
+    let so = plugin_file("self");
     let dir = scratch("deny");
     std::fs::copy(&so, dir.join("libuct_self.so")).unwrap();
     let out = Command::new(std::env::current_exe().unwrap())
@@ -204,12 +202,26 @@ fn probe_plugin_log() {
         Some(ModuleStatus::Loaded)
     );
     let (md, _) = ctx.find_resource("self", "memory0").unwrap();
-    let w = uct::Worker::new(uct::AsyncMode::Poll, uct::ThreadMode::Single).unwrap();
-    // The plugin logs an error naming the bad device.
-    assert!(uct::Iface::open(&md, &w, uct::IfaceParams::new("self", "no-such-device")).is_err());
+    let w = uct::Worker::with_async_mode(uct::AsyncMode::Poll).unwrap();
+    // Misuse is reported in the error, which names the bad device, across the plugin boundary.
+    let e = uct::Iface::open(&md, &w, uct::IfaceParams::new("self", "no-such-device"))
+        .expect_err("opening a device that does not exist");
+    assert_eq!(e, uct::Status::NoDevice, "{e}");
+    assert!(
+        e.context().is_some_and(|c| c.contains("no-such-device")),
+        "the error does not name the device: {e:?}"
+    );
+    // A message for an AM id without handler: the plugin logs a warning, which reaches this
+    // subscriber.
+    let iface = uct::Iface::open(&md, &w, uct::IfaceParams::new("self", "memory0")).unwrap();
+    let ep = iface
+        .ep_create_connected(&iface.device_address().unwrap(), &iface.address().unwrap())
+        .unwrap();
+    ep.am_short(7, 0, b"nobody listens").unwrap();
+    w.progress();
     let logs = cap.0.lock().unwrap().join("");
     assert!(
-        logs.contains("rucx::plugin") && logs.contains("no-such-device"),
+        logs.contains("rucx::plugin") && logs.contains("no handler installed"),
         "plugin log not forwarded:\n{logs}"
     );
     println!("PLUGIN-LOG-OK");
@@ -217,7 +229,7 @@ fn probe_plugin_log() {
 
 #[test]
 fn plugin_logs_reach_host_subscriber() {
-    let so = ensure_plugins(&["uct-self"]).join("libuct_self.so");
+    let so = plugin_file("self");
     let dir = scratch("log");
     std::fs::copy(&so, dir.join("libuct_self.so")).unwrap();
     let out = Command::new(std::env::current_exe().unwrap())

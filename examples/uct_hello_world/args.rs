@@ -53,7 +53,8 @@ pub fn usage(prog: &str) -> String {
     let (tl, dev) = DEFAULT_TRANSPORT;
     format!(
         "Usage: {prog} [options]\n\
-         Sends one active message from a client to a server over a uct transport.\n\
+         Sends one active message from a client to a server over a uct transport. The server\n\
+         serves one client, then exits; every step gives up after -T seconds.\n\
          \n\
          \x20 -d <device>     device (default {dev})\n\
          \x20 -t <transport>  transport (default {tl}); list them with `rucx-info -d`\n\

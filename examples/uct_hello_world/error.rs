@@ -1,12 +1,13 @@
-//! One error type for the example: what failed, the uct status (if any) and a hint to fix it.
+//! One error type for the example: what failed, the uct error (if any) and a hint to fix it.
 
 use std::fmt;
 
-use ucs::Status;
+use ucs::{Error, Status};
 
 pub struct Failure {
     pub what: String,
-    pub status: Option<Status>,
+    /// The uct error: its status and, where the library said more, the cause.
+    pub error: Option<Error>,
     pub hint: String,
     /// The transport lacks what was asked (exit status 77, "skipped").
     pub unsupported: bool,
@@ -18,15 +19,16 @@ impl Failure {
     pub fn new(what: impl Into<String>, hint: impl Into<String>) -> Failure {
         Failure {
             what: what.into(),
-            status: None,
+            error: None,
             hint: hint.into(),
             unsupported: false,
         }
     }
 
-    pub fn status(what: impl Into<String>, status: Status, hint: impl Into<String>) -> Failure {
+    /// A failure with a uct error, or a bare status (`Status::TimedOut.into()`).
+    pub fn status(what: impl Into<String>, error: impl Into<Error>, hint: impl Into<String>) -> Failure {
         Failure {
-            status: Some(status),
+            error: Some(error.into()),
             ..Failure::new(what, hint)
         }
     }
@@ -46,8 +48,10 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "error: {}", self.what)?;
-        if let Some(s) = self.status {
-            write!(f, ": {s} ({})", s.name())?;
+        if let Some(e) = &self.error {
+            // The library's context (cause and fix) when it gave one, else the status's
+            // message; both end with the status name, e.g. `(UCS_ERR_NO_DEVICE)`.
+            write!(f, ": {e}")?;
         }
         if !self.hint.is_empty() {
             write!(f, "\n  hint: {}", self.hint)?;
@@ -63,6 +67,6 @@ pub trait Context<T> {
 
 impl<T> Context<T> for ucs::Result<T> {
     fn or_fail(self, what: impl FnOnce() -> String, hint: &str) -> Res<T> {
-        self.map_err(|s| Failure::status(what(), s, hint))
+        self.map_err(|e| Failure::status(what(), e, hint))
     }
 }

@@ -13,6 +13,7 @@
 //! message arrived intact. With `-l` both sides run on this thread, progressed alternately: uct
 //! objects are single-threaded, and `self` reaches only interfaces on its own thread.
 //! Run `-h` for the options and exit codes.
+#![forbid(unsafe_code)]
 
 mod args;
 mod error;

@@ -4,10 +4,9 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Instant;
 
-use ucs::Status;
+use ucs::{Outcome, Status};
 use uct::{
-    AmCbFlags, AsyncMode, Completion, Context, Ep, Iface, IfaceFlags, IfaceParams, Mem, MemAccess,
-    ProgressFlags, RxDesc, ThreadMode, Worker,
+    AmCbFlags, Completion, Context, Ep, Iface, IfaceFlags, IfaceParams, Mem, MemAccess, RxDesc, Worker,
 };
 
 use crate::args::{Args, Flavour};
@@ -53,11 +52,10 @@ impl Peer {
         let name = if role == Role::Server { "server" } else { "client" };
         let (tl, dev) = (args.tl.as_str(), args.dev.as_str());
         let (md, _) = ctx.find_resource(tl, dev).or_fail(
-            || format!("no transport {tl} on device {dev}"),
+            || format!("cannot use {tl}/{dev}"),
             "list transports and devices with `rucx-info -d`",
         )?;
-        let worker = Worker::new(AsyncMode::Thread, ThreadMode::Single)
-            .or_fail(|| "cannot create a worker".into(), "")?;
+        let worker = Worker::new().or_fail(|| "cannot create a worker".into(), "")?;
         let peer_failure = Rc::new(Cell::new(None));
         let pf = peer_failure.clone();
         let params = IfaceParams::new(tl, dev).err_handler(move |_, st| pf.set(Some(st)));
@@ -65,7 +63,6 @@ impl Peer {
             || format!("cannot open interface {tl}/{dev}"),
             "check the device with `rucx-info -d`",
         )?;
-        iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
         let flags = iface.attr().flags;
         if !flags.intersects(IfaceFlags::CONNECT_TO_IFACE | IfaceFlags::CONNECT_TO_EP) {
             return Err(Failure::unsupported(
@@ -237,7 +234,7 @@ impl Peer {
             let r = match a.flavour {
                 Flavour::Short => {
                     let header = u64::from_le_bytes(msg[..8].try_into().expect("size >= 8 checked"));
-                    ep.am_short(AM_ID, header, &msg[8..]).map(|()| Status::Ok)
+                    ep.am_short(AM_ID, header, &msg[8..]).map(|()| Outcome::Done)
                 }
                 Flavour::Bcopy => ep
                     .am_bcopy(AM_ID, |buf: &mut [u8]| {
@@ -247,9 +244,9 @@ impl Peer {
                     })
                     .and_then(|n| {
                         if n == msg.len() {
-                            Ok(Status::Ok)
+                            Ok(Outcome::Done)
                         } else {
-                            Err(Status::MessageTruncated)
+                            Err(Status::MessageTruncated.into())
                         }
                     }),
                 Flavour::Zcopy => {
@@ -260,12 +257,12 @@ impl Peer {
             };
             match r {
                 Ok(_) => break,
-                Err(Status::NoResource) => {
+                Err(e) if e == Status::NoResource => {
                     progress();
                     self.check_peer()?;
                     deadline_passed(start, a, &format!("waiting for resources to send with {fl}"))?;
                 }
-                Err(st) => return Err(Failure::status(format!("{fl} failed"), st, "")),
+                Err(e) => return Err(Failure::status(format!("{fl} failed"), e, "")),
             }
         }
         if let Some((_, comp)) = &zcopy {
@@ -319,16 +316,24 @@ impl Peer {
         verdict.map_err(|e| Failure::new(format!("the message arrived damaged: {e}"), "a transport bug"))
     }
 
+    /// What this side does. The server learns the flavour and size only from the message
+    /// itself (the client chose them), so its line names neither.
     pub fn describe(&self) -> String {
         let model = if self.to_ep() { "to ep" } else { "to iface" };
         let a = &self.args;
-        format!(
-            "[{}] {}/{}, {} of {} bytes, connect {model}",
-            self.name,
-            a.tl,
-            a.dev,
-            a.flavour.name(),
-            a.size
-        )
+        match self.role {
+            Role::Client => format!(
+                "[{}] {}/{}, {} of {} bytes, connect {model}",
+                self.name,
+                a.tl,
+                a.dev,
+                a.flavour.name(),
+                a.size
+            ),
+            Role::Server => format!(
+                "[{}] {}/{}, receiving one message on am id {AM_ID}, connect {model}",
+                self.name, a.tl, a.dev
+            ),
+        }
     }
 }

@@ -4,10 +4,9 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use uct::{Completion, IfaceFlags, MemIov, Status};
-
-use crate::data::{assert_bytes, pattern, scatter, sizes, split};
-use crate::fixture::{skip, Pair, Recorder, Setup};
+use rucx_testkit::data::{assert_bytes, pattern, scatter, sizes, split};
+use rucx_testkit::{am, pair, Pair, Recorder, Setup};
+use uct::{Completion, Ep, IfaceFlags, MemIov, Status};
 
 const ID: u8 = 7;
 
@@ -19,7 +18,7 @@ fn am_short_sizes(s: &Setup) {
     if !p.supports(IfaceFlags::AM_SHORT, "am_short") {
         assert_eq!(
             ep.am_short(ID, 0, &[]),
-            Err(Status::Unsupported),
+            Err(Status::Unsupported.into()),
             "[{n}] am_short"
         );
         return;
@@ -69,7 +68,7 @@ fn am_short_iov_sizes(s: &Setup) {
     if !p.supports(IfaceFlags::AM_SHORT, "am_short_iov") {
         assert_eq!(
             ep.am_short_iov(ID, &[b"x"]),
-            Err(Status::Unsupported),
+            Err(Status::Unsupported.into()),
             "[{n}] am_short_iov"
         );
         return;
@@ -107,7 +106,11 @@ fn am_bcopy_sizes(s: &Setup) {
     let p = s.pair();
     let (ep, n) = (p.ep(), p.name());
     if !p.supports(IfaceFlags::AM_BCOPY, "am_bcopy") {
-        assert_eq!(ep.am_bcopy(ID, |_| 0), Err(Status::Unsupported), "[{n}] am_bcopy");
+        assert_eq!(
+            ep.am_bcopy(ID, |_| 0),
+            Err(Status::Unsupported.into()),
+            "[{n}] am_bcopy"
+        );
         return;
     }
     let max = p.attr().am.max_bcopy;
@@ -134,14 +137,7 @@ fn am_bcopy_sizes(s: &Setup) {
 /// Sends one am_zcopy with a `hdr_len`-byte header and `len` payload bytes in `k` scattered iov
 /// entries; checks completion and the received bytes. The header buffer is overwritten as soon
 /// as the call returns (the transport must have copied it).
-fn zcopy_once(
-    p: &crate::fixture::Pair,
-    rec: &crate::fixture::Recorder,
-    seq: usize,
-    hdr_len: usize,
-    len: usize,
-    k: usize,
-) {
+fn zcopy_once(p: &Pair, rec: &Recorder, seq: usize, hdr_len: usize, len: usize, k: usize) {
     let (ep, n) = (p.ep(), p.name());
     let hdr = pattern(hdr_len, 1_000_000 + seq as u64);
     let data = pattern(len, seq as u64);
@@ -177,7 +173,7 @@ fn am_zcopy_layouts(s: &Setup) {
         let m = p.local_mem(8, 0);
         assert_eq!(
             ep.am_zcopy(ID, &[], &[m.whole()], None),
-            Err(Status::Unsupported),
+            Err(Status::Unsupported.into()),
             "[{n}] am_zcopy"
         );
         return;
@@ -216,7 +212,7 @@ fn am_order_many(s: &Setup) {
     let short = flags.contains(IfaceFlags::AM_SHORT) && p.attr().am.max_short >= 8 + 64;
     let bcopy = flags.contains(IfaceFlags::AM_BCOPY) && p.attr().am.max_bcopy >= 72;
     if !short && !bcopy {
-        skip(p.target, "am_order_many: neither am_short nor am_bcopy");
+        p.skip("am_order_many: neither am_short nor am_bcopy");
         return;
     }
     let rec = p.record_am(ID);
@@ -299,7 +295,7 @@ fn am_short_from_handler(s: &Setup) {
             let Some(e) = weak.upgrade() else { return };
             match e.am_short(NESTED, m.header(), &before[8..]) {
                 Ok(()) => {}
-                Err(Status::NoResource) => d.borrow_mut().push((m.header(), before[8..].to_vec())),
+                Err(e) if e == Status::NoResource => d.borrow_mut().push((m.header(), before[8..].to_vec())),
                 Err(err) => pr
                     .borrow_mut()
                     .push(format!("nested send of {}: {err}", before.len())),
@@ -343,11 +339,72 @@ fn am_short_from_handler(s: &Setup) {
     assert!(pr.is_empty(), "[{n}] {pr:?}");
 }
 
+/// The receiver answers every message from inside its handler: on its endpoint back
+/// (connect-to-ep, which is full duplex) or on an endpoint of its own to the sender's interface.
+/// 200 pings, one at a time, each echoed in order. A reply the transport refuses inside the
+/// handler (NoResource: no progress allowed there) is sent by the test once the handler
+/// returned.
+fn am_reply_from_handler(s: &Setup) {
+    const PING: u8 = 2;
+    const ECHO: u8 = 1;
+    let p = s.pair();
+    let n = p.name();
+    if !p.supports(IfaceFlags::AM_SHORT, "am_reply_from_handler") {
+        return;
+    }
+    let back: Rc<Ep> = match p.back() {
+        Some(b) => b.clone(),
+        None => Rc::new(pair::connect_to_iface(&p.rx, &p.tx)),
+    };
+    let echoes: Rc<RefCell<Vec<u64>>> = Rc::default();
+    let e = echoes.clone();
+    p.tx.iface
+        .set_am_handler(ECHO, am::cb_flags(p.tx.attr()), move |m| {
+            e.borrow_mut().push(m.header())
+        })
+        .unwrap();
+    type Deferred = Rc<RefCell<Vec<u64>>>;
+    let deferred: Deferred = Rc::default();
+    let problems: Rc<RefCell<Vec<String>>> = Rc::default();
+    // The handler reaches the endpoint back through a Weak: an Rc would keep the receiver's
+    // interface (which owns the handler) alive forever.
+    let (d, pr, weak) = (deferred.clone(), problems.clone(), Rc::downgrade(&back));
+    p.rx.iface
+        .set_am_handler(PING, p.am_flags(), move |m| {
+            let Some(b) = weak.upgrade() else { return };
+            match b.am_short(ECHO, m.header() + 1000, b"echo") {
+                Ok(()) => {}
+                Err(e) if e == Status::NoResource => d.borrow_mut().push(m.header() + 1000),
+                Err(e) => pr.borrow_mut().push(format!("reply to {}: {e}", m.header())),
+            }
+        })
+        .unwrap();
+    for i in 0..200u64 {
+        p.retry("ping", || p.ep().am_short(PING, i, b"ping"))
+            .unwrap_or_else(|e| panic!("[{n}] ping {i}: {e}"));
+        p.wait_for("the ping handled", || {
+            echoes.borrow().len() + deferred.borrow().len() > i as usize || !problems.borrow().is_empty()
+        });
+        let later: Vec<u64> = deferred.borrow_mut().drain(..).collect();
+        for h in later {
+            p.retry("deferred reply", || back.am_short(ECHO, h, b"echo"))
+                .unwrap_or_else(|e| panic!("[{n}] deferred reply: {e}"));
+        }
+        p.wait_for("the echo", || {
+            echoes.borrow().len() as u64 == i + 1 || !problems.borrow().is_empty()
+        });
+        assert!(problems.borrow().is_empty(), "[{n}] {:?}", problems.borrow());
+    }
+    assert_eq!(*echoes.borrow(), (1000..1200).collect::<Vec<_>>(), "[{n}] echoes");
+    p.no_errors();
+}
+
 conformance_test!(
     am_short_sizes,
     am_short_iov_sizes,
     am_bcopy_sizes,
     am_zcopy_layouts,
     am_order_many,
-    am_short_from_handler
+    am_short_from_handler,
+    am_reply_from_handler
 );

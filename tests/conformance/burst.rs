@@ -3,11 +3,11 @@
 //! to 40 on two endpoints, switching endpoint inside a burst and mixing in am_short; a flush
 //! or an endpoint's destruction right after a burst, with no progress in between.
 
+use rucx_testkit::data::pattern;
+use rucx_testkit::{Pair, Setup};
 use uct::{Ep, FlushFlags, IfaceFlags, Status};
 
 use crate::am::check_two_endpoints;
-use crate::data::pattern;
-use crate::fixture::{Pair, Setup};
 
 const ID: u8 = 9;
 

@@ -4,10 +4,11 @@
 
 use std::time::Instant;
 
-use uct::{FlushFlags, IfaceFlags, MemIov, PendingRequest, Status};
+use rucx_testkit::{Setup, DEADLINE};
+use ucs::Outcome;
+use uct::{FlushFlags, IfaceFlags, MemIov, PendingRequest, PendingResult, Status};
 
-use crate::fixture::{skip, FireLog, Setup, DEADLINE};
-use crate::flush::{check_order, Ops, FLUSH};
+use crate::flush::{check_order, FireLog, Ops, FLUSH};
 
 const ID: u8 = 15;
 
@@ -40,14 +41,11 @@ fn peer_failure_reported(s: &Setup) {
     let p = s.pair();
     let f = p.attr().flags;
     if !f.contains(IfaceFlags::ERRHANDLE_PEER_FAILURE) {
-        skip(
-            p.target,
-            "peer failure: no ERRHANDLE_PEER_FAILURE (the transport cannot detect a dead peer)",
-        );
+        p.skip("peer failure: no ERRHANDLE_PEER_FAILURE (the transport cannot detect a dead peer)");
         return;
     }
     if !f.intersects(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY) {
-        skip(p.target, "peer failure: no am_short/am_bcopy to provoke it");
+        p.skip("peer failure: no am_short/am_bcopy to provoke it");
         return;
     }
     p.record_am(ID);
@@ -60,8 +58,8 @@ fn peer_failure_reported(s: &Setup) {
     };
     p.retry("first send", || send(p.ep())).unwrap();
     p.flush_ep();
-    let (tx, ep, target) = p.into_sender();
-    let n = target.name;
+    let n = p.name();
+    let (tx, ep) = p.into_sender();
     let start = Instant::now();
     while tx.errors.borrow().is_empty() {
         assert!(
@@ -88,11 +86,11 @@ fn peer_failure_reported(s: &Setup) {
     );
     let r = send(&ep);
     assert!(
-        matches!(r, Err(e) if e != Status::NoResource),
+        matches!(&r, Err(e) if *e != Status::NoResource),
         "[{n}] send on a failed endpoint: {r:?}"
     );
     if f.contains(IfaceFlags::PENDING) {
-        if let Ok(()) = ep.pending_add(PendingRequest::new(|| Status::Ok)) {
+        if let Ok(()) = ep.pending_add(PendingRequest::new(|_| PendingResult::Done)) {
             let mut k = 0;
             ep.pending_purge(|_| k += 1);
             assert_eq!(k, 1, "[{n}] purge on a failed endpoint");
@@ -110,14 +108,13 @@ fn peer_failure_completes_outstanding(s: &Setup) {
     let p = s.pair();
     let f = p.attr().flags;
     if !f.contains(IfaceFlags::ERRHANDLE_PEER_FAILURE) || !f.contains(IfaceFlags::AM_ZCOPY) {
-        skip(
-            p.target,
-            "peer failure with outstanding zcopys: needs ERRHANDLE_PEER_FAILURE and AM_ZCOPY",
-        );
+        p.skip("peer failure with outstanding zcopys: needs ERRHANDLE_PEER_FAILURE and AM_ZCOPY");
         return;
     }
     p.record_am(ID);
-    p.retry("first am_zcopy", || p.ep().am_zcopy(ID, &[], &[], None))
+    // No completion: done or not, the flush below covers it.
+    let _ = p
+        .retry("first am_zcopy", || p.ep().am_zcopy(ID, &[], &[], None))
         .unwrap();
     p.flush_ep();
     let src = p.local_mem(4096, 7);
@@ -131,20 +128,20 @@ fn peer_failure_completes_outstanding(s: &Setup) {
         let iov: [MemIov; 1] = [src.iov(0, len).unwrap()];
         match p.ep().am_zcopy(ID, &[], &iov, Some(&c)) {
             Ok(st) => ops.push((format!("am_zcopy #{i}"), c, st)),
-            Err(Status::NoResource) => break,
+            Err(e) if e == Status::NoResource => break,
             Err(e) => panic!("[{}] am_zcopy #{i} with the peer there: {e}", p.name()),
         }
     }
     let fc = log.completion(FLUSH);
     let first_flush = p.ep().flush(FlushFlags::LOCAL, Some(&fc));
-    let (tx, ep, target) = p.into_sender();
-    let n = target.name;
+    let n = p.name();
+    let (tx, ep) = p.into_sender();
     let flush = match first_flush {
-        Err(Status::NoResource) => {
+        Err(e) if e == Status::NoResource => {
             let start = Instant::now();
             loop {
                 match ep.flush(FlushFlags::LOCAL, Some(&fc)) {
-                    Err(Status::NoResource) => {
+                    Err(e) if e == Status::NoResource => {
                         assert!(
                             start.elapsed() < DEADLINE,
                             "[{n}] flush: NoResource for {DEADLINE:?}"
@@ -160,8 +157,8 @@ fn peer_failure_completes_outstanding(s: &Setup) {
     let start = Instant::now();
     let settled = || {
         ops.iter()
-            .all(|(_, c, st)| *st != Status::InProgress || c.fired() > 0)
-            && (flush != Ok(Status::InProgress) || fc.fired() > 0)
+            .all(|(_, c, st)| *st != Outcome::InProgress || c.fired() > 0)
+            && (flush != Ok(Outcome::InProgress) || fc.fired() > 0)
     };
     while !settled() || tx.errors.borrow().is_empty() {
         if settled() {
@@ -178,7 +175,7 @@ fn peer_failure_completes_outstanding(s: &Setup) {
         tx.worker.progress();
     }
     for (what, c, st) in &ops {
-        let want = u64::from(*st == Status::InProgress);
+        let want = u64::from(*st == Outcome::InProgress);
         assert_eq!(
             c.fired(),
             want,
@@ -186,7 +183,7 @@ fn peer_failure_completes_outstanding(s: &Setup) {
             c.fired()
         );
     }
-    if flush == Ok(Status::InProgress) {
+    if flush == Ok(Outcome::InProgress) {
         assert_eq!(fc.fired(), 1, "[{n}] flush fired {} times", fc.fired());
         check_order(n, &ops, &log, "ep flush");
     }

@@ -3,22 +3,44 @@
 //! before it has completed, and a flush's completion fires after theirs. A fence orders a put
 //! before a later get.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use rucx_testkit::data::pattern;
+use rucx_testkit::{Pair, Remote, Setup};
+use ucs::Outcome;
 use uct::{Completion, FlushFlags, IfaceFlags, MemIov, Status};
 
-use crate::data::pattern;
-use crate::fixture::{skip, FireLog, Pair, Remote, Setup};
-
-/// Flush without completion only reports the state: retries until it reports Ok.
-fn flush_until_ok(p: &Pair, what: &str, mut f: impl FnMut() -> uct::Result<Status>) {
+/// Flush without completion only reports the state: retries until it reports Done.
+fn flush_until_ok(p: &Pair, what: &str, mut f: impl FnMut() -> uct::Result<Outcome>) {
     let n = p.name();
     p.wait_for(what, || match f() {
-        Ok(Status::Ok) => true,
-        Ok(Status::InProgress) | Err(Status::NoResource) => false,
-        other => panic!("[{n}] {what}: {other:?}"),
+        Ok(Outcome::Done) => true,
+        Ok(Outcome::InProgress) => false,
+        Err(e) if e == Status::NoResource => false,
+        Err(e) => panic!("[{n}] {what}: {e:?}"),
     });
 }
 
-pub type Ops = Vec<(String, Completion, Status)>;
+/// The order in which completions fired: each [`FireLog::completion`] appends its entry when
+/// it fires (whatever its status).
+#[derive(Clone, Default)]
+pub struct FireLog(Rc<RefCell<Vec<usize>>>);
+
+impl FireLog {
+    /// A completion that logs `entry` when it fires.
+    pub fn completion(&self, entry: usize) -> Completion {
+        let log = self.0.clone();
+        Completion::new(move |_| log.borrow_mut().push(entry))
+    }
+
+    /// The entries in the order they fired.
+    pub fn order(&self) -> Vec<usize> {
+        self.0.borrow().clone()
+    }
+}
+
+pub type Ops = Vec<(String, Completion, Outcome)>;
 
 /// The flush's entry in the [`FireLog`] (the operations log their index in `Ops`).
 pub const FLUSH: usize = usize::MAX;
@@ -36,7 +58,7 @@ fn outstanding_ops(p: &Pair, log: &FireLog) -> (Ops, Remote) {
     let len = |max: usize| max.min(4096);
     let mut ops = Vec::new();
     for i in 0..8 {
-        let mut issue = |what: &str, f: &dyn Fn(&Completion) -> uct::Result<Status>| {
+        let mut issue = |what: &str, f: &dyn Fn(&Completion) -> uct::Result<Outcome>| {
             let c = log.completion(ops.len());
             let st = p
                 .retry(what, || f(&c))
@@ -60,9 +82,9 @@ fn outstanding_ops(p: &Pair, log: &FireLog) -> (Ops, Remote) {
     (ops, r)
 }
 
-fn check_done(p: &Pair, ops: &[(String, Completion, Status)], flush: &str) {
+fn check_done(p: &Pair, ops: &[(String, Completion, Outcome)], flush: &str) {
     for (what, c, st) in ops {
-        if *st == Status::InProgress {
+        if *st == Outcome::InProgress {
             assert_eq!(
                 c.fired(),
                 1,
@@ -84,7 +106,7 @@ pub fn check_order(name: &str, ops: &Ops, log: &FireLog, flush: &str) {
         return; // the flush returned Ok at once: `check_done` saw every operation done
     };
     for (i, (what, _, st)) in ops.iter().enumerate() {
-        if *st == Status::InProgress {
+        if *st == Outcome::InProgress {
             assert!(
                 log[..at].contains(&i),
                 "[{name}] the {flush}'s completion fired before {what}'s (order fired: {:?})",
@@ -111,7 +133,7 @@ fn flush_ep(s: &Setup) {
     let log = FireLog::default();
     let (ops, _r) = outstanding_ops(&p, &log);
     if ops.is_empty() {
-        skip(p.target, "flush_ep: no zcopy operation to flush");
+        p.skip("flush_ep: no zcopy operation to flush");
     }
     let what = "ep flush after zcopy operations";
     let c = log.completion(FLUSH);
@@ -137,12 +159,9 @@ fn flush_iface(s: &Setup) {
     let (ops, _r) = outstanding_ops(&p, &log);
     let c = log.completion(FLUSH);
     let r = p.retry("iface flush", || iface.flush(FlushFlags::LOCAL, Some(&c)));
-    if r == Err(Status::Unsupported) {
+    if r == Err(Status::Unsupported.into()) {
         // UCX's tcp has no iface flush with completion either.
-        skip(
-            p.target,
-            "iface flush with a completion is Unsupported; flushing without",
-        );
+        p.skip("iface flush with a completion is Unsupported; flushing without");
         flush_until_ok(&p, "iface flush without completion", || {
             iface.flush(FlushFlags::LOCAL, None)
         });
@@ -163,10 +182,7 @@ fn fence_orders_put_then_get(s: &Setup) {
     let put = f.contains(IfaceFlags::PUT_SHORT) && p.attr().put.max_short >= 8;
     let get = f.contains(IfaceFlags::GET_BCOPY) && p.attr().get.max_bcopy >= 8;
     if !put || !get {
-        skip(
-            p.target,
-            "fence ordering: needs put_short and get_bcopy of 8 bytes",
-        );
+        p.skip("fence ordering: needs put_short and get_bcopy of 8 bytes");
         return;
     }
     let r = p.remote_mem(64, 0);

@@ -2,9 +2,8 @@
 //! capability flags, addresses and reachability, connection models, everything not advertised
 //! answering `Unsupported`, progress enable/disable.
 
+use rucx_testkit::{Pair, Setup};
 use uct::{ArmEvents, AtomicOp, AtomicResult, AtomicWidth, EventFlags, IfaceFlags, ProgressFlags, Status};
-
-use crate::fixture::{skip, Pair, Setup};
 
 fn attrs_consistent(s: &Setup) {
     let p = s.pair();
@@ -138,9 +137,13 @@ fn connect_models(s: &Setup) {
                 .unwrap_or_else(|e| panic!("[{n}] ep_create_connected: {e}"));
         drop(ep);
     } else {
-        skip(p.target, "no CONNECT_TO_IFACE; checking Unsupported");
+        p.skip("no CONNECT_TO_IFACE; checking Unsupported");
         let r = p.tx.iface.ep_create_connected(&dev, &addr);
-        assert_eq!(r.err(), Some(Status::Unsupported), "[{n}] ep_create_connected");
+        assert_eq!(
+            r.err(),
+            Some(Status::Unsupported.into()),
+            "[{n}] ep_create_connected"
+        );
     }
     if f.contains(IfaceFlags::CONNECT_TO_EP) {
         let ep =
@@ -153,16 +156,16 @@ fn connect_models(s: &Setup) {
             "[{n}] ep address length"
         );
     } else {
-        skip(p.target, "no CONNECT_TO_EP; checking Unsupported");
+        p.skip("no CONNECT_TO_EP; checking Unsupported");
         assert_eq!(
             p.tx.iface.ep_create().err(),
-            Some(Status::Unsupported),
+            Some(Status::Unsupported.into()),
             "[{n}] ep_create"
         );
         let ep = p.ep();
         assert_eq!(
             ep.connect_to_ep(&dev, &[0; 8]),
-            Err(Status::Unsupported),
+            Err(Status::Unsupported.into()),
             "[{n}] connect_to_ep"
         );
     }
@@ -175,7 +178,7 @@ fn unsupported_ops_say_so(s: &Setup) {
     let (ep, a, n) = (p.ep(), *p.attr(), p.name());
     let m = p.local_mem(64, 0);
     let r = p.remote_mem(64, 0);
-    let u = Err(Status::Unsupported);
+    let u = Err(Status::Unsupported.into());
     type Check<'a> = (IfaceFlags, &'static str, Box<dyn Fn(&Pair) -> bool + 'a>);
     let checks: Vec<Check> = vec![
         (
@@ -186,12 +189,12 @@ fn unsupported_ops_say_so(s: &Setup) {
         (
             IfaceFlags::AM_BCOPY,
             "am_bcopy",
-            Box::new(|_| ep.am_bcopy(1, |_| 1) == Err(Status::Unsupported)),
+            Box::new(|_| ep.am_bcopy(1, |_| 1) == Err(Status::Unsupported.into())),
         ),
         (
             IfaceFlags::AM_ZCOPY,
             "am_zcopy",
-            Box::new(|_| ep.am_zcopy(1, &[], &[m.whole()], None) == Err(Status::Unsupported)),
+            Box::new(|_| ep.am_zcopy(1, &[], &[m.whole()], None) == Err(Status::Unsupported.into())),
         ),
         (
             IfaceFlags::PUT_SHORT,
@@ -201,12 +204,14 @@ fn unsupported_ops_say_so(s: &Setup) {
         (
             IfaceFlags::PUT_BCOPY,
             "put_bcopy",
-            Box::new(|_| ep.put_bcopy(|_| 1, r.addr(0), &r.rkey) == Err(Status::Unsupported)),
+            Box::new(|_| ep.put_bcopy(|_| 1, r.addr(0), &r.rkey) == Err(Status::Unsupported.into())),
         ),
         (
             IfaceFlags::PUT_ZCOPY,
             "put_zcopy",
-            Box::new(|_| ep.put_zcopy(&[m.whole()], r.addr(0), &r.rkey, None) == Err(Status::Unsupported)),
+            Box::new(|_| {
+                ep.put_zcopy(&[m.whole()], r.addr(0), &r.rkey, None) == Err(Status::Unsupported.into())
+            }),
         ),
         (
             IfaceFlags::GET_SHORT,
@@ -216,17 +221,21 @@ fn unsupported_ops_say_so(s: &Setup) {
         (
             IfaceFlags::GET_BCOPY,
             "get_bcopy",
-            Box::new(|_| ep.get_bcopy(1, r.addr(0), &r.rkey, |_| {}, None) == Err(Status::Unsupported)),
+            Box::new(|_| {
+                ep.get_bcopy(1, r.addr(0), &r.rkey, |_| {}, None) == Err(Status::Unsupported.into())
+            }),
         ),
         (
             IfaceFlags::GET_ZCOPY,
             "get_zcopy",
-            Box::new(|_| ep.get_zcopy(&[m.whole()], r.addr(0), &r.rkey, None) == Err(Status::Unsupported)),
+            Box::new(|_| {
+                ep.get_zcopy(&[m.whole()], r.addr(0), &r.rkey, None) == Err(Status::Unsupported.into())
+            }),
         ),
     ];
     for (flag, what, check) in checks {
         if !a.flags.contains(flag) {
-            skip(p.target, &format!("{what}: not advertised; checking Unsupported"));
+            p.skip(&format!("{what}: not advertised; checking Unsupported"));
             assert!(check(&p), "[{n}] {what} without {flag:?} must return Unsupported");
         }
     }
@@ -241,15 +250,19 @@ fn unsupported_ops_say_so(s: &Setup) {
             }
             if !c.fop_flags.contains(op.flag()) {
                 let res = ep.atomic_fetch(w, op, 1, &AtomicResult::new(), r.addr(0), &r.rkey, None);
-                assert_eq!(res, Err(Status::Unsupported), "[{n}] atomic_fetch {op:?} {w:?}");
+                assert_eq!(
+                    res,
+                    Err(Status::Unsupported.into()),
+                    "[{n}] atomic_fetch {op:?} {w:?}"
+                );
             }
         }
     }
     if !a.event_flags.contains(EventFlags::FD) {
-        skip(p.target, "event fd: not advertised; checking Unsupported");
+        p.skip("event fd: not advertised; checking Unsupported");
         assert_eq!(
             p.tx.iface.event_fd().err(),
-            Some(Status::Unsupported),
+            Some(Status::Unsupported.into()),
             "[{n}] event_fd"
         );
     }
@@ -267,7 +280,7 @@ fn progress_enable_disable(s: &Setup) {
     let p = s.pair();
     let (ep, n, f) = (p.ep(), p.name(), p.attr().flags);
     if !f.contains(IfaceFlags::AM_SHORT) {
-        skip(p.target, "progress enable/disable: no AM_SHORT");
+        p.skip("progress enable/disable: no AM_SHORT");
         return;
     }
     let rec = p.record_am(3);
@@ -302,11 +315,50 @@ fn idle_progress_does_nothing(s: &Setup) {
     });
 }
 
+/// The receiver's event fd (UCX `test_uct_event_fd`): armed once the receiver is idle,
+/// readable when a message arrives, and arming again answers `Busy` until progress consumed
+/// the message.
+fn event_fd_wakes_on_arrival(s: &Setup) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    const ID: u8 = 3;
+    let p = s.pair();
+    let (ep, n) = (p.ep(), p.name());
+    let events = p.rx.attr().event_flags;
+    if !events.contains(EventFlags::FD | EventFlags::RECV) || !p.attr().flags.contains(IfaceFlags::AM_SHORT) {
+        p.skip("event fd on arrival: needs EventFlags FD and RECV, and AM_SHORT");
+        return;
+    }
+    let rec = p.record_am(ID);
+    p.retry("warm-up", || ep.am_short(ID, 0, b"w"))
+        .unwrap_or_else(|e| panic!("[{n}] warm-up: {e}"));
+    p.wait_msgs(&rec, 1, "warm-up");
+    let fd =
+        p.rx.iface
+            .event_fd()
+            .unwrap_or_else(|e| panic!("[{n}] event_fd: {e}"));
+    p.wait_for("an idle receiver that arms", || {
+        p.progress();
+        p.rx.iface.event_arm(ArmEvents::RECV).is_ok()
+    });
+    ep.am_short(ID, 1, b"wake")
+        .unwrap_or_else(|e| panic!("[{n}] am_short to an idle receiver: {e}"));
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    let ready = poll(&mut fds, PollTimeout::from(5000u16)).unwrap();
+    assert_eq!(ready, 1, "[{n}] the event fd did not become readable");
+    assert_eq!(
+        p.rx.iface.event_arm(ArmEvents::RECV),
+        Err(Status::Busy.into()),
+        "[{n}] arming with a message waiting"
+    );
+    p.wait_msgs(&rec, 2, "after the event");
+}
+
 conformance_test!(
     attrs_consistent,
     addresses_and_reachability,
     connect_models,
     unsupported_ops_say_so,
     progress_enable_disable,
-    idle_progress_does_nothing
+    idle_progress_does_nothing,
+    event_fd_wakes_on_arrival
 );

@@ -5,10 +5,9 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use rucx_testkit::data::{assert_bytes, pattern};
+use rucx_testkit::{Pair, Recorder, Setup};
 use uct::{IfaceFlags, RxDesc};
-
-use crate::data::{assert_bytes, pattern};
-use crate::fixture::{skip, Pair, Setup};
 
 const ID: u8 = 9;
 
@@ -18,9 +17,9 @@ type Problems = Rc<RefCell<Vec<String>>>;
 
 /// Installs a handler that keeps every third message (and checks that keeping twice hands out
 /// a copy of the same bytes) and copies the others.
-fn keeper(p: &Pair) -> (Kept, crate::fixture::Recorder, Problems) {
+fn keeper(p: &Pair) -> (Kept, Recorder, Problems) {
     let kept: Kept = Rc::default();
-    let all: crate::fixture::Recorder = Rc::default();
+    let all: Recorder = Rc::default();
     let problems: Problems = Rc::default();
     let (k, a, pr) = (kept.clone(), all.clone(), problems.clone());
     p.rx.iface
@@ -92,7 +91,7 @@ fn run(p: &Pair, count: usize, send: &dyn Fn(usize), want: &dyn Fn(usize) -> Vec
 fn am_short_keep_data(s: &Setup) {
     let p = s.pair();
     if !p.attr().flags.contains(IfaceFlags::AM_SHORT) {
-        skip(p.target, "am_short_keep_data: no AM_SHORT");
+        p.skip("am_short_keep_data: no AM_SHORT");
         return;
     }
     let max = (p.attr().am.max_short - 8).min(256);
@@ -113,7 +112,7 @@ fn am_short_keep_data(s: &Setup) {
 fn am_bcopy_keep_data(s: &Setup) {
     let p = s.pair();
     if !p.attr().flags.contains(IfaceFlags::AM_BCOPY) {
-        skip(p.target, "am_bcopy_keep_data: no AM_BCOPY");
+        p.skip("am_bcopy_keep_data: no AM_BCOPY");
         return;
     }
     let max = p.attr().am.max_bcopy;

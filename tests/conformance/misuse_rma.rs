@@ -1,13 +1,14 @@
 //! Bad RMA and atomics (UCX `test_p2p_err`): beyond the advertised limits, outside registered
-//! memory, with stale rkeys, misaligned: refused (at once, through the completion or through the
-//! error handler), with target and local memory left untouched.
+//! memory, with stale rkeys, misaligned: refused (at once, through the completion, by the next
+//! flush or through the error handler), with target and local memory left untouched.
 
 use std::cell::Cell;
 use std::rc::Rc;
 
-use uct::{AtomicOp, AtomicResult, AtomicWidth, Completion, IfaceFlags, Rkey, Status};
+use rucx_testkit::{Pair, Remote, Setup};
+use ucs::Outcome;
+use uct::{AtomicOp, AtomicResult, AtomicWidth, Completion, FlushFlags, IfaceFlags, Rkey, Status};
 
-use crate::fixture::{skip, Pair, Setup};
 use crate::misuse_am::refused;
 
 /// RMA beyond the advertised short/bcopy limits is refused.
@@ -42,7 +43,7 @@ fn rma_oversized(s: &Setup) {
         let res = p.retry("put_bcopy", || ep.put_bcopy(|b| b.len() + 1, r.addr(0), &r.rkey));
         assert_eq!(
             res,
-            Err(Status::MessageTruncated),
+            Err(Status::MessageTruncated.into()),
             "[{n}] put_bcopy whose pack claims more than the buffer"
         );
     }
@@ -93,7 +94,7 @@ const BAD_TARGETS: [BadTarget; 4] = [
 ];
 
 /// Address and rkey for `bad` over a 64-byte region `r` (8-byte accesses).
-fn bad_target(p: &Pair, r: &crate::fixture::Remote, bad: BadTarget) -> (u64, Option<Rkey>) {
+fn bad_target(p: &Pair, r: &Remote, bad: BadTarget) -> (u64, Option<Rkey>) {
     match bad {
         BadTarget::CrossesEnd => (r.addr(60), None),
         BadTarget::BeforeStart => (r.addr(0) - 8, None),
@@ -110,12 +111,12 @@ fn bad_target(p: &Pair, r: &crate::fixture::Remote, bad: BadTarget) -> (u64, Opt
 
 /// Accepts a refusal reported at once (`Err`), through the completion, or through the error
 /// handler; anything else fails.
-fn expect_refusal(p: &Pair, what: &str, res: uct::Result<Status>, comp: &Completion) {
+fn expect_refusal(p: &Pair, what: &str, res: uct::Result<Outcome>, comp: &Completion) {
     let n = p.name();
     match res {
-        Err(Status::NoResource) => unreachable!("retried"),
+        Err(e) if e == Status::NoResource => unreachable!("retried"),
         Err(_) => {}
-        Ok(Status::InProgress) => {
+        Ok(Outcome::InProgress) => {
             p.wait_for(&format!("{what} completion"), || comp.fired() > 0);
             assert!(
                 comp.last_status().is_err(),
@@ -123,12 +124,36 @@ fn expect_refusal(p: &Pair, what: &str, res: uct::Result<Status>, comp: &Complet
                 comp.last_status()
             );
         }
-        Ok(_) => {
-            // Accepted locally: a remote transport must report the failure asynchronously.
-            p.wait_for(
-                &format!("{what}: error report (the operation was accepted)"),
-                || !p.errors().is_empty(),
-            );
+        Ok(Outcome::Done) => {
+            // Accepted locally: a remote transport reports the refusal later, with the next
+            // flush (tcp: the endpoint keeps working) or through the error handler (rc_verbs:
+            // the endpoint failed). docs/architecture.md has the table.
+            let c = Completion::counter();
+            let via_flush = match p.retry("flush", || p.ep().flush(FlushFlags::LOCAL, Some(&c))) {
+                Err(_) => true,
+                Ok(Outcome::InProgress) => {
+                    p.wait_for(&format!("{what}: flush"), || c.fired() > 0);
+                    c.last_status().is_err()
+                }
+                Ok(Outcome::Done) => false,
+            };
+            if via_flush {
+                if p.errors().is_empty() {
+                    // Reported by the flush and the endpoint lives on: it still writes.
+                    let ok = p.remote_mem(8, 0);
+                    p.retry("put after a refusal", || {
+                        p.ep().put_short(&[7; 8], ok.addr(0), &ok.rkey)
+                    })
+                    .unwrap_or_else(|e| panic!("[{n}] {what}: the endpoint no longer works: {e}"));
+                    p.flush_ep();
+                    assert_eq!(ok.mem.to_vec(), [7; 8], "[{n}] {what}: put after the refusal");
+                }
+            } else {
+                p.wait_for(
+                    &format!("{what}: error report (the operation was accepted, the flush succeeded)"),
+                    || !p.errors().is_empty(),
+                );
+            }
         }
     }
 }
@@ -137,17 +162,14 @@ fn rma_outside_registered_memory(s: &Setup) {
     let probe = s.pair();
     let f = probe.attr().flags;
     if !f.contains(IfaceFlags::ERRHANDLE_REMOTE_MEM) {
-        skip(
-            probe.target,
-            "bad remote access: no ERRHANDLE_REMOTE_MEM (bad accesses are not caught)",
-        );
+        probe.skip("bad remote access: no ERRHANDLE_REMOTE_MEM (bad accesses are not caught)");
         return;
     }
     drop(probe);
-    type Op = fn(&Pair, u64, &Rkey, &Completion) -> uct::Result<Status>;
+    type Op = fn(&Pair, u64, &Rkey, &Completion) -> uct::Result<Outcome>;
     let ops: [(&str, IfaceFlags, Op); 6] = [
         ("put_short", IfaceFlags::PUT_SHORT, |p, a, k, _| {
-            p.ep().put_short(&[9; 8], a, k).map(|_| Status::Ok)
+            p.ep().put_short(&[9; 8], a, k).map(|_| Outcome::Done)
         }),
         ("put_bcopy", IfaceFlags::PUT_BCOPY, |p, a, k, _| {
             p.ep()
@@ -159,7 +181,7 @@ fn rma_outside_registered_memory(s: &Setup) {
                     a,
                     k,
                 )
-                .map(|_| Status::Ok)
+                .map(|_| Outcome::Done)
         }),
         ("put_zcopy", IfaceFlags::PUT_ZCOPY, |p, a, k, c| {
             let m = p.local_mem(8, 9);
@@ -167,7 +189,7 @@ fn rma_outside_registered_memory(s: &Setup) {
         }),
         ("get_short", IfaceFlags::GET_SHORT, |p, a, k, _| {
             let mut b = [0x11u8; 8];
-            let r = p.ep().get_short(&mut b, a, k).map(|_| Status::Ok);
+            let r = p.ep().get_short(&mut b, a, k).map(|_| Outcome::Done);
             assert!(
                 r.is_ok() || b == [0x11; 8],
                 "[{}] refused get_short wrote the buffer",
@@ -232,7 +254,7 @@ fn atomic_misaligned_or_outside(s: &Setup) {
     let p = s.pair();
     let a = *p.attr();
     if !a.flags.contains(IfaceFlags::ERRHANDLE_REMOTE_MEM) {
-        skip(p.target, "bad atomics: no ERRHANDLE_REMOTE_MEM");
+        p.skip("bad atomics: no ERRHANDLE_REMOTE_MEM");
         return;
     }
     drop(p);
@@ -240,7 +262,7 @@ fn atomic_misaligned_or_outside(s: &Setup) {
         let post = caps.op_flags.contains(AtomicOp::Add.flag());
         let fetch = caps.fop_flags.contains(AtomicOp::Add.flag());
         if !post && !fetch {
-            skip(s.target, &format!("bad atomics {w:?}: no add"));
+            s.skip(&format!("bad atomics {w:?}: no add"));
             continue;
         }
         let mut cases: Vec<(String, i64)> = vec![
@@ -261,7 +283,7 @@ fn atomic_misaligned_or_outside(s: &Setup) {
                 p.retry(&what, || {
                     p.ep()
                         .atomic_post(w, AtomicOp::Add, 1, addr, &r.rkey)
-                        .map(|_| Status::Ok)
+                        .map(|_| Outcome::Done)
                 })
             } else {
                 let out = AtomicResult::new();
@@ -288,7 +310,7 @@ fn rkey_unpack_garbage(s: &Setup) {
     let p = s.pair();
     let len = p.tx.md.attr().rkey_packed_size;
     if len == 0 {
-        skip(p.target, "rkey_unpack: rkeys are empty for this memory domain");
+        p.skip("rkey_unpack: rkeys are empty for this memory domain");
         return;
     }
     let r = p.tx.md.component().rkey_unpack(&[]);

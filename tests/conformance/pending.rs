@@ -6,12 +6,11 @@
 //! of an empty queue; the rest is skipped with a note.
 
 use std::cell::{Cell, RefCell};
-use std::rc::{Rc, Weak};
+use std::rc::Rc;
 use std::time::Instant;
 
-use uct::{Ep, IfaceFlags, PendingRequest, Status};
-
-use crate::fixture::{skip, Pair, Setup, DEADLINE};
+use rucx_testkit::{Pair, Setup, DEADLINE};
+use uct::{Ep, EpKey, IfaceFlags, PendingRequest, PendingResult, Status};
 
 const ID: u8 = 11;
 /// Sends attempted without progress before concluding the transport never runs out.
@@ -76,7 +75,7 @@ fn fill(p: &Pair, ep: &Ep, seq: &mut u64) -> Option<u64> {
     for i in 0..FILL_LIMIT {
         match send(p, ep, *seq) {
             Ok(()) => *seq += 1,
-            Err(Status::NoResource) => return Some(i),
+            Err(e) if e == Status::NoResource => return Some(i),
             Err(e) => panic!("[{n}] filling the send resources, message {i}: {e}"),
         }
     }
@@ -112,13 +111,13 @@ fn pending_busy_when_resources_free(s: &Setup) {
     let (ep, n) = (p.ep(), p.name());
     let ran = Rc::new(Cell::new(0));
     let r = ran.clone();
-    let req = PendingRequest::new(move || {
+    let req = PendingRequest::new(move |_: &Ep| {
         r.set(r.get() + 1);
-        Status::Ok
+        PendingResult::Done
     });
     if !p.supports(IfaceFlags::PENDING, "pending") {
         match ep.pending_add(req) {
-            Err((Status::Unsupported, _)) => return,
+            Err((e, _)) if e == Status::Unsupported => return,
             Err((e, _)) => panic!("[{n}] pending_add without PENDING: {e} instead of Unsupported"),
             Ok(()) => panic!("[{n}] pending_add without PENDING queued the request"),
         }
@@ -127,9 +126,13 @@ fn pending_busy_when_resources_free(s: &Setup) {
     let mut seq = 0;
     warm_up(&p, &mut seq, &got);
     match ep.pending_add(req) {
-        Err((Status::Busy, mut req)) => {
+        Err((e, mut req)) if e == Status::Busy => {
             assert_eq!(ran.get(), 0, "[{n}] the transport ran a request it handed back");
-            assert_eq!(req.run(), Status::Ok, "[{n}] the handed-back request is not ours");
+            assert_eq!(
+                req.run(ep),
+                PendingResult::Done,
+                "[{n}] the handed-back request is not ours"
+            );
             assert_eq!(ran.get(), 1, "[{n}] the handed-back request is not ours");
         }
         Err((e, _)) => panic!("[{n}] pending_add with free resources: {e} instead of Busy"),
@@ -147,26 +150,22 @@ fn pending_dispatch_in_order(s: &Setup) {
     let p = s.pair();
     let (ep, n) = (p.ep(), p.name());
     if !p.attr().flags.contains(IfaceFlags::PENDING) {
-        skip(
-            p.target,
-            "pending dispatch: no PENDING (Unsupported checked elsewhere)",
-        );
+        p.skip("pending dispatch: no PENDING (Unsupported checked elsewhere)");
         return;
     }
     let (got, corrupt) = receiver(&p);
     let mut seq = 0;
     warm_up(&p, &mut seq, &got);
     let Some(sent) = fill(&p, ep, &mut seq) else {
-        skip(
-            p.target,
-            &format!("pending dispatch: never ran out of resources in {FILL_LIMIT} sends"),
-        );
+        p.skip(&format!(
+            "pending dispatch: never ran out of resources in {FILL_LIMIT} sends"
+        ));
         return;
     };
     assert!(sent > 0, "[{n}] NoResource on an idle endpoint");
     assert_eq!(
         send(&p, ep, seq),
-        Err(Status::NoResource),
+        Err(Status::NoResource.into()),
         "[{n}] send right after NoResource"
     );
     const R: u64 = 100;
@@ -174,19 +173,24 @@ fn pending_dispatch_in_order(s: &Setup) {
     let log: Rc<RefCell<Vec<(u64, Status)>>> = Rc::default();
     let done = Rc::new(Cell::new(0u64));
     for j in 0..R {
-        let (weak, log, done, how) = (Rc::downgrade(ep), log.clone(), done.clone(), How::of(&p));
+        let (log, done, how) = (log.clone(), done.clone(), How::of(&p));
         let my_seq = seq + j;
-        let req = PendingRequest::new(move || {
-            let ep: Rc<Ep> = Weak::upgrade(&weak).expect("ep alive while its requests are queued");
-            let st = match send_with(how, &ep, my_seq) {
+        // The callback sends on the endpoint it gets: the one the request was added on.
+        let req = PendingRequest::new(move |ep: &Ep| {
+            let st = match send_with(how, ep, my_seq) {
                 Ok(()) => Status::Ok,
-                Err(e) => e,
+                Err(e) => e.status(),
             };
             log.borrow_mut().push((j, st));
-            if st == Status::Ok {
-                done.set(done.get() + 1);
+            match st {
+                Status::Ok => {
+                    done.set(done.get() + 1);
+                    PendingResult::Done
+                }
+                Status::NoResource => PendingResult::Stop,
+                // Dropped: the checks below report it.
+                _ => PendingResult::Done,
             }
-            st
         });
         if let Err((e, _)) = ep.pending_add(req) {
             panic!("[{n}] pending_add #{j} after NoResource: {e} (must queue)");
@@ -200,7 +204,7 @@ fn pending_dispatch_in_order(s: &Setup) {
             let r = send(&p, ep, u64::MAX);
             assert_eq!(
                 r,
-                Err(Status::NoResource),
+                Err(Status::NoResource.into()),
                 "[{n}] a send overtook queued pending requests ({when})"
             );
         }
@@ -250,36 +254,41 @@ fn pending_dispatch_in_order(s: &Setup) {
         "[{n}] requests completed: {log:?}"
     );
     check_received(&p, &got, &corrupt, seq);
+    // The queue drained and the endpoint flushed: resources are free again.
+    p.flush_ep();
+    match ep.pending_add(PendingRequest::new(|_: &Ep| PendingResult::Done)) {
+        Err((e, _)) if e == Status::Busy => {}
+        other => panic!(
+            "[{n}] pending_add once the queue drained: {:?} instead of Busy",
+            other.err().map(|e| e.0)
+        ),
+    }
 }
 
 fn pending_purge_hands_back_all(s: &Setup) {
     let p = s.pair();
     let (ep, n) = (p.ep(), p.name());
     if !p.attr().flags.contains(IfaceFlags::PENDING) {
-        skip(
-            p.target,
-            "pending purge: no PENDING (Unsupported checked elsewhere)",
-        );
+        p.skip("pending purge: no PENDING (Unsupported checked elsewhere)");
         return;
     }
     let (got, corrupt) = receiver(&p);
     let mut seq = 0;
     warm_up(&p, &mut seq, &got);
     if fill(&p, ep, &mut seq).is_none() {
-        skip(
-            p.target,
-            &format!("pending purge: never ran out of resources in {FILL_LIMIT} sends"),
-        );
+        p.skip(&format!(
+            "pending purge: never ran out of resources in {FILL_LIMIT} sends"
+        ));
         return;
     }
     let ran: Rc<RefCell<Vec<u64>>> = Rc::default();
     let token = Rc::new(());
     for j in 0..5u64 {
         let (r, t) = (ran.clone(), token.clone());
-        let req = PendingRequest::new(move || {
+        let req = PendingRequest::new(move |_: &Ep| {
             let _ = &t;
             r.borrow_mut().push(j);
-            Status::Ok
+            PendingResult::Done
         });
         if let Err((e, _)) = ep.pending_add(req) {
             panic!("[{n}] pending_add #{j} after NoResource: {e}");
@@ -299,7 +308,7 @@ fn pending_purge_hands_back_all(s: &Setup) {
         back.len()
     );
     for r in &mut back {
-        assert_eq!(r.run(), Status::Ok);
+        assert_eq!(r.run(ep), PendingResult::Done);
     }
     assert_eq!(
         *ran.borrow(),
@@ -320,7 +329,7 @@ fn pending_purge_hands_back_all(s: &Setup) {
 fn pending_released_on_ep_destroy(s: &Setup) {
     let p = s.pair();
     if !p.attr().flags.contains(IfaceFlags::PENDING) {
-        skip(p.target, "pending on ep destroy: no PENDING");
+        p.skip("pending on ep destroy: no PENDING");
         return;
     }
     let (got, _corrupt) = receiver(&p);
@@ -330,15 +339,15 @@ fn pending_released_on_ep_destroy(s: &Setup) {
     seq += 1;
     p.wait_for("warm-up delivery", || !got.borrow().is_empty());
     if fill(&p, &ep2, &mut seq).is_none() {
-        skip(p.target, "pending on ep destroy: never ran out of resources");
+        p.skip("pending on ep destroy: never ran out of resources");
         return;
     }
     let token = Rc::new(());
     for _ in 0..3 {
         let t = token.clone();
-        let req = PendingRequest::new(move || {
+        let req = PendingRequest::new(move |_: &Ep| {
             let _ = &t;
-            Status::Ok
+            PendingResult::Done
         });
         assert!(
             ep2.pending_add(req).is_ok(),
@@ -356,9 +365,109 @@ fn pending_released_on_ep_destroy(s: &Setup) {
     );
 }
 
+/// A queued request's callback gets the endpoint it was added on (here a second endpoint of
+/// the interface, not the pair's first one) and sends on it: no endpoint captured in the
+/// callback.
+fn pending_callback_gets_its_endpoint(s: &Setup) {
+    let p = s.pair();
+    let n = p.name();
+    if !p.attr().flags.contains(IfaceFlags::PENDING) {
+        p.skip("pending callback's endpoint: no PENDING");
+        return;
+    }
+    let (got, corrupt) = receiver(&p);
+    let (ep2, _back2) = p.connect();
+    let mut seq = 0;
+    p.retry("warm-up send", || send(&p, &ep2, seq))
+        .unwrap_or_else(|e| panic!("[{n}] warm-up send: {e}"));
+    seq += 1;
+    p.wait_for("warm-up delivery", || got.borrow().len() == 1);
+    if fill(&p, &ep2, &mut seq).is_none() {
+        p.skip(&format!(
+            "pending callback's endpoint: never ran out of resources in {FILL_LIMIT} sends"
+        ));
+        return;
+    }
+    const R: u64 = 20;
+    let keys: Rc<RefCell<Vec<EpKey>>> = Rc::default();
+    let failed: Rc<RefCell<Vec<String>>> = Rc::default();
+    let done = Rc::new(Cell::new(0u64));
+    for j in 0..R {
+        let (keys, failed, done, how) = (keys.clone(), failed.clone(), done.clone(), How::of(&p));
+        let my_seq = seq + j;
+        let req = PendingRequest::new(move |ep: &Ep| {
+            keys.borrow_mut().push(ep.key());
+            match send_with(how, ep, my_seq) {
+                Ok(()) => {
+                    done.set(done.get() + 1);
+                    PendingResult::Done
+                }
+                Err(e) if e == Status::NoResource => PendingResult::Stop,
+                Err(e) => {
+                    failed.borrow_mut().push(format!("request {j}: {e}"));
+                    PendingResult::Done
+                }
+            }
+        });
+        if let Err((e, _)) = ep2.pending_add(req) {
+            panic!("[{n}] pending_add #{j} after NoResource: {e} (must queue)");
+        }
+    }
+    seq += R;
+    p.wait_for("pending requests re-sent from their callbacks", || {
+        done.get() + failed.borrow().len() as u64 == R
+    });
+    assert!(failed.borrow().is_empty(), "[{n}] {:?}", failed.borrow());
+    let keys = keys.borrow();
+    assert!(!keys.is_empty(), "[{n}] no callback ran");
+    assert!(
+        keys.iter().all(|&k| k == ep2.key()),
+        "[{n}] callbacks got endpoints {keys:?}, not the one they were added on ({:?}; the \
+         pair's first is {:?})",
+        ep2.key(),
+        p.ep().key()
+    );
+    check_received(&p, &got, &corrupt, seq);
+}
+
+/// A send on an endpoint whose connection is not up yet answers `NoResource`; a request queued
+/// then runs once the connection is up, and its message arrives. Transports whose endpoints
+/// can send at once skip the queueing (with a note).
+fn pending_before_connected(s: &Setup) {
+    let p = s.pair();
+    let (ep, n) = (p.ep(), p.name());
+    if !p.attr().flags.contains(IfaceFlags::PENDING) {
+        p.skip("pending before connected: no PENDING");
+        return;
+    }
+    let (got, corrupt) = receiver(&p);
+    // No progress since the endpoint was created.
+    match send(&p, ep, 0) {
+        Ok(()) => {
+            p.skip("pending before connected: the endpoint sent at once");
+            check_received(&p, &got, &corrupt, 1);
+            return;
+        }
+        Err(e) if e == Status::NoResource => {}
+        Err(e) => panic!("[{n}] first send on a new endpoint: {e}"),
+    }
+    let how = How::of(&p);
+    let req = PendingRequest::new(move |ep: &Ep| match send_with(how, ep, 0) {
+        Ok(()) => PendingResult::Done,
+        Err(e) if e == Status::NoResource => PendingResult::Stop,
+        Err(_) => PendingResult::Done,
+    });
+    if let Err((e, _)) = ep.pending_add(req) {
+        panic!("[{n}] pending_add while connecting: {e} (must queue)");
+    }
+    check_received(&p, &got, &corrupt, 1);
+}
+
 conformance_test!(
+    pending_before_connected,
     pending_busy_when_resources_free,
     pending_dispatch_in_order,
     pending_purge_hands_back_all,
-    pending_released_on_ep_destroy
+    pending_released_on_ep_destroy,
+    pending_callback_gets_its_endpoint
 );

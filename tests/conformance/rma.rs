@@ -5,10 +5,9 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use rucx_testkit::data::{assert_bytes, pattern, scatter, sizes, split};
+use rucx_testkit::{Pair, Remote, Setup};
 use uct::{IfaceFlags, Mem, MemIov, Status};
-
-use crate::data::{assert_bytes, pattern, scatter, sizes, split};
-use crate::fixture::{Pair, Remote, Setup};
 
 /// Bytes of untouched memory checked on both sides of every target range.
 const GUARD: usize = 16;
@@ -77,7 +76,7 @@ fn put_short_sizes(s: &Setup) {
     if !p.supports(IfaceFlags::PUT_SHORT, "put_short") {
         assert_eq!(
             ep.put_short(&[1], r.addr(GUARD), &r.rkey),
-            Err(Status::Unsupported),
+            Err(Status::Unsupported.into()),
             "[{n}] put_short"
         );
         return;
@@ -99,7 +98,7 @@ fn put_bcopy_sizes(s: &Setup) {
     if !p.supports(IfaceFlags::PUT_BCOPY, "put_bcopy") {
         assert_eq!(
             ep.put_bcopy(|_| 0, r.addr(GUARD), &r.rkey),
-            Err(Status::Unsupported),
+            Err(Status::Unsupported.into()),
             "[{n}] put_bcopy"
         );
         return;
@@ -132,7 +131,7 @@ fn put_zcopy_sizes(s: &Setup) {
         let m = p.local_mem(8, 0);
         assert_eq!(
             ep.put_zcopy(&[m.whole()], r.addr(GUARD), &r.rkey, None),
-            Err(Status::Unsupported),
+            Err(Status::Unsupported.into()),
             "[{n}] put_zcopy"
         );
         return;
@@ -160,7 +159,7 @@ fn get_short_sizes(s: &Setup) {
     if !p.supports(IfaceFlags::GET_SHORT, "get_short") {
         assert_eq!(
             ep.get_short(&mut [0], r.addr(GUARD), &r.rkey),
-            Err(Status::Unsupported),
+            Err(Status::Unsupported.into()),
             "[{n}] get_short"
         );
         return;
@@ -190,7 +189,7 @@ fn get_bcopy_sizes(s: &Setup) {
     if !p.supports(IfaceFlags::GET_BCOPY, "get_bcopy") {
         assert_eq!(
             ep.get_bcopy(1, r.addr(GUARD), &r.rkey, |_| {}, None),
-            Err(Status::Unsupported),
+            Err(Status::Unsupported.into()),
             "[{n}] get_bcopy"
         );
         return;
@@ -230,7 +229,7 @@ fn get_zcopy_sizes(s: &Setup) {
         let m = p.local_mem(8, 0);
         assert_eq!(
             ep.get_zcopy(&[m.whole()], r.addr(GUARD), &r.rkey, None),
-            Err(Status::Unsupported),
+            Err(Status::Unsupported.into()),
             "[{n}] get_zcopy"
         );
         return;

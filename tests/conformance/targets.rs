@@ -1,47 +1,18 @@
 //! The transports the suite runs on ("targets"), and the macro that instantiates every test once
 //! per target (UCX's `UCT_INSTANTIATE_TEST_CASE`).
 //!
-//! A target says how to build the [`uct::Context`] (modules linked in, or `.so` plugins found on
-//! disk), which transport and device to open, how endpoints connect, and whether sender and
-//! receiver share a worker. A target whose module or device is absent is skipped with a printed
-//! note, unless it is `required` (the `self` targets), in which case its absence is a failure.
+//! A target says where the transport's code comes from (linked in, or the `.so` plugin this
+//! build produced), which transport and device to open, how endpoints connect, and whether
+//! sender and receiver share a worker; the test kit (`rucx-testkit`) opens it. A target whose
+//! module is missing or does not load fails, saying how to build it. Only a target on hardware
+//! (`Dev::First`) may find no device on a host (RDMA targets on a host without RDMA): it is
+//! skipped with a printed note.
 //!
 //! Test names read `<module>::<test>::<target>`, so `cargo test --test conformance tcp_lo` runs
 //! everything on tcp and `cargo test --test conformance am_short` one test on every target.
 
-use uct::Module as RawModule;
-
-/// Where the transport's code comes from.
-#[derive(Clone, Copy, Debug)]
-pub enum Modules {
-    /// Linked in: `Context::builder().builtin(m()).plugins(false)`.
-    Builtin(fn() -> &'static RawModule),
-    /// Loaded from `libuct_<module>.so` (`Context::builder().plugins(true)`); the module must
-    /// report `ModuleStatus::Loaded`.
-    Plugin(&'static str),
-}
-
-/// Which device of the transport to open.
-#[derive(Clone, Copy, Debug)]
-pub enum Dev {
-    Named(&'static str),
-    /// The first device the transport reports (hardware names differ per machine).
-    First,
-}
-
-/// Connection model (`UCT_IFACE_FLAG_CONNECT_TO_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Connect {
-    ToIface,
-    ToEp,
-}
-
-/// Whether sender and receiver interfaces share a worker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Workers {
-    Shared,
-    Separate,
-}
+use rucx_testkit::{device, modules, Connect, Dev, Modules, Setup, Workers};
+use uct::ModuleStatus;
 
 #[derive(Debug)]
 pub struct Target {
@@ -51,19 +22,21 @@ pub struct Target {
     pub dev: Dev,
     pub connect: Connect,
     pub workers: Workers,
-    /// Absence is a failure, not a skip.
-    pub required: bool,
+    /// Configuration set in code for every interface, unless the environment sets the variable
+    /// (`RUCX_<name>`).
+    pub defaults: &'static [(&'static str, &'static str)],
 }
 
 // ================================================================================================
 // THE TARGET LIST. To add a transport: add an entry to `TARGETS` and its name to the list in
 // `conformance_test!` below (both here, nothing else to change).
 //
-// tcp: runs linked in (`uct_tcp::module`) and as a plugin (libuct_tcp.so, which the test build
-// puts into target/<profile>/deps); both skip with a note when the host has no `lo`.
-// rc_verbs/ud_verbs: plugin only. libuct_ib.so is found when it was built into the same target dir
-// (`cargo test --workspace` does; `cargo test -p rucx` alone does not, uct-ib not being a
-// dependency of the root package) or lies in RUCX_MODULE_DIR; skipped without an RDMA device.
+// self and tcp (on `lo`, which every host has) are required: linked in, and as plugins
+// (libuct_self.so, libuct_tcp.so from `cargo build`).
+// rc_verbs/ud_verbs: plugin only (libuct_ib.so from `cargo build --workspace` or
+// `cargo build -p uct-ib-plugin`); skipped on a host without an RDMA device. ud_verbs declares a
+// silent peer dead after UD_TIMEOUT (30 s by default): 2 s keeps it well inside the suite's
+// deadline (`rucx_testkit::DEADLINE`), so the peer-failure tests can see it.
 // ================================================================================================
 pub static TARGETS: &[Target] = &[
     Target {
@@ -73,7 +46,7 @@ pub static TARGETS: &[Target] = &[
         dev: Dev::Named("memory0"),
         connect: Connect::ToIface,
         workers: Workers::Shared,
-        required: true,
+        defaults: &[],
     },
     Target {
         name: "self_builtin_2w",
@@ -82,7 +55,7 @@ pub static TARGETS: &[Target] = &[
         dev: Dev::Named("memory0"),
         connect: Connect::ToIface,
         workers: Workers::Separate,
-        required: true,
+        defaults: &[],
     },
     Target {
         name: "self_plugin",
@@ -91,7 +64,7 @@ pub static TARGETS: &[Target] = &[
         dev: Dev::Named("memory0"),
         connect: Connect::ToIface,
         workers: Workers::Separate,
-        required: true,
+        defaults: &[],
     },
     Target {
         name: "tcp_builtin",
@@ -100,7 +73,25 @@ pub static TARGETS: &[Target] = &[
         dev: Dev::Named("lo"),
         connect: Connect::ToIface,
         workers: Workers::Separate,
-        required: false,
+        defaults: &[],
+    },
+    Target {
+        name: "tcp_builtin_1w",
+        modules: Modules::Builtin(uct_tcp::module),
+        tl: "tcp",
+        dev: Dev::Named("lo"),
+        connect: Connect::ToIface,
+        workers: Workers::Shared,
+        defaults: &[],
+    },
+    Target {
+        name: "tcp_builtin_ep_1w",
+        modules: Modules::Builtin(uct_tcp::module),
+        tl: "tcp",
+        dev: Dev::Named("lo"),
+        connect: Connect::ToEp,
+        workers: Workers::Shared,
+        defaults: &[],
     },
     Target {
         name: "tcp_lo_iface",
@@ -109,7 +100,7 @@ pub static TARGETS: &[Target] = &[
         dev: Dev::Named("lo"),
         connect: Connect::ToIface,
         workers: Workers::Separate,
-        required: false,
+        defaults: &[],
     },
     Target {
         name: "tcp_lo_ep",
@@ -118,7 +109,7 @@ pub static TARGETS: &[Target] = &[
         dev: Dev::Named("lo"),
         connect: Connect::ToEp,
         workers: Workers::Separate,
-        required: false,
+        defaults: &[],
     },
     Target {
         name: "rc_verbs",
@@ -127,7 +118,7 @@ pub static TARGETS: &[Target] = &[
         dev: Dev::First,
         connect: Connect::ToEp,
         workers: Workers::Separate,
-        required: false,
+        defaults: &[],
     },
     Target {
         name: "ud_verbs",
@@ -136,7 +127,7 @@ pub static TARGETS: &[Target] = &[
         dev: Dev::First,
         connect: Connect::ToEp,
         workers: Workers::Separate,
-        required: false,
+        defaults: &[("UD_TIMEOUT", "2s")],
     },
     Target {
         name: "ud_verbs_iface",
@@ -145,7 +136,7 @@ pub static TARGETS: &[Target] = &[
         dev: Dev::First,
         connect: Connect::ToIface,
         workers: Workers::Separate,
-        required: false,
+        defaults: &[("UD_TIMEOUT", "2s")],
     },
 ];
 
@@ -156,8 +147,8 @@ macro_rules! conformance_test {
         $(
             mod $test {
                 per_target!(super::$test;
-                    self_builtin self_builtin_2w self_plugin tcp_builtin tcp_lo_iface tcp_lo_ep rc_verbs ud_verbs
-                    ud_verbs_iface);
+                    self_builtin self_builtin_2w self_plugin tcp_builtin tcp_builtin_1w tcp_builtin_ep_1w
+                    tcp_lo_iface tcp_lo_ep rc_verbs ud_verbs ud_verbs_iface);
             }
         )*
     };
@@ -169,7 +160,7 @@ macro_rules! per_target {
         $(
             #[test]
             fn $target() {
-                $crate::fixture::run(stringify!($target), $f);
+                $crate::targets::run(stringify!($target), $f);
             }
         )*
     };
@@ -178,6 +169,36 @@ macro_rules! per_target {
 /// The target called `name`.
 pub fn find(name: &str) -> Option<&'static Target> {
     TARGETS.iter().find(|t| t.name == name)
+}
+
+impl Target {
+    /// The target opened: its module (which must be there), its device (`None`, after a note,
+    /// when a `Dev::First` target finds none on this host) and layout.
+    pub fn setup(&'static self) -> Option<Setup> {
+        let ctx = modules::context(self.modules);
+        let Some(res) = device::find(&ctx, self.tl, self.dev) else {
+            println!(
+                "SKIP [{}] target unavailable: no {} device on this host",
+                self.name, self.tl
+            );
+            return None;
+        };
+        let setup = Setup::new(self.name, res).layout(self.connect, self.workers);
+        Some(
+            self.defaults
+                .iter()
+                .filter(|(var, _)| std::env::var_os(format!("RUCX_{var}")).is_none())
+                .fold(setup, |s, (var, value)| s.config(var, value)),
+        )
+    }
+}
+
+/// Runs `test` on the target called `name` (skipping with a note when its device is absent).
+pub fn run(name: &str, test: fn(&Setup)) {
+    let t = find(name).unwrap_or_else(|| panic!("target {name} is instantiated but not in TARGETS"));
+    if let Some(s) = t.setup() {
+        test(&s);
+    }
 }
 
 #[test]
@@ -189,4 +210,30 @@ fn target_names_are_unique() {
             t.name
         );
     }
+}
+
+/// The `.so` the plugin targets use is the one this test build produced.
+#[test]
+fn self_plugin_comes_from_the_test_build() {
+    let ctx = modules::plugin("self");
+    let m = ctx
+        .modules()
+        .iter()
+        .find(|m| m.name == "self")
+        .expect("self plugin found");
+    let path = m.path.as_ref().expect("plugin path").canonicalize().unwrap();
+    assert_eq!(
+        path,
+        modules::plugin_file("self").canonicalize().unwrap(),
+        "loaded from elsewhere"
+    );
+    // Built in and plugin side by side: the built-in wins, the plugin is listed as shadowed.
+    let both = modules::plugin_context().builtin(uct_self::module()).build();
+    let st: Vec<_> = both
+        .modules()
+        .iter()
+        .filter(|m| m.name == "self")
+        .map(|m| m.status.clone())
+        .collect();
+    assert_eq!(st, vec![ModuleStatus::Builtin, ModuleStatus::Shadowed]);
 }

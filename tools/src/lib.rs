@@ -1,4 +1,4 @@
 //! Shared code of the rucx command-line tools.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod info;

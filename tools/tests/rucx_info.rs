@@ -56,10 +56,18 @@ fn devices_list_the_self_transport_with_its_caps() {
     }
     // Every line is a comment, as in ucx_info.
     assert!(out.lines().all(|l| l.starts_with('#')), "{out}");
-    // -t filters transports.
-    let none = ok(&["-d", "-t", "nosuch"]);
+    // -t filters transports; an unknown one is an error naming the ones there are.
+    let (rc, none, err) = info(&["-d", "-t", "nosuch"], &[]);
+    assert_eq!(rc, 1, "{err}");
     assert!(!none.contains("Transport:"), "{none}");
-    assert!(ok(&["-dt", "self"]).contains("#      Transport: self"));
+    assert!(
+        err.contains("no transport \"nosuch\"") && err.contains("self"),
+        "{err}"
+    );
+    let self_only = ok(&["-dt", "self"]);
+    assert!(self_only.contains("#      Transport: self"));
+    // No limit reads as such, not as a number.
+    assert!(self_only.contains("put_short: unlimited"), "{self_only}");
 }
 
 #[test]
@@ -68,6 +76,24 @@ fn config_lists_variables_with_docs_and_values() {
     assert_eq!(rc, 0, "{err}");
     assert!(out.contains("\nRUCX_SELF_SEG_SIZE=16k\n"), "{out}");
     assert!(out.contains("RUCX_LOG_LEVEL="), "{out}");
+    assert!(!out.contains("INVALID"), "{out}");
+    // A variable with a syntax of its own says it.
+    assert!(
+        out.contains("# syntax: auto or a non-negative integer\nRUCX_TCP_KEEPCNT="),
+        "{out}"
+    );
+    // An invalid value is marked, and the exit status says so.
+    let (rc, out, err) = info(&["-c"], &[("RUCX_TCP_TX_SEG_SIZE", "12q")]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(
+        out.contains("# INVALID: RUCX_TCP_TX_SEG_SIZE=12q is invalid: expected a memory size"),
+        "{out}"
+    );
+    assert!(
+        err.contains("1 configuration variable(s) have invalid values"),
+        "{err}"
+    );
+    let (_, out, _) = info(&["-c"], &[("RUCX_SELF_SEG_SIZE", "16k")]);
     let mut last_comment = false;
     for l in out.lines().filter(|l| !l.is_empty()) {
         if l.starts_with('#') {
@@ -111,6 +137,7 @@ fn modules_report_builtins_and_broken_plugins() {
 #[test]
 fn usage_and_bad_options() {
     assert!(ok(&["-h"]).contains("Usage: rucx-info"));
+    assert!(ok(&["--help"]).contains("Usage: rucx-info"));
     for bad in [&[][..], &["-x"], &["-d", "extra"], &["-t"]] {
         let (rc, _, err) = info(bad, &[]);
         assert_eq!(rc, 2, "{bad:?}: {err}");

@@ -1,1 +1,3 @@
-//! Filled by a later issue.
+//! The protocol layer (UCP): workers, wireup, lane selection and protocols over `uct` (the UCP
+//! issues fill it).
+#![forbid(unsafe_code)]

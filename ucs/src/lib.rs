@@ -1,20 +1,23 @@
 //! `ucs` — rucx services: status codes, async context, MPMC queue, memory pools, callback queue,
-//! arbiter, configuration, logging, the module loader and CPU-specific bulk copies.
+//! configuration, logging, the module loader, CPU-specific code (bulk copies, the tick counter) and
+//! C-library process facts (`sys`).
 //!
 //! Unsafe code is confined to the modules that need it (memory pool chunks, module loading,
-//! fd/epoll FFI, the x86-64 string copy); each such module says so at its top with
-//! `#![allow(unsafe_code)]`.
+//! fd/epoll FFI, the x86-64 string copy and tick counter, `mallinfo2`); each such module says so
+//! at its top with `#![allow(unsafe_code)]`.
 #![deny(unsafe_code)]
 
-pub mod arbiter;
 pub mod arch;
 pub mod async_ctx;
 pub mod callbackq;
 pub mod config;
+mod error;
 pub mod log;
 pub mod module;
 pub mod mpmc;
 pub mod mpool;
 pub mod status;
+pub mod sys;
 
-pub use status::{Result, Status};
+pub use error::{Error, Outcome, Result};
+pub use status::Status;

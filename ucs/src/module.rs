@@ -13,13 +13,19 @@ use std::sync::Mutex;
 
 use libloading::Library;
 
-use crate::config::{AllowList, GLOBAL_TABLE};
+use crate::config::{AllowList, Overrides, GLOBAL_TABLE};
 use crate::Status;
 
 /// Directories searched for plugins, in order: `RUCX_MODULE_DIR` entries, the executable's
 /// directory, its `rucx/` subfolder. Missing directories and duplicates are dropped.
 pub fn search_dirs() -> Vec<PathBuf> {
+    search_dirs_with(&Overrides::new())
+}
+
+/// [`search_dirs`] with `MODULE_DIR` possibly set in code.
+pub fn search_dirs_with(code: &Overrides) -> Vec<PathBuf> {
     let mut candidates: Vec<PathBuf> = GLOBAL_TABLE
+        .with(code)
         .get_list("MODULE_DIR")
         .unwrap_or_default()
         .into_iter()
@@ -80,7 +86,13 @@ pub fn find_in(dirs: &[PathBuf], prefix: &str, suffix: &str) -> Vec<(String, Pat
 
 /// True if `RUCX_MODULES` allows plugin `name` (an invalid value is logged and ignored).
 pub fn allowed(name: &str) -> bool {
+    allowed_with(name, &Overrides::new())
+}
+
+/// [`allowed`] with `MODULES` possibly set in code.
+pub fn allowed_with(name: &str, code: &Overrides) -> bool {
     GLOBAL_TABLE
+        .with(code)
         .get_allow_list("MODULES")
         .unwrap_or(AllowList {
             deny: true,

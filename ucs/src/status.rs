@@ -1,8 +1,8 @@
 //! UCX status codes, with UCX's numbers and meanings.
 //!
-//! `Status` is both the value returned by the C-ABI plugin boundary (as an `i8`) and the error
-//! type of every rucx API (`ucs::Result<T>`). `Ok` and `InProgress` are not errors; they appear in
-//! `Result<Status>` returns of non-blocking operations that may complete later.
+//! `Status` is the value the C-ABI plugin boundary returns (as an `i8`) and what completions
+//! report. The APIs return [`crate::Result`], whose error ([`crate::Error`]) carries an error
+//! status, and [`crate::Outcome`] for `Ok`/`InProgress`.
 
 use std::fmt;
 
@@ -44,9 +44,6 @@ pub enum Status {
     LastEndpointFailure = -89,
     ErrLast = -100,
 }
-
-/// `Result` with a [`Status`] error.
-pub type Result<T> = std::result::Result<T, Status>;
 
 const ALL: &[Status] = &[
     Status::Ok,
@@ -115,16 +112,6 @@ impl Status {
     #[inline]
     pub const fn is_err(self) -> bool {
         (self as i8) < 0
-    }
-
-    /// `Ok(self)` for `Ok`/`InProgress`, `Err(self)` for errors.
-    #[inline]
-    pub const fn into_result(self) -> Result<Status> {
-        if self.is_err() {
-            Err(self)
-        } else {
-            Ok(self)
-        }
     }
 
     /// UCX's symbolic name, e.g. `UCS_ERR_NO_RESOURCE`.
@@ -255,8 +242,8 @@ impl fmt::Display for Status {
 
 impl std::error::Error for Status {}
 
-impl From<std::io::Error> for Status {
-    fn from(e: std::io::Error) -> Status {
+impl From<&std::io::Error> for Status {
+    fn from(e: &std::io::Error) -> Status {
         match e.raw_os_error() {
             Some(errno) => Status::from_errno(errno),
             None => match e.kind() {
@@ -266,6 +253,12 @@ impl From<std::io::Error> for Status {
                 _ => Status::IoError,
             },
         }
+    }
+}
+
+impl From<std::io::Error> for Status {
+    fn from(e: std::io::Error) -> Status {
+        Status::from(&e)
     }
 }
 
@@ -310,8 +303,6 @@ mod tests {
         assert_eq!(Status::ConnectionReset.name(), "UCS_ERR_CONNECTION_RESET");
         assert!(Status::InProgress.is_ok_or_inprogress());
         assert!(Status::Canceled.is_err());
-        assert_eq!(Status::Canceled.into_result(), Err(Status::Canceled));
-        assert_eq!(Status::InProgress.into_result(), Ok(Status::InProgress));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use rdma_sys::*;
 use std::os::fd::RawFd;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use ucs::{Result, Status};
+use ucs::{Error, Result, Status};
 
 /// A completion channel (`ibv_create_comp_channel`): one fd that becomes readable when any
 /// armed CQ attached to it gets a completion. Add [`CompletionChannel::fd`] to epoll.
@@ -216,13 +216,13 @@ impl CompletionQueue {
     }
 
     #[cold]
-    fn poll_failed(&self, rc: i32) -> Status {
+    fn poll_failed(&self, rc: i32) -> Error {
         tracing::error!(
             "ibv_poll_cq({}) failed: returned {rc} -> {}",
             self.ctx.name(),
             Status::IoError.name()
         );
-        Status::IoError
+        Error::from(Status::IoError)
     }
 
     /// Arms the CQ: the next completion (the next solicited one with `solicited_only`)

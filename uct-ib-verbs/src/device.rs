@@ -2,7 +2,7 @@
 //! `ibv_query_device`, `ibv_query_port`, `ibv_query_gid`.
 
 use crate::attr::{c_str_lossy, DeviceAttr, LinkLayer, PortAttr};
-use crate::error::{errno, fail, invalid, last_errno, rc_errno, CallKind};
+use crate::error::{errno, fail, last_errno, rc_errno, unusable, CallKind};
 use crate::gid::{Gid, GidEntry, GidType};
 use rdma_sys::*;
 use std::ffi::CStr;
@@ -158,7 +158,7 @@ impl Context {
         };
         match dev {
             Some(d) => d.open(),
-            None => Err(invalid(
+            None => Err(unusable(
                 "Context::open",
                 format_args!(
                     "no RDMA device {} among {} found; check `ibv_devices` (for Soft-RoCE: \
@@ -296,7 +296,7 @@ impl Context {
                 return Ok(*e);
             }
         }
-        Err(invalid(
+        Err(unusable(
             "Context::select_gid",
             format_args!(
                 "{} port {port}: no usable RoCE GID (is an IP address configured on the netdev?)",

@@ -1,9 +1,10 @@
-//! errno -> `ucs::Status` for verbs calls, with the one log line every failure gets.
+//! errno -> `ucs::Error` for verbs calls, with the one log line every device failure gets, and
+//! the errors (with context) for arguments rejected before calling into libibverbs.
 //!
 //! libibverbs reports errors in two ways: object-creating calls return NULL and set `errno`,
 //! the `ibv_post_*`/`ibv_modify_*` family returns the errno value itself. Both end up here.
 
-use ucs::Status;
+use ucs::{Error, Status};
 
 /// The errno values verbs calls report (Linux, all architectures we support).
 pub(crate) mod errno {
@@ -52,24 +53,35 @@ pub(crate) fn rc_errno(rc: i32) -> i32 {
     }
 }
 
-/// Logs one line naming the failing verbs call, what it was doing and errno, and returns the
-/// matching status. Not used on success paths, so formatting costs nothing there.
+/// Logs one line naming the failing verbs call, what it was doing and errno (a device or
+/// provider failure the operator should see), and returns the matching status as an error
+/// without context: allocates nothing, so a full queue on a post (`NoResource`) stays cheap.
+/// Not used on success paths, so formatting costs nothing there.
 #[cold]
-pub(crate) fn fail(call: &str, what: std::fmt::Arguments<'_>, err: i32, kind: CallKind) -> Status {
+pub(crate) fn fail(call: &str, what: std::fmt::Arguments<'_>, err: i32, kind: CallKind) -> Error {
     let status = status_from_errno(err, kind);
     tracing::error!(
         "{call}({what}) failed: {} (errno {err}) -> {}",
         std::io::Error::from_raw_os_error(err),
         status.name()
     );
-    status
+    Error::from(status)
 }
 
-/// Logs a rejected argument (caught before calling into libibverbs) and returns `status`.
+/// A rejected argument (API misuse, caught before calling into libibverbs): `status` with
+/// `{call}: {why}` as the context the caller gets (logged at debug level only).
 #[cold]
-pub(crate) fn invalid(call: &str, why: std::fmt::Arguments<'_>, status: Status) -> Status {
+pub(crate) fn invalid(call: &str, why: std::fmt::Arguments<'_>, status: Status) -> Error {
+    tracing::debug!("{call}: {why} -> {}", status.name());
+    Error::new(status, format!("{call}: {why}"))
+}
+
+/// A host setup the library cannot use (no such device, no usable GID): logged for the
+/// operator, and `status` with `{call}: {why}` as the context the caller gets.
+#[cold]
+pub(crate) fn unusable(call: &str, why: std::fmt::Arguments<'_>, status: Status) -> Error {
     tracing::error!("{call}: {why} -> {}", status.name());
-    status
+    Error::new(status, format!("{call}: {why}"))
 }
 
 #[cfg(test)]

@@ -88,9 +88,9 @@ impl Drop for RxLoan {
 /// Reads one byte at `off` of a receive buffer the device owns (posted) and discards it: the
 /// CPU's translation of the buffer's page is then warm when its completion is handled. Each
 /// message lands in a buffer posted thousands of receives earlier, so the first read of a
-/// received header misses the TLB; in the soft-RoCE VM, whose emulator fills its software TLB
-/// by walking the guest's page tables, that miss was ~0.17 us on each side of a ping-pong's
-/// critical path (docs/benchmarks.md). Nothing happens when `off` is outside the buffer.
+/// received header would miss the TLB on the ping-pong's critical path (costly under an
+/// emulator, which walks the guest's page tables in software). Nothing happens when `off` is
+/// outside the buffer.
 #[inline]
 pub fn touch_posted(buf: &PoolBuf, off: usize) {
     if off < buf.capacity() {

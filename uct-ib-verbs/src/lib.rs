@@ -3,10 +3,11 @@
 //! and address handles.
 //!
 //! Every object holds an `Arc` of its parent (QP -> PD, CQs, SRQ; CQ -> context, channel;
-//! MR/AH/SRQ -> PD; PD -> context), so drop order is always right. Failures return
-//! `ucs::Status` and log one line naming the verbs call, its arguments and errno. The fast
-//! paths (`post_send`, `post_send_inline`, `post_recv`, `poll`) do not allocate; work
-//! request chains are built on the stack.
+//! MR/AH/SRQ -> PD; PD -> context), so drop order is always right. Failed verbs calls return
+//! a `ucs::Error` (the status, no context) and log one line naming the call, its arguments
+//! and errno; arguments rejected before calling into libibverbs return the reason as the
+//! error's context. The fast paths (`post_send`, `post_send_inline`, `post_recv`, `poll`) do
+//! not allocate; work request chains are built on the stack.
 //!
 //! This is the only crate in the workspace that calls libibverbs: the transports in `uct-ib`
 //! are safe code on top of it.

@@ -219,13 +219,13 @@ impl RegisteredBuffer {
             }
         };
         // SAFETY: layout has non-zero size.
-        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or_else(|| {
-            invalid(
-                "RegisteredBuffer::new",
-                format_args!("cannot allocate {len} bytes"),
-                Status::NoMemory,
-            )
-        })?;
+        let Some(ptr) = NonNull::new(unsafe { alloc_zeroed(layout) }) else {
+            tracing::error!(
+                "RegisteredBuffer::new: cannot allocate {len} bytes -> {}",
+                Status::NoMemory.name()
+            );
+            return Err(Status::NoMemory.into());
+        };
         let mem = AlignedAlloc { ptr, layout };
         // SAFETY: the memory lives in `mem`, which is dropped after `mr`; it is only
         // accessed through raw-pointer copies.

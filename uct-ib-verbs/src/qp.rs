@@ -363,7 +363,7 @@ impl QueuePair {
         self.post_raw(&mut wr)
     }
 
-    /// `Err(ExceedsLimit)` (logged as from `call`) when `total` inline bytes exceed what the QP
+    /// `Err(ExceedsLimit)` (its context naming `call`) when `total` inline bytes exceed what the QP
     /// was granted.
     #[inline]
     fn check_inline_len(&self, call: &str, total: usize) -> Result<()> {
@@ -425,7 +425,7 @@ impl QueuePair {
         dest: UdDest<'_>,
     ) -> Result<()> {
         if self.qp_type != QpType::Ud {
-            // always the error (a UD destination on another QP type), with its log line
+            // always the error (a UD destination on another QP type), with its context
             return self.check_dest(&Some(dest));
         }
         self.check_inline_len("QueuePair::post_ud_send_inline", data.len())?;
@@ -451,7 +451,7 @@ impl QueuePair {
         }
         Err(RecvPostError {
             posted: 0,
-            status: invalid(
+            error: invalid(
                 call,
                 format_args!("qp {:#x} receives from an SRQ; post to the SRQ", self.qp_num),
                 Status::InvalidParam,

@@ -1,8 +1,6 @@
 //! A reusable chain of receive work requests, linked once (UCX keeps its iface's `rx.wrs` the
-//! same way): a receive refill writes only the `wr_id` and SGE of the entries it posts.
-//! Building a `MAX_RECV_BATCH` chain on the stack per refill wrote ~5 KB of arrays each time,
-//! which the soft-RoCE VM showed as a slower iteration every `RX_MAX_BATCH` messages
-//! (docs/benchmarks.md).
+//! same way): a receive refill writes only the `wr_id` and SGE of the entries it posts,
+//! instead of building a `MAX_RECV_BATCH` chain (kilobytes of arrays) on the stack each time.
 
 use crate::error::{fail, rc_errno, CallKind};
 use crate::wr::{RecvPostError, Sge, MAX_RECV_BATCH};
@@ -195,7 +193,7 @@ pub(crate) fn recv_post_failed(
     } else {
         (bad as usize - base as usize) / std::mem::size_of::<ibv_recv_wr>()
     };
-    let status = fail(
+    let error = fail(
         call,
         format_args!("wr #{idx} of {n}"),
         rc_errno(rc),
@@ -203,7 +201,7 @@ pub(crate) fn recv_post_failed(
     );
     RecvPostError {
         posted: idx.min(n),
-        status,
+        error,
     }
 }
 

@@ -5,7 +5,7 @@
 //! same effect from the device scattering small messages into the CQE).
 
 use ucs::mpool::{MemPool, PoolBuf};
-use ucs::{Result, Status};
+use ucs::{Error, Result, Status};
 
 use crate::Sge;
 
@@ -43,8 +43,13 @@ impl RxHeads {
     pub fn new(pool: MemPool, count: usize) -> Result<RxHeads> {
         let array = pool.get()?;
         if count.checked_mul(RX_HEAD).is_none_or(|n| n > array.capacity()) {
-            tracing::error!(count, elem = array.capacity(), "ib: receive head array too small");
-            return Err(Status::InvalidParam);
+            return Err(Error::new(
+                Status::InvalidParam,
+                format!(
+                    "ib: receive head array too small: {count} heads of {RX_HEAD} bytes in a {}-byte pool element",
+                    array.capacity()
+                ),
+            ));
         }
         let lkey = array.chunk_key() as u32;
         Ok(RxHeads {

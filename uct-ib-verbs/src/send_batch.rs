@@ -169,7 +169,8 @@ impl SendBatch {
                 ),
                 rc_errno(rc),
                 CallKind::Post,
-            );
+            )
+            .status();
             return Err(ChainRefused {
                 unposted: n - first_bad,
                 status,

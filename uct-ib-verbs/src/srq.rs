@@ -109,7 +109,7 @@ pub(crate) fn post_recv_chain(
     call: &str,
     post: impl FnOnce(*mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> i32,
 ) -> std::result::Result<(), RecvPostError> {
-    let none = |status| RecvPostError { posted: 0, status };
+    let none = |error| RecvPostError { posted: 0, error };
     if reqs.is_empty() {
         return Ok(());
     }

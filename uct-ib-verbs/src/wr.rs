@@ -3,7 +3,7 @@
 
 use crate::ah::AddressHandle;
 use rdma_sys::*;
-use ucs::Status;
+use ucs::Error;
 
 /// One scatter/gather entry (`struct ibv_sge`, same layout).
 ///
@@ -132,15 +132,15 @@ pub struct RecvRequest<'a> {
 
 /// A batch of receives failed at request `posted`: the ones before it are posted (the
 /// provider owns their buffers now), that one and the rest are not.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecvPostError {
     pub posted: usize,
-    pub status: Status,
+    pub error: Error,
 }
 
-impl From<RecvPostError> for Status {
-    fn from(e: RecvPostError) -> Status {
-        e.status
+impl From<RecvPostError> for Error {
+    fn from(e: RecvPostError) -> Error {
+        e.error
     }
 }
 

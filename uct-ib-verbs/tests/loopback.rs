@@ -566,13 +566,15 @@ fn ud_send_through_address_handle() {
     let too_big = vec![0u8; u1.caps().max_inline_data as usize + 1];
     assert_eq!(
         u1.post_ud_send_inline(9, &too_big, SendFlags::SIGNALED, dest)
-            .err(),
+            .err()
+            .map(|e| e.status()),
         Some(Status::ExceedsLimit)
     );
     let rc = f.qp(&cq, QpType::Rc, None);
     assert_eq!(
         rc.post_ud_send_inline(10, &small, SendFlags::SIGNALED, dest)
-            .err(),
+            .err()
+            .map(|e| e.status()),
         Some(Status::InvalidParam)
     );
 }

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use ucs::config::{ConfigField, ConfigKind, ConfigTable};
-use ucs::{Result, Status};
+use ucs::config::{ConfigField, ConfigKind, ConfigReader, ConfigTable, Overrides};
+use ucs::{Error, Result, Status};
 
 use uct_ib_verbs::Mtu;
 
@@ -96,20 +96,17 @@ pub static IB_CONFIG: ConfigTable = ConfigTable {
         ConfigField::new(
             "GID_INDEX",
             "auto",
-            ConfigKind::Str,
+            ConfigKind::AutoUint,
             "GID table index for RoCE, or auto: RoCE v2/IPv4, v2/IPv6, v1/IPv4, v1/IPv6 (UCX's order).",
         ),
         ConfigField::new(
             "PATH_MTU",
             "auto",
             ConfigKind::Enum(MTU_NAMES),
-            "Path MTU of connected QPs. auto: the port's active MTU, except toward a peer at \
-             this port's own address on Soft-RoCE (rdma_rxe), which hands those packets from \
-             QP to QP in software and never puts them on a wire: the port's largest MTU \
-             (4096; fewer packets, each costing rxe the same work: 8000-byte sends 1.4x \
-             faster, docs/benchmarks.md). default: the port's active MTU always. 256..4096: \
-             that, at most the active MTU. Both ends of a connection must choose alike (the \
-             same setting does).",
+            "Path MTU of connected QPs (both ends must use the same setting). auto: the port's \
+             active MTU, or its largest toward this port's own address on Soft-RoCE (no wire \
+             there, and fewer packets cost less); default: the active MTU; 256..4096: that, at \
+             most the active MTU.",
         ),
         ConfigField::new("SL", "0", ConfigKind::Uint, "InfiniBand service level (0..15)."),
         ConfigField::new(
@@ -146,7 +143,7 @@ pub static IB_CONFIG: ConfigTable = ConfigTable {
         ConfigField::new(
             "MAX_RD_ATOMIC",
             "auto",
-            ConfigKind::Str,
+            ConfigKind::AutoUint,
             "RC: RDMA READ/atomic operations in flight per QP, or auto (the device maximum, at most 16).",
         ),
         ConfigField::new(
@@ -223,13 +220,16 @@ pub struct IbConfig {
     pub fc_hard_thresh: f64,
 }
 
-fn bad(var: &str, why: &str) -> Status {
-    tracing::error!("RUCX_IB_{var}: {why}");
-    Status::InvalidParam
+/// An invalid variable: logged for the operator, and returned to the caller as the context.
+#[cold]
+fn bad(var: &str, why: &str) -> Error {
+    let msg = format!("RUCX_IB_{var}: {why}");
+    tracing::error!("{msg}");
+    Error::new(Status::InvalidParam, msg)
 }
 
-fn uint_in(var: &str, lo: u64, hi: u64) -> Result<u64> {
-    let v = IB_CONFIG.get_uint(var)?;
+fn uint_in(t: ConfigReader<'_>, var: &str, lo: u64, hi: u64) -> Result<u64> {
+    let v = t.get_uint(var)?;
     if !(lo..=hi).contains(&v) {
         return Err(bad(var, &format!("{v} is out of range; use {lo}..={hi}")));
     }
@@ -252,17 +252,24 @@ pub(crate) fn parse_auto_u8(var: &str, raw: &str, max: u8) -> Result<Option<u8>>
 }
 
 impl IbConfig {
-    /// Reads and checks every variable; an invalid one gives `InvalidParam` and one log line.
+    /// Reads and checks every variable; an invalid one gives `InvalidParam` saying which and why,
+    /// and one log line.
     pub fn read() -> Result<IbConfig> {
-        let seg = IB_CONFIG.get_memunits("SEG_SIZE")?.bytes_or(8192);
+        Self::read_with(&Overrides::new())
+    }
+
+    /// [`IbConfig::read`] with `code` (set in code) on top of the environment.
+    pub fn read_with(code: &Overrides) -> Result<IbConfig> {
+        let t = IB_CONFIG.with(code);
+        let seg = t.get_memunits("SEG_SIZE")?.bytes_or(8192);
         if !(256..=(1 << 30)).contains(&seg) {
             return Err(bad("SEG_SIZE", &format!("{seg} bytes; use 256 bytes .. 1g")));
         }
-        let inline = IB_CONFIG.get_memunits("TX_MIN_INLINE")?.bytes_or(64);
+        let inline = t.get_memunits("TX_MIN_INLINE")?.bytes_or(64);
         if inline > 4096 {
             return Err(bad("TX_MIN_INLINE", &format!("{inline} bytes; use at most 4k")));
         }
-        let (mtu, local_max_mtu) = match IB_CONFIG.get_enum("PATH_MTU")? {
+        let (mtu, local_max_mtu) = match t.get_enum("PATH_MTU")? {
             0 => (None, true),
             1 => (None, false),
             i => (
@@ -271,14 +278,14 @@ impl IbConfig {
             ),
         };
         let time = |var: &str| -> Result<Duration> {
-            let d = IB_CONFIG.get_time(var)?.duration_or(Duration::from_secs(1));
+            let d = t.get_time(var)?.duration_or(Duration::from_secs(1));
             if d.is_zero() {
                 return Err(bad(var, "must be above 0"));
             }
             Ok(d)
         };
         let frac = |var: &str| -> Result<f64> {
-            let v = IB_CONFIG.get_f64(var)?;
+            let v = t.get_f64(var)?;
             if !(v > 0.0 && v < 1.0) {
                 return Err(bad(var, &format!("{v}; use a fraction between 0 and 1")));
             }
@@ -286,31 +293,31 @@ impl IbConfig {
         };
         let cfg = IbConfig {
             seg_size: seg as usize,
-            tx_queue_len: uint_in("TX_QUEUE_LEN", 8, 1 << 20)? as u32,
-            rx_queue_len: uint_in("RX_QUEUE_LEN", 16, 1 << 20)? as u32,
+            tx_queue_len: uint_in(t, "TX_QUEUE_LEN", 8, 1 << 20)? as u32,
+            rx_queue_len: uint_in(t, "RX_QUEUE_LEN", 16, 1 << 20)? as u32,
             tx_min_inline: inline as u32,
-            tx_min_sge: uint_in("TX_MIN_SGE", 1, 32)? as u32,
-            tx_cq_len: uint_in("TX_CQ_LEN", 16, 1 << 22)? as u32,
-            tx_cq_moderation: uint_in("TX_CQ_MODERATION", 1, 1 << 16)? as u32,
-            tx_max_poll: uint_in("TX_MAX_POLL", 1, 32)? as usize,
-            rx_max_poll: uint_in("RX_MAX_POLL", 1, 32)? as usize,
-            rx_max_batch: uint_in("RX_MAX_BATCH", 1, uct_ib_verbs::MAX_RECV_BATCH as u64)? as usize,
-            rx_heads: IB_CONFIG.get_bool("RX_HEADS")?,
-            tx_db_batch: uint_in("TX_DB_BATCH", 1, uct_ib_verbs::SEND_BATCH_MAX as u64)? as usize,
-            gid_index: parse_auto_u8("GID_INDEX", &IB_CONFIG.get_str("GID_INDEX")?, 255)?,
+            tx_min_sge: uint_in(t, "TX_MIN_SGE", 1, 32)? as u32,
+            tx_cq_len: uint_in(t, "TX_CQ_LEN", 16, 1 << 22)? as u32,
+            tx_cq_moderation: uint_in(t, "TX_CQ_MODERATION", 1, 1 << 16)? as u32,
+            tx_max_poll: uint_in(t, "TX_MAX_POLL", 1, 32)? as usize,
+            rx_max_poll: uint_in(t, "RX_MAX_POLL", 1, 32)? as usize,
+            rx_max_batch: uint_in(t, "RX_MAX_BATCH", 1, uct_ib_verbs::MAX_RECV_BATCH as u64)? as usize,
+            rx_heads: t.get_bool("RX_HEADS")?,
+            tx_db_batch: uint_in(t, "TX_DB_BATCH", 1, uct_ib_verbs::SEND_BATCH_MAX as u64)? as usize,
+            gid_index: parse_auto_u8("GID_INDEX", &t.get_str("GID_INDEX")?, 255)?,
             path_mtu: mtu,
             local_max_mtu,
-            sl: uint_in("SL", 0, 15)? as u8,
-            traffic_class: uint_in("TRAFFIC_CLASS", 0, 255)? as u8,
-            hop_limit: uint_in("HOP_LIMIT", 1, 255)? as u8,
+            sl: uint_in(t, "SL", 0, 15)? as u8,
+            traffic_class: uint_in(t, "TRAFFIC_CLASS", 0, 255)? as u8,
+            hop_limit: uint_in(t, "HOP_LIMIT", 1, 255)? as u8,
             timeout: time("TIMEOUT")?,
-            retry_count: uint_in("RETRY_COUNT", 0, 7)? as u8,
+            retry_count: uint_in(t, "RETRY_COUNT", 0, 7)? as u8,
             rnr_timeout: time("RNR_TIMEOUT")?,
-            rnr_retry_count: uint_in("RNR_RETRY_COUNT", 0, 7)? as u8,
-            max_rd_atomic: parse_auto_u8("MAX_RD_ATOMIC", &IB_CONFIG.get_str("MAX_RD_ATOMIC")?, 255)?,
-            thp: IB_CONFIG.get_bool("THP")?,
-            fc_enable: IB_CONFIG.get_bool("FC_ENABLE")?,
-            fc_wnd_size: uint_in("FC_WND_SIZE", 4, i16::MAX as u64)? as u32,
+            rnr_retry_count: uint_in(t, "RNR_RETRY_COUNT", 0, 7)? as u8,
+            max_rd_atomic: parse_auto_u8("MAX_RD_ATOMIC", &t.get_str("MAX_RD_ATOMIC")?, 255)?,
+            thp: t.get_bool("THP")?,
+            fc_enable: t.get_bool("FC_ENABLE")?,
+            fc_wnd_size: uint_in(t, "FC_WND_SIZE", 4, i16::MAX as u64)? as u32,
             fc_soft_thresh: frac("FC_SOFT_THRESH")?,
             fc_hard_thresh: frac("FC_HARD_THRESH")?,
         };
@@ -351,7 +358,7 @@ mod tests {
         assert_eq!(parse_auto_u8("X", "auto", 9).unwrap(), None);
         assert_eq!(parse_auto_u8("X", " AUTO ", 9).unwrap(), None);
         assert_eq!(parse_auto_u8("X", "3", 9).unwrap(), Some(3));
-        assert_eq!(parse_auto_u8("X", "10", 9), Err(Status::InvalidParam));
-        assert_eq!(parse_auto_u8("X", "-1", 9), Err(Status::InvalidParam));
+        assert_eq!(parse_auto_u8("X", "10", 9), Err(Status::InvalidParam.into()));
+        assert_eq!(parse_auto_u8("X", "-1", 9), Err(Status::InvalidParam.into()));
     }
 }

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use ucs::{Result, Status};
+use ucs::{Error, Result, Status};
 use uct_transport::types::{Bandwidth, DeviceType, LinearFunc, TlResource};
 
 use crate::config::IbConfig;
@@ -73,33 +73,37 @@ impl PortInfo {
     /// does (`Context::select_gid`).
     pub fn open(dev: &IbDevice, port: u8, gid_index: Option<u8>) -> Result<PortInfo> {
         if port == 0 || port > dev.attr.phys_port_cnt {
-            tracing::error!(
-                "{}: no port {port} (the device has {}); use a resource name like {}:1",
-                dev.name(),
-                dev.attr.phys_port_cnt,
-                dev.name()
-            );
-            return Err(Status::NoDevice);
+            return Err(Error::new(
+                Status::NoDevice,
+                format!(
+                    "{}: no port {port} (the device has {}); use a resource name like {}:1",
+                    dev.name(),
+                    dev.attr.phys_port_cnt,
+                    dev.name()
+                ),
+            ));
         }
         let attr = dev.ctx.query_port(port)?;
         if !attr.is_active() {
-            tracing::error!(
+            let msg = format!(
                 "{}:{port} is not active ({:?}); check `ibv_devinfo`",
                 dev.name(),
                 attr.state
             );
-            return Err(Status::NoDevice);
+            tracing::error!("{msg}");
+            return Err(Error::new(Status::NoDevice, msg));
         }
         let gid = match gid_index {
             None => dev.ctx.select_gid(port)?,
             Some(index) => {
                 let gid = dev.ctx.query_gid(port, index)?;
                 if gid.is_zero() && attr.is_roce() {
-                    tracing::error!(
+                    let msg = format!(
                         "{}:{port}: GID index {index} is empty; pick another RUCX_IB_GID_INDEX or auto",
                         dev.name()
                     );
-                    return Err(Status::InvalidParam);
+                    tracing::error!("{msg}");
+                    return Err(Error::new(Status::InvalidParam, msg));
                 }
                 GidEntry {
                     index,
@@ -262,7 +266,7 @@ impl DeviceAddr {
                 len = buf.len(),
                 "not an ib device address (version {DEV_ADDR_VERSION})"
             );
-            return Err(Status::InvalidAddr);
+            return Err(Status::InvalidAddr.into());
         }
         let mut gid = [0u8; 16];
         gid.copy_from_slice(&buf[4..20]);
@@ -329,10 +333,10 @@ mod tests {
         a.pack(&mut buf).unwrap();
         assert_eq!(buf[0], 1);
         assert_eq!(DeviceAddr::unpack(&buf).unwrap(), a);
-        assert_eq!(a.pack(&mut [0u8; 4]), Err(Status::BufferTooSmall));
-        assert_eq!(DeviceAddr::unpack(&buf[..10]), Err(Status::InvalidAddr));
+        assert_eq!(a.pack(&mut [0u8; 4]), Err(Status::BufferTooSmall.into()));
+        assert_eq!(DeviceAddr::unpack(&buf[..10]), Err(Status::InvalidAddr.into()));
         buf[0] = 9;
-        assert_eq!(DeviceAddr::unpack(&buf), Err(Status::InvalidAddr));
+        assert_eq!(DeviceAddr::unpack(&buf), Err(Status::InvalidAddr.into()));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use ucs::mpool::{MemPool, MemPoolParams, PoolBuf};
-use ucs::{Result, Status};
+use ucs::{Error, Result, Status};
 use uct_transport::am::{AmDisposition, AmTable};
 use uct_transport::types::ArmEvents;
 
@@ -32,14 +32,14 @@ pub fn open_port(md: &IbMd, dev_name: &str, cfg: &IbConfig) -> Result<PortInfo> 
     let dev = md.device();
     match parse_dev_name(dev_name) {
         Some((name, port)) if name == dev.name() => PortInfo::open(dev, port, cfg.gid_index),
-        _ => {
-            tracing::error!(
+        _ => Err(Error::new(
+            Status::NoDevice,
+            format!(
                 "ib: no device {dev_name} in memory domain {}; use <device>:<port>, e.g. {}:1",
                 dev.name(),
                 dev.name()
-            );
-            Err(Status::NoDevice)
-        }
+            ),
+        )),
     }
 }
 
@@ -133,11 +133,11 @@ impl SendCqPacing {
 pub fn deliver_am(am: &AmTable, id: u8, buf: PoolBuf, off: usize, len: usize) -> Result<AmDisposition> {
     let loan = match RxLoan::new(buf) {
         Ok(l) => l,
-        Err(_) => return Err(Status::InvalidParam),
+        Err(_) => return Err(Status::InvalidParam.into()),
     };
     let Some(data) = loan.bytes(off, len) else {
         tracing::error!(off, len, "ib: received message exceeds its buffer; dropped");
-        return Err(Status::InvalidParam);
+        return Err(Status::InvalidParam.into());
     };
     match am.invoke(id, data, Some(loan.desc())) {
         Ok(AmDisposition::Kept) => {
@@ -217,14 +217,14 @@ impl Cq {
     /// are kept for the next poll).
     pub fn arm(&self, solicited_only: bool) -> Result<()> {
         if self.stash_len.get() != 0 {
-            return Err(Status::Busy);
+            return Err(Status::Busy.into());
         }
         self.cq.req_notify(solicited_only)?;
         let n = self.cq.poll(&mut self.stash.borrow_mut()[..])?;
         if n != 0 {
             self.stash_len.set(n);
             self.stash_pos.set(0);
-            return Err(Status::Busy);
+            return Err(Status::Busy.into());
         }
         Ok(())
     }
@@ -262,7 +262,7 @@ impl EventCqs {
             fired = true;
         }
         if fired {
-            return Err(Status::Busy);
+            return Err(Status::Busy.into());
         }
         if events.contains(ArmEvents::SEND_COMP) {
             self.tx.arm(false)?;

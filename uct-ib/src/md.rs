@@ -13,7 +13,8 @@ use std::ffi::CStr;
 use std::sync::Arc;
 
 use slab::Slab;
-use ucs::{Result, Status};
+use ucs::config::Overrides;
+use ucs::{Error, Result, Status};
 use uct_transport::traits::{TransportComponent, TransportMd};
 use uct_transport::types::{LinearFunc, MdAttr, MdFlags, MemAccess};
 
@@ -39,7 +40,7 @@ impl TransportComponent for IbComponent {
         Ok(list.iter().map(|d| d.name()).collect())
     }
 
-    fn md_open(name: &str) -> Result<IbMd> {
+    fn md_open(name: &str, _config: &Overrides) -> Result<IbMd> {
         Ok(IbMd {
             dev: IbDevice::open(name)?,
             regs: RefCell::new(Slab::new()),
@@ -54,12 +55,14 @@ impl TransportComponent for IbComponent {
 /// Parses a packed rkey (the format above).
 pub fn unpack_rkey(packed: &[u8]) -> Result<u32> {
     if packed.len() < RKEY_PACKED_LEN || packed[0] != RKEY_VERSION {
-        tracing::error!(
-            len = packed.len(),
-            "not an ib packed rkey (expected {RKEY_PACKED_LEN} bytes, version {RKEY_VERSION}): was it \
-             packed by another component?"
-        );
-        return Err(Status::InvalidParam);
+        return Err(Error::new(
+            Status::InvalidParam,
+            format!(
+                "not an ib packed rkey ({} bytes; expected {RKEY_PACKED_LEN} bytes, version \
+                 {RKEY_VERSION}): was it packed by another component?",
+                packed.len()
+            ),
+        ));
     }
     Ok(u32::from_le_bytes([packed[4], packed[5], packed[6], packed[7]]))
 }
@@ -146,8 +149,10 @@ impl TransportMd for IbMd {
 
     fn mem_reg(&self, addr: *mut u8, len: usize, access: MemAccess) -> Result<usize> {
         if len == 0 {
-            tracing::error!("ib mem_reg: zero-length region; register at least one byte");
-            return Err(Status::InvalidParam);
+            return Err(Error::new(
+                Status::InvalidParam,
+                "ib mem_reg: zero-length region; register at least one byte",
+            ));
         }
         let flags = access_flags(access);
         let mr = register_host_memory(&self.dev.pd, addr, len, flags)?;
@@ -156,8 +161,7 @@ impl TransportMd for IbMd {
         let slot = regs.insert(Reg { mr, access: flags });
         if slot >= u32::MAX as usize {
             regs.remove(slot);
-            tracing::error!("ib mem_reg: too many registrations");
-            return Err(Status::NoMemory);
+            return Err(Error::new(Status::NoMemory, "ib mem_reg: too many registrations"));
         }
         Ok(((slot as u64 + 1) << 32 | lkey as u64) as usize)
     }
@@ -169,13 +173,10 @@ impl TransportMd for IbMd {
                 drop(regs.remove(s));
                 Ok(())
             }
-            None => {
-                tracing::error!(
-                    memh,
-                    "ib mem_dereg: unknown memory handle (already deregistered?)"
-                );
-                Err(Status::InvalidParam)
-            }
+            None => Err(Error::new(
+                Status::InvalidParam,
+                format!("ib mem_dereg: unknown memory handle {memh:#x} (already deregistered?)"),
+            )),
         }
     }
 
@@ -186,10 +187,10 @@ impl TransportMd for IbMd {
             .filter(|r| r.mr.lkey() == memh as u32)
         {
             Some(r) => pack_rkey(r.mr.rkey(), r.access, buf),
-            None => {
-                tracing::error!(memh, "ib mkey_pack: unknown memory handle");
-                Err(Status::InvalidParam)
-            }
+            None => Err(Error::new(
+                Status::InvalidParam,
+                format!("ib mkey_pack: unknown memory handle {memh:#x}"),
+            )),
         }
     }
 }
@@ -205,12 +206,12 @@ mod tests {
         assert_eq!(b, [1, 7, 0, 0, 0xef, 0xbe, 0xad, 0xde]);
         assert_eq!(unpack_rkey(&b), Ok(0xdead_beef));
         assert_eq!(IbComponent::rkey_unpack(&b), Ok((0xdead_beef, 0)));
-        assert_eq!(unpack_rkey(&b[..7]), Err(Status::InvalidParam));
+        assert_eq!(unpack_rkey(&b[..7]), Err(Status::InvalidParam.into()));
         b[0] = 2;
-        assert_eq!(unpack_rkey(&b), Err(Status::InvalidParam));
+        assert_eq!(unpack_rkey(&b), Err(Status::InvalidParam.into()));
         assert_eq!(
             pack_rkey(1, AccessFlags::NONE, &mut [0u8; 3]),
-            Err(Status::BufferTooSmall)
+            Err(Status::BufferTooSmall.into())
         );
     }
 

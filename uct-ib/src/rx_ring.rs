@@ -7,7 +7,7 @@
 use std::cell::{Cell, RefCell};
 
 use ucs::mpool::{MemPool, PoolBuf};
-use ucs::{Result, Status};
+use ucs::{Error, Result, Status};
 
 use crate::iface_common::buf_sge;
 use uct_ib_verbs::{touch_posted, HeadCopy, RecvChain, RecvPostError, RxHeads, MAX_RECV_BATCH, RX_DESC_HDR};
@@ -132,13 +132,14 @@ impl RxRing {
     /// of a buffer, reposted `batch` at a time.
     pub fn new(pool: MemPool, capacity: u32, batch: usize, sge_off: usize, sge_len: usize) -> Result<RxRing> {
         if sge_off < RX_DESC_HDR || sge_off + sge_len > pool.elem_size() {
-            tracing::error!(
-                sge_off,
-                sge_len,
-                elem = pool.elem_size(),
-                "ib: receive SGE outside the buffer"
-            );
-            return Err(Status::InvalidParam);
+            return Err(Error::new(
+                Status::InvalidParam,
+                format!(
+                    "ib: receive SGE ({sge_len} bytes at {sge_off}) outside the {}-byte buffer \
+                     (or over its {RX_DESC_HDR}-byte header)",
+                    pool.elem_size()
+                ),
+            ));
         }
         let batch = batch.clamp(1, MAX_RECV_BATCH);
         Ok(RxRing {
@@ -163,14 +164,18 @@ impl RxRing {
     /// `heads` must have a slot per receive, smaller than the receive.
     pub fn with_heads(mut self, heads: RxHeads) -> Result<RxRing> {
         if heads.count() < self.capacity as usize || heads.size() >= self.sge_len || self.posted.get() > 0 {
-            tracing::error!(
-                slots = heads.count(),
-                size = heads.size(),
-                capacity = self.capacity,
-                sge_len = self.sge_len,
-                "ib: receive heads do not fit the ring"
-            );
-            return Err(Status::InvalidParam);
+            return Err(Error::new(
+                Status::InvalidParam,
+                format!(
+                    "ib: receive heads do not fit the ring ({} slots of {} bytes for {} receives of {} \
+                     bytes, {} posted)",
+                    heads.count(),
+                    heads.size(),
+                    self.capacity,
+                    self.sge_len,
+                    self.posted.get()
+                ),
+            ));
         }
         self.chain = RefCell::new(RecvChain::with_sges(self.batch, 2));
         self.heads = Some(heads);
@@ -189,9 +194,9 @@ impl RxRing {
 
     /// True when receives should be reposted now. A poll that found nothing (`received`
     /// false: the caller waits) reposts from one batch missing; a poll that delivered messages
-    /// only from four (`DEFER_BATCHES`) batches (at most half the ring) missing, so that the repost
-    /// stays off the path from a message to the caller's answer (measured in the soft-RoCE VM:
-    /// 16 receives took 5-10 us there, every 16th round trip).
+    /// only from four (`DEFER_BATCHES`) batches (at most half the ring) missing, so that the
+    /// repost, a system call per batch on Soft-RoCE, stays off the path from a message to the
+    /// caller's answer.
     #[inline]
     pub fn needs_refill(&self, received: bool) -> bool {
         let missing = (self.capacity - self.posted.get()) as usize;
@@ -262,7 +267,7 @@ impl RxRing {
                     slots.free.push(id);
                     slots.order.remove(id);
                 }
-                return Err(e.status);
+                return Err(e.error);
             }
             self.posted.set(self.posted.get() + got as u32);
             total += got as u32;

@@ -11,7 +11,7 @@
 //!
 //! The counters are `Cell`s and only the operation queue is a `RefCell` (borrowed inside one
 //! method at a time): a send checks and commits its slot without a borrow flag to test and
-//! set, as UCX's plain-C counters do (docs/benchmarks.md, "the user path of a round trip").
+//! set, as UCX's plain-C counters do: the accounting is on every send's path.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;

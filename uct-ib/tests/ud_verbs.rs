@@ -1,24 +1,45 @@
-//! ud_verbs through the uct API, on a real RDMA device: two interfaces in one process. Every
-//! test prints "skipped: no RDMA device" and passes without one; run them in the Soft-RoCE VM:
+//! ud_verbs through the uct API, on a real RDMA device: interfaces in one process. Every test
+//! prints "skipped: no RDMA device" and passes without one; run them in the Soft-RoCE VM:
 //!   testbed/cargo-test-in-vm.sh -p uct-ib -- --test-threads=1
-//! `RUCX_IB_DEVICE=rxe0` picks the device. Loss injection and peer timeouts are in
-//! `ud_loss.rs` and `ud_timeout.rs` (they set `RUCX_UD_*` for the whole process).
-
-mod ud_common;
+//! `RUCX_IB_DEVICE=rxe0` picks the device. The `RUCX_UD_*` settings a test needs (injected
+//! loss, duplication and reordering; a short peer timeout; slow timers) are set in code for the
+//! interfaces it opens. `ud_flush_spin.rs` counts the packets of the port, so it is a binary of
+//! its own.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use rucx_testkit::wait::{flush, retry, wait_for};
+use rucx_testkit::{device, modules, pair, worker, Dev, Entity, Recorder, Setup};
+use ucs::Outcome;
 use uct::*;
-use ud_common::*;
+
+/// Bound of every wait: the tests move many messages through a slow VM.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// ud_verbs on the first RDMA device; `None` (after "skipped: no RDMA device") on a host
+/// without one.
+fn ud() -> Option<Setup> {
+    let ctx = modules::builtin(uct_ib::module());
+    let Some(res) = device::find(&ctx, "ud_verbs", Dev::First) else {
+        println!("skipped: no RDMA device");
+        return None;
+    };
+    Some(Setup::new("ud_verbs", res).deadline(DEADLINE))
+}
+
+/// [`ud`] with a silent peer declared dead after 1 s (`UD_TIMEOUT`).
+fn ud_1s() -> Option<Setup> {
+    Some(ud()?.config("UD_TIMEOUT", "1s"))
+}
 
 #[test]
 fn attributes_and_addresses() {
-    let Some((ctx, dev)) = context() else { return };
-    let a = side(&ctx, &dev);
+    let Some(u) = ud() else { return };
+    let a = u.entity(&worker());
     let at = *a.iface.attr();
-    println!("{dev}: {at:?}");
+    println!("{}: {at:?}", u.dev());
     for f in [
         IfaceFlags::AM_SHORT,
         IfaceFlags::AM_BCOPY,
@@ -50,7 +71,7 @@ fn attributes_and_addresses() {
         (20, 3, 6)
     );
     assert_eq!(a.iface.address().unwrap().len(), 3);
-    let b = side(&ctx, &dev);
+    let b = u.entity(&worker());
     assert_ne!(
         a.iface.address().unwrap(),
         b.iface.address().unwrap(),
@@ -73,32 +94,38 @@ fn attributes_and_addresses() {
     // RMA and atomics are not offered
     let mem = Mem::alloc(&b.md, 64, MemAccess::ALL).unwrap();
     let rkey = a.md.component().rkey_unpack(&mem.pack_rkey().unwrap()).unwrap();
-    assert_eq!(ep.put_short(b"x", mem.addr(), &rkey), Err(Status::Unsupported));
+    assert_eq!(
+        ep.put_short(b"x", mem.addr(), &rkey),
+        Err(Status::Unsupported.into())
+    );
     let mut buf = [0u8; 8];
     assert_eq!(
         ep.get_short(&mut buf, mem.addr(), &rkey),
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     );
     assert_eq!(
         ep.atomic_post(AtomicWidth::U64, AtomicOp::Add, 1, mem.addr(), &rkey),
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     );
     // not connected yet: sends wait
-    assert_eq!(ep.am_short(1, 0, b"x"), Err(Status::NoResource));
-    assert_eq!(ep.am_short(40, 0, b"x"), Err(Status::InvalidParam));
+    assert_eq!(ep.am_short(1, 0, b"x"), Err(Status::NoResource.into()));
+    assert_eq!(ep.am_short(40, 0, b"x"), Err(Status::InvalidParam.into()));
 }
 
 #[test]
 fn connect_to_ep_am_short_bcopy_both_ways() {
-    let Some((ctx, dev)) = context() else { return };
-    let (a, b) = (side(&ctx, &dev), side(&ctx, &dev));
-    let (ab, ba) = connect_ep(&a, &b);
-    let (at_b, at_a) = (record(&b, 3), record(&a, 4));
+    let Some(u) = ud() else { return };
+    let (a, b) = (u.entity(&worker()), u.entity(&worker()));
+    let (ab, ba) = pair::connect_to_ep(&a, &b);
+    let (at_b, at_a) = (b.record_am(3), a.record_am(4));
     let max = a.iface.attr().am.max_bcopy;
     let s = [&a, &b];
-    retry(&s, "am_short", || ab.am_short(3, 0x1122_3344_5566_7788, b"hello")).unwrap();
+    retry(&s, DEADLINE, "am_short", || {
+        ab.am_short(3, 0x1122_3344_5566_7788, b"hello")
+    })
+    .unwrap();
     let big: Vec<u8> = (0..max).map(|i| (i * 13) as u8).collect();
-    let n = retry(&s, "am_bcopy", || {
+    let n = retry(&s, DEADLINE, "am_bcopy", || {
         ab.am_bcopy(3, |buf| {
             buf[..big.len()].copy_from_slice(&big);
             big.len()
@@ -106,9 +133,12 @@ fn connect_to_ep_am_short_bcopy_both_ways() {
     })
     .unwrap();
     assert_eq!(n, max);
-    retry(&s, "am_short_iov", || ab.am_short_iov(3, &[b"ab", b"cd"])).unwrap();
-    retry(&s, "reply", || ba.am_short(4, 7, b"back")).unwrap();
-    wait(&s, "messages", || {
+    retry(&s, DEADLINE, "am_short_iov", || {
+        ab.am_short_iov(3, &[b"ab", b"cd"])
+    })
+    .unwrap();
+    retry(&s, DEADLINE, "reply", || ba.am_short(4, 7, b"back")).unwrap();
+    wait_for(&s, DEADLINE, "messages", || {
         at_b.borrow().len() == 3 && at_a.borrow().len() == 1
     });
     let got = at_b.borrow();
@@ -119,37 +149,40 @@ fn connect_to_ep_am_short_bcopy_both_ways() {
     assert_eq!(&at_a.borrow()[0][8..], b"back");
     // one byte more than a packet holds is refused
     let too_big = vec![0u8; a.iface.attr().am.max_short - 8 + 1];
-    assert_eq!(ab.am_short(3, 0, &too_big), Err(Status::InvalidParam));
-    flush(&s, &ab);
-    flush(&s, &ba);
+    assert_eq!(ab.am_short(3, 0, &too_big), Err(Status::InvalidParam.into()));
+    flush(&s, DEADLINE, &ab);
+    flush(&s, DEADLINE, &ba);
     assert!(a.errors.borrow().is_empty() && b.errors.borrow().is_empty());
 }
 
 #[test]
 fn connect_to_iface_creates_the_peer_endpoint() {
-    let Some((ctx, dev)) = context() else { return };
-    let (a, b) = (side(&ctx, &dev), side(&ctx, &dev));
+    let Some(u) = ud() else { return };
+    let (a, b) = (u.entity(&worker()), u.entity(&worker()));
     let s = [&a, &b];
-    let (at_b, at_a) = (record(&b, 1), record(&a, 2));
-    let ab = connect_iface(&a, &b);
+    let (at_b, at_a) = (b.record_am(1), a.record_am(2));
+    let ab = pair::connect_to_iface(&a, &b);
     // the first send waits for the connection reply, then goes
-    retry(&s, "am_short after connect", || ab.am_short(1, 1, b"to b")).unwrap();
+    retry(&s, DEADLINE, "am_short after connect", || {
+        ab.am_short(1, 1, b"to b")
+    })
+    .unwrap();
     // b answers through its own endpoint to a's interface
-    let ba = connect_iface(&b, &a);
-    retry(&s, "am_short back", || ba.am_short(2, 2, b"to a")).unwrap();
-    wait(&s, "both messages", || {
+    let ba = pair::connect_to_iface(&b, &a);
+    retry(&s, DEADLINE, "am_short back", || ba.am_short(2, 2, b"to a")).unwrap();
+    wait_for(&s, DEADLINE, "both messages", || {
         at_b.borrow().len() == 1 && at_a.borrow().len() == 1
     });
     assert_eq!(&at_b.borrow()[0][8..], b"to b");
     assert_eq!(&at_a.borrow()[0][8..], b"to a");
     // several endpoints to the same interface are independent connections
-    let ab2 = connect_iface(&a, &b);
-    retry(&s, "second ep", || ab2.am_short(1, 3, b"ep2")).unwrap();
-    retry(&s, "first ep again", || ab.am_short(1, 4, b"ep1")).unwrap();
-    wait(&s, "two more", || at_b.borrow().len() == 3);
-    flush(&s, &ab);
-    flush(&s, &ab2);
-    flush(&s, &ba);
+    let ab2 = pair::connect_to_iface(&a, &b);
+    retry(&s, DEADLINE, "second ep", || ab2.am_short(1, 3, b"ep2")).unwrap();
+    retry(&s, DEADLINE, "first ep again", || ab.am_short(1, 4, b"ep1")).unwrap();
+    wait_for(&s, DEADLINE, "two more", || at_b.borrow().len() == 3);
+    flush(&s, DEADLINE, &ab);
+    flush(&s, DEADLINE, &ab2);
+    flush(&s, DEADLINE, &ba);
     let mut hdrs: Vec<u64> = at_b
         .borrow()
         .iter()
@@ -159,18 +192,18 @@ fn connect_to_iface_creates_the_peer_endpoint() {
     assert_eq!(hdrs, vec![1, 3, 4]);
     // a destroyed endpoint tells the peer, which then drops its side; new connections work
     drop(ab2);
-    let ab3 = connect_iface(&a, &b);
-    retry(&s, "third ep", || ab3.am_short(1, 5, b"ep3")).unwrap();
-    wait(&s, "ep3", || at_b.borrow().len() == 4);
+    let ab3 = pair::connect_to_iface(&a, &b);
+    retry(&s, DEADLINE, "third ep", || ab3.am_short(1, 5, b"ep3")).unwrap();
+    wait_for(&s, DEADLINE, "ep3", || at_b.borrow().len() == 4);
     assert!(a.errors.borrow().is_empty() && b.errors.borrow().is_empty());
 }
 
 #[test]
 fn am_zcopy_gathers_registered_memory_and_completes_on_ack() {
-    let Some((ctx, dev)) = context() else { return };
-    let (a, b) = (side(&ctx, &dev), side(&ctx, &dev));
-    let (ab, _ba) = connect_ep(&a, &b);
-    let rec = record(&b, 12);
+    let Some(u) = ud() else { return };
+    let (a, b) = (u.entity(&worker()), u.entity(&worker()));
+    let (ab, _ba) = pair::connect_to_ep(&a, &b);
+    let rec = b.record_am(12);
     let s = [&a, &b];
     let at = *a.iface.attr();
     assert!(at.am.max_iov >= 2, "{:?}", at.am);
@@ -186,9 +219,12 @@ fn am_zcopy_gathers_registered_memory_and_completes_on_ack() {
         let half = len / 2;
         let iov = [mem.iov(0, half).unwrap(), mem.iov(1000, len - half).unwrap()];
         let c = Completion::counter();
-        let r = retry(&s, "am_zcopy", || ab.am_zcopy(12, &header, &iov, Some(&c))).unwrap();
-        assert_eq!(r, Status::InProgress);
-        wait(&s, "zcopy completion", || c.fired() == 1);
+        let r = retry(&s, DEADLINE, "am_zcopy", || {
+            ab.am_zcopy(12, &header, &iov, Some(&c))
+        })
+        .unwrap();
+        assert_eq!(r, Outcome::InProgress);
+        wait_for(&s, DEADLINE, "zcopy completion", || c.fired() == 1);
         assert_eq!(c.last_status(), Status::Ok);
         let mut m = header.clone();
         m.extend_from_slice(&pattern[..half]);
@@ -197,16 +233,21 @@ fn am_zcopy_gathers_registered_memory_and_completes_on_ack() {
     }
     // header + payload beyond one packet, or unregistered memory: refused
     let iov = [mem.iov(0, at.am.max_zcopy).unwrap()];
-    assert_eq!(ab.am_zcopy(12, b"h", &iov, None), Err(Status::InvalidParam));
-    wait(&s, "zcopy messages", || rec.borrow().len() == want.len());
+    assert_eq!(
+        ab.am_zcopy(12, b"h", &iov, None),
+        Err(Status::InvalidParam.into())
+    );
+    wait_for(&s, DEADLINE, "zcopy messages", || {
+        rec.borrow().len() == want.len()
+    });
     assert_eq!(*rec.borrow(), want);
     // completions of many in flight, in order
     let c = Completion::counter();
     for _ in 0..200 {
         let iov = [mem.iov(0, 64).unwrap()];
-        retry(&s, "am_zcopy", || ab.am_zcopy(12, b"", &iov, Some(&c))).unwrap();
+        let _ = retry(&s, DEADLINE, "am_zcopy", || ab.am_zcopy(12, b"", &iov, Some(&c))).unwrap();
     }
-    wait(&s, "200 completions", || {
+    wait_for(&s, DEADLINE, "200 completions", || {
         c.outstanding() == 0 && rec.borrow().len() == want.len() + 200
     });
     assert_eq!(c.last_status(), Status::Ok);
@@ -217,19 +258,19 @@ fn am_zcopy_gathers_registered_memory_and_completes_on_ack() {
 /// go out in the round that received its packet, even a round that returns early.
 #[test]
 fn receiver_acknowledges_in_the_round_that_received() {
-    let Some((ctx, dev)) = context() else { return };
-    let (a, b) = (side(&ctx, &dev), side(&ctx, &dev));
-    let ab = connect_iface(&a, &b);
-    let rec = record(&b, 4);
+    let Some(u) = ud() else { return };
+    let (a, b) = (u.entity(&worker()), u.entity(&worker()));
+    let ab = pair::connect_to_iface(&a, &b);
+    let rec = b.record_am(4);
     let mem = Mem::alloc(&a.md, 4096, MemAccess::ALL).unwrap();
     mem.write(0, &[0x5a; 1000]).unwrap();
     let iov = [mem.iov(0, 1000).unwrap()];
     let c = Completion::counter();
     let s = [&a, &b];
-    let r = retry(&s, "am_zcopy", || ab.am_zcopy(4, &[], &iov, Some(&c))).unwrap();
-    assert_eq!(r, Status::InProgress);
+    let r = retry(&s, DEADLINE, "am_zcopy", || ab.am_zcopy(4, &[], &iov, Some(&c))).unwrap();
+    assert_eq!(r, Outcome::InProgress);
     // `wait` progresses a, then b, and stops right after b's round that delivered it
-    wait(&s, "the message at b", || !rec.borrow().is_empty());
+    wait_for(&s, DEADLINE, "the message at b", || !rec.borrow().is_empty());
     let start = Instant::now();
     while c.fired() == 0 && start.elapsed() < Duration::from_secs(3) {
         a.worker.progress();
@@ -249,10 +290,10 @@ fn receiver_acknowledges_in_the_round_that_received() {
 /// Each step lets the previous packets arrive before the next progress round.
 #[test]
 fn flush_ok_only_after_the_completions_its_ack_released() {
-    let Some((ctx, dev)) = context() else { return };
-    let (a, b) = (side(&ctx, &dev), side(&ctx, &dev));
-    let (ab, ba) = connect_ep(&a, &b);
-    let (at_a, at_b) = (record(&a, 6), record(&b, 6));
+    let Some(u) = ud() else { return };
+    let (a, b) = (u.entity(&worker()), u.entity(&worker()));
+    let (ab, ba) = pair::connect_to_ep(&a, &b);
+    let (at_a, at_b) = (a.record_am(6), b.record_am(6));
     let mem = Mem::alloc(&a.md, 4096, MemAccess::ALL).unwrap();
     let iov = [mem.iov(0, 64).unwrap()];
     let settle = || std::thread::sleep(Duration::from_millis(20));
@@ -261,8 +302,8 @@ fn flush_ok_only_after_the_completions_its_ack_released() {
     let max = a.iface.attr().am.max_bcopy;
     send_numbered(&s, &ba, 7, 200, max);
     send_numbered(&s, &ab, 7, 200, max);
-    flush(&s, &ba);
-    flush(&s, &ab);
+    flush(&s, DEADLINE, &ba);
+    flush(&s, DEADLINE, &ab);
     let c = Completion::counter();
     let order: Rc<RefCell<Vec<&str>>> = Rc::default();
     for round in 0..6 {
@@ -278,11 +319,11 @@ fn flush_ok_only_after_the_completions_its_ack_released() {
         ba.am_short(6, 0, b"m0").unwrap();
         assert_eq!(
             ab.am_zcopy(6, &[], &iov, Some(zcopy_comp)),
-            Ok(Status::InProgress)
+            Ok(Outcome::InProgress)
         );
         settle();
         a.worker.progress(); // receives m0
-        wait(&[&b], "the zcopy at b", || !at_b.borrow().is_empty());
+        wait_for(&[&b], DEADLINE, "the zcopy at b", || !at_b.borrow().is_empty());
         at_b.borrow_mut().clear();
         ba.am_short(6, 1, b"m1").unwrap(); // acknowledges it
         settle();
@@ -291,49 +332,50 @@ fn flush_ok_only_after_the_completions_its_ack_released() {
         settle();
         a.worker.progress(); // receives m2
         if with_comp {
-            let r = retry(&s, "flush", || ab.flush(FlushFlags::LOCAL, Some(&fc)));
-            if r == Ok(Status::Ok) {
+            let r = retry(&s, DEADLINE, "flush", || ab.flush(FlushFlags::LOCAL, Some(&fc)));
+            if r == Ok(Outcome::Done) {
                 order.borrow_mut().push("flush");
             }
-            wait(&s, "both completions", || order.borrow().len() == 2);
+            wait_for(&s, DEADLINE, "both completions", || order.borrow().len() == 2);
             assert_eq!(*order.borrow(), ["zcopy", "flush"], "the flush completed first");
             order.borrow_mut().clear();
         } else {
             match ab.flush(FlushFlags::LOCAL, None) {
-                Ok(Status::Ok) => {
+                Ok(Outcome::Done) => {
                     assert_eq!(c.outstanding(), 0, "flush Ok before the zcopy completed")
                 }
-                Ok(Status::InProgress) | Err(Status::NoResource) => {}
+                Ok(Outcome::InProgress) => {}
+                Err(e) if e == Status::NoResource => {}
                 other => panic!("flush: {other:?}"),
             }
         }
-        wait(&[&a, &b], "the zcopy's completion", || {
+        wait_for(&[&a, &b], DEADLINE, "the zcopy's completion", || {
             c.outstanding() == 0 && zc.outstanding() == 0
         });
-        wait(&[&a, &b], "m0-m2 at a", || at_a.borrow().len() == 3);
+        wait_for(&[&a, &b], DEADLINE, "m0-m2 at a", || at_a.borrow().len() == 3);
         at_a.borrow_mut().clear();
-        flush(&[&a, &b], &ba);
+        flush(&[&a, &b], DEADLINE, &ba);
     }
     assert_eq!(c.last_status(), Status::Ok);
 }
 
 #[test]
 fn many_messages_arrive_once_in_order() {
-    let Some((ctx, dev)) = context() else { return };
-    let (a, b) = (side(&ctx, &dev), side(&ctx, &dev));
-    let (ab, ba) = connect_ep(&a, &b);
-    let (at_b, at_a) = (record(&b, 5), record(&a, 5));
+    let Some(u) = ud() else { return };
+    let (a, b) = (u.entity(&worker()), u.entity(&worker()));
+    let (ab, ba) = pair::connect_to_ep(&a, &b);
+    let (at_b, at_a) = (b.record_am(5), a.record_am(5));
     let max = a.iface.attr().am.max_bcopy;
     let s = [&a, &b];
     let n = 20_000;
     let t = Instant::now();
     send_numbered(&s, &ab, 5, n, max);
     send_numbered(&s, &ba, 5, 1000, max);
-    wait(&s, "all messages", || {
+    wait_for(&s, DEADLINE, "all messages", || {
         at_b.borrow().len() as u64 == n && at_a.borrow().len() == 1000
     });
-    flush(&s, &ab);
-    flush(&s, &ba);
+    flush(&s, DEADLINE, &ab);
+    flush(&s, DEADLINE, &ba);
     println!("{n} messages in {:?}", t.elapsed());
     check_numbered(&at_b, n, max);
     check_numbered(&at_a, 1000, max);
@@ -341,22 +383,22 @@ fn many_messages_arrive_once_in_order() {
 
 #[test]
 fn flush_ep_and_iface_wait_for_acknowledgements() {
-    let Some((ctx, dev)) = context() else { return };
-    let (a, b) = (side(&ctx, &dev), side(&ctx, &dev));
-    let (ab, _ba) = connect_ep(&a, &b);
-    let rec = record(&b, 0);
+    let Some(u) = ud() else { return };
+    let (a, b) = (u.entity(&worker()), u.entity(&worker()));
+    let (ab, _ba) = pair::connect_to_ep(&a, &b);
+    let rec = b.record_am(0);
     let s = [&a, &b];
     assert_eq!(
         ab.flush(FlushFlags::LOCAL, None),
-        Ok(Status::Ok),
+        Ok(Outcome::Done),
         "nothing sent: flushed"
     );
-    assert_eq!(a.iface.flush(FlushFlags::LOCAL, None), Ok(Status::Ok));
-    retry(&s, "send", || ab.am_short(0, 1, b"x")).unwrap();
+    assert_eq!(a.iface.flush(FlushFlags::LOCAL, None), Ok(Outcome::Done));
+    retry(&s, DEADLINE, "send", || ab.am_short(0, 1, b"x")).unwrap();
     let c = Completion::counter();
     assert_eq!(
         ab.flush(FlushFlags::LOCAL, Some(&c)),
-        Ok(Status::InProgress),
+        Ok(Outcome::InProgress),
         "not acknowledged yet"
     );
     // the receiver has not progressed: the flush cannot complete
@@ -364,30 +406,30 @@ fn flush_ep_and_iface_wait_for_acknowledgements() {
         a.worker.progress();
     }
     assert_eq!(c.fired(), 0, "flush completed before the peer received anything");
-    wait(&s, "flush", || c.fired() == 1);
+    wait_for(&s, DEADLINE, "flush", || c.fired() == 1);
     assert_eq!((c.last_status(), rec.borrow().len()), (Status::Ok, 1));
-    retry(&s, "send", || ab.am_short(0, 2, b"y")).unwrap();
+    retry(&s, DEADLINE, "send", || ab.am_short(0, 2, b"y")).unwrap();
     let ci = Completion::counter();
     assert_eq!(
         a.iface.flush(FlushFlags::LOCAL, Some(&ci)),
-        Ok(Status::InProgress)
+        Ok(Outcome::InProgress)
     );
-    wait(&s, "iface flush", || ci.fired() == 1);
+    wait_for(&s, DEADLINE, "iface flush", || ci.fired() == 1);
     assert_eq!(ci.last_status(), Status::Ok);
-    assert_eq!(ab.flush(FlushFlags::LOCAL, None), Ok(Status::Ok));
+    assert_eq!(ab.flush(FlushFlags::LOCAL, None), Ok(Outcome::Done));
 }
 
 #[test]
 fn pending_requests_run_in_order_when_the_window_opens() {
-    let Some((ctx, dev)) = context() else { return };
-    let (a, b) = (side(&ctx, &dev), side(&ctx, &dev));
-    let (ab, _ba) = connect_ep(&a, &b);
+    let Some(u) = ud() else { return };
+    let (a, b) = (u.entity(&worker()), u.entity(&worker()));
+    let (ab, _ba) = pair::connect_to_ep(&a, &b);
     let ab = Rc::new(ab);
-    let rec = record(&b, 9);
+    let rec = b.record_am(9);
     let s = [&a, &b];
     // resources free: pending_add says Busy
-    match ab.pending_add(PendingRequest::new(|| Status::Ok)) {
-        Err((Status::Busy, _)) => {}
+    match ab.pending_add(PendingRequest::new(|_| PendingResult::Done)) {
+        Err((e, _)) if e == Status::Busy => {}
         other => panic!("pending_add on an idle endpoint: {:?}", other.map_err(|e| e.0)),
     }
     // fill the window (the receiver does not progress, so nothing is acknowledged)
@@ -401,12 +443,12 @@ fn pending_requests_run_in_order_when_the_window_opens() {
     for j in 0..50u64 {
         let (ep, done) = (Rc::downgrade(&ab), done.clone());
         let my = seq + j;
-        let req = PendingRequest::new(move || match ep.upgrade().unwrap().am_short(9, my, b"pending") {
+        let req = PendingRequest::new(move |_| match ep.upgrade().unwrap().am_short(9, my, b"pending") {
             Ok(()) => {
                 done.set(done.get() + 1);
-                Status::Ok
+                PendingResult::Done
             }
-            Err(e) => e,
+            Err(_) => PendingResult::Stop,
         });
         assert!(
             ab.pending_add(req).is_ok(),
@@ -415,60 +457,61 @@ fn pending_requests_run_in_order_when_the_window_opens() {
     }
     assert_eq!(
         ab.am_short(9, u64::MAX, b"overtake"),
-        Err(Status::NoResource),
+        Err(Status::NoResource.into()),
         "nothing overtakes the queue"
     );
     assert_eq!(
         ab.flush(FlushFlags::LOCAL, None),
-        Err(Status::NoResource),
+        Err(Status::NoResource.into()),
         "flush waits for the queue"
     );
-    wait(&s, "pending dispatch", || done.get() == 50);
-    wait(&s, "all delivered", || rec.borrow().len() as u64 == seq + 50);
+    wait_for(&s, DEADLINE, "pending dispatch", || done.get() == 50);
+    wait_for(&s, DEADLINE, "all delivered", || {
+        rec.borrow().len() as u64 == seq + 50
+    });
     let hdrs: Vec<u64> = rec
         .borrow()
         .iter()
         .map(|m| u64::from_le_bytes(m[..8].try_into().unwrap()))
         .collect();
     assert_eq!(hdrs, (0..seq + 50).collect::<Vec<_>>());
-    flush(&s, &ab);
+    flush(&s, DEADLINE, &ab);
 }
 
 #[test]
 fn event_fd_signals_arrivals() {
-    let Some((ctx, dev)) = context() else { return };
-    let (a, b) = (side(&ctx, &dev), side(&ctx, &dev));
-    let (ab, _ba) = connect_ep(&a, &b);
-    let rec = record(&b, 2);
+    let Some(u) = ud() else { return };
+    let (a, b) = (u.entity(&worker()), u.entity(&worker()));
+    let (ab, _ba) = pair::connect_to_ep(&a, &b);
+    let rec = b.record_am(2);
     let s = [&a, &b];
     let fd = b.iface.event_fd().expect("event fd");
     let readable = |ms: u16| {
-        use std::os::fd::BorrowedFd;
-        // SAFETY: the fd belongs to the open interface for the whole test.
-        let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
-        let mut p = [nix::poll::PollFd::new(bfd, nix::poll::PollFlags::POLLIN)];
+        let mut p = [nix::poll::PollFd::new(fd, nix::poll::PollFlags::POLLIN)];
         nix::poll::poll(&mut p, nix::poll::PollTimeout::from(ms)).unwrap() > 0
     };
     for round in 0..3u64 {
         // arm until it sticks (Busy: progress first)
         let t = Instant::now();
-        while b.iface.event_arm(ArmEvents::RECV) == Err(Status::Busy) {
+        while b.iface.event_arm(ArmEvents::RECV) == Err(Status::Busy.into()) {
             b.worker.progress();
             assert!(t.elapsed() < Duration::from_secs(5));
         }
         assert!(!readable(0), "round {round}: readable before anything was sent");
-        retry(&s[..1], "send", || ab.am_short(2, round, b"wake")).unwrap();
+        retry(&s[..1], DEADLINE, "send", || ab.am_short(2, round, b"wake")).unwrap();
         assert!(readable(5000), "round {round}: no event for an arrival");
-        wait(&s, "delivery", || rec.borrow().len() as u64 == round + 1);
+        wait_for(&s, DEADLINE, "delivery", || {
+            rec.borrow().len() as u64 == round + 1
+        });
     }
     // the sender may sleep only once its packets are acknowledged (resends need progress)
-    retry(&s[..1], "send", || ab.am_short(2, 99, b"unacked")).unwrap();
+    retry(&s[..1], DEADLINE, "send", || ab.am_short(2, 99, b"unacked")).unwrap();
     assert_eq!(
         a.iface.event_arm(ArmEvents::RECV),
-        Err(Status::Busy),
+        Err(Status::Busy.into()),
         "unacknowledged packets"
     );
-    wait(&s, "acknowledgement", || {
+    wait_for(&s, DEADLINE, "acknowledgement", || {
         a.iface.event_arm(ArmEvents::RECV).is_ok()
     });
     assert_eq!(rec.borrow().len(), 4);
@@ -479,11 +522,11 @@ fn event_fd_signals_arrivals() {
 /// ways, arrives intact, and a handler that keeps a head-slot message keeps its own copy.
 #[test]
 fn messages_across_the_receive_head_boundary() {
-    let Some((ctx, dev)) = context() else { return };
-    let (a, b) = (side(&ctx, &dev), side(&ctx, &dev));
-    let (ab, ba) = connect_ep(&a, &b);
+    let Some(u) = ud() else { return };
+    let (a, b) = (u.entity(&worker()), u.entity(&worker()));
+    let (ab, ba) = pair::connect_to_ep(&a, &b);
     let s = [&a, &b];
-    let (at_b, at_a) = (record(&b, 9), record(&a, 9));
+    let (at_b, at_a) = (b.record_am(9), a.record_am(9));
     let kept: Rc<RefCell<Vec<RxDesc>>> = Rc::default();
     let k = kept.clone();
     b.iface
@@ -493,16 +536,16 @@ fn messages_across_the_receive_head_boundary() {
     for n in 0..=40usize {
         let payload: Vec<u8> = (0..n).map(|i| (n * 7 + i) as u8).collect();
         let hdr = 0xa0a0_0000_0000_0000 | n as u64;
-        retry(&s, "am_short", || ab.am_short(9, hdr, &payload)).unwrap();
-        retry(&s, "am_short back", || ba.am_short(9, hdr, &payload)).unwrap();
-        retry(&s, "kept", || ab.am_short(10, hdr, &payload)).unwrap();
+        retry(&s, DEADLINE, "am_short", || ab.am_short(9, hdr, &payload)).unwrap();
+        retry(&s, DEADLINE, "am_short back", || ba.am_short(9, hdr, &payload)).unwrap();
+        retry(&s, DEADLINE, "kept", || ab.am_short(10, hdr, &payload)).unwrap();
         let mut m = hdr.to_le_bytes().to_vec();
         m.extend_from_slice(&payload);
         want.push(m);
     }
     for n in 0..=24usize {
         let body: Vec<u8> = (0..n).map(|i| (0x55 ^ (n + i)) as u8).collect();
-        let sent = retry(&s, "am_bcopy", || {
+        let sent = retry(&s, DEADLINE, "am_bcopy", || {
             ab.am_bcopy(9, |buf| {
                 buf[..n].copy_from_slice(&body);
                 n
@@ -512,27 +555,27 @@ fn messages_across_the_receive_head_boundary() {
         assert_eq!(sent, n);
         want.push(body);
     }
-    wait(&s, "every length", || {
+    wait_for(&s, DEADLINE, "every length", || {
         at_b.borrow().len() == want.len() && at_a.borrow().len() == 41 && kept.borrow().len() == 41
     });
     assert_eq!(*at_b.borrow(), want);
     assert_eq!(*at_a.borrow(), want[..41]);
     // more traffic through the same slots before the kept copies are read
     send_numbered(&s, &ab, 9, 600, a.iface.attr().am.max_bcopy);
-    wait(&s, "more", || at_b.borrow().len() == want.len() + 600);
+    wait_for(&s, DEADLINE, "more", || at_b.borrow().len() == want.len() + 600);
     for (d, w) in kept.borrow().iter().zip(&want) {
         assert_eq!(&d[..], &w[..], "kept message intact");
     }
     kept.borrow_mut().clear();
-    flush(&s, &ab);
-    flush(&s, &ba);
+    flush(&s, DEADLINE, &ab);
+    flush(&s, DEADLINE, &ba);
 }
 
 #[test]
 fn kept_descriptors_and_handlers_that_send() {
-    let Some((ctx, dev)) = context() else { return };
-    let (a, b) = (side(&ctx, &dev), side(&ctx, &dev));
-    let (ab, ba) = connect_ep(&a, &b);
+    let Some(u) = ud() else { return };
+    let (a, b) = (u.entity(&worker()), u.entity(&worker()));
+    let (ab, ba) = pair::connect_to_ep(&a, &b);
     let s = [&a, &b];
     let kept: Rc<RefCell<Vec<RxDesc>>> = Rc::default();
     let k = kept.clone();
@@ -557,20 +600,20 @@ fn kept_descriptors_and_handlers_that_send() {
             }
         })
         .unwrap();
-    let echoes = record(&a, 8);
+    let echoes = a.record_am(8);
     for i in 0..200u64 {
-        retry(&s, "keep", || ab.am_short(6, i, &[i as u8; 100])).unwrap();
-        retry(&s, "echo", || ab.am_short(7, i, b"ping")).unwrap();
+        retry(&s, DEADLINE, "keep", || ab.am_short(6, i, &[i as u8; 100])).unwrap();
+        retry(&s, DEADLINE, "echo", || ab.am_short(7, i, b"ping")).unwrap();
     }
-    wait(&s, "kept", || kept.borrow().len() == 200);
+    wait_for(&s, DEADLINE, "kept", || kept.borrow().len() == 200);
     for (i, d) in kept.borrow().iter().enumerate() {
         assert_eq!(u64::from_le_bytes(d[..8].try_into().unwrap()), i as u64);
         assert!(d[8..].iter().all(|&x| x == i as u8), "kept data {i} intact");
     }
     kept.borrow_mut().clear(); // released to the transport
-    wait(&s, "pings handled", || accepted.get() > 0);
-    flush(&s, &ba);
-    wait(&s, "accepted echoes", || {
+    wait_for(&s, DEADLINE, "pings handled", || accepted.get() > 0);
+    flush(&s, DEADLINE, &ba);
+    wait_for(&s, DEADLINE, "accepted echoes", || {
         echoes.borrow().len() as u64 == accepted.get()
     });
     println!("{} of 200 echoes accepted inside the handler", accepted.get());
@@ -580,25 +623,287 @@ fn kept_descriptors_and_handlers_that_send() {
         .map(|m| u64::from_le_bytes(m[..8].try_into().unwrap()))
         .collect();
     assert!(hdrs.windows(2).all(|w| w[0] < w[1]), "echoes in order: {hdrs:?}");
-    flush(&s, &ab);
+    flush(&s, DEADLINE, &ab);
 }
 
 #[test]
 fn destroyed_endpoint_still_delivers_what_it_sent() {
-    let Some((ctx, dev)) = context() else { return };
-    let (a, b) = (side(&ctx, &dev), side(&ctx, &dev));
+    let Some(u) = ud() else { return };
+    let (a, b) = (u.entity(&worker()), u.entity(&worker()));
     let s = [&a, &b];
-    let rec = record(&b, 11);
-    let ab = connect_iface(&a, &b);
+    let rec = b.record_am(11);
+    let ab = pair::connect_to_iface(&a, &b);
     for i in 0..64u64 {
-        retry(&s, "send", || ab.am_short(11, i, b"linger")).unwrap();
+        retry(&s, DEADLINE, "send", || ab.am_short(11, i, b"linger")).unwrap();
     }
     drop(ab); // packets still unacknowledged: the endpoint lingers until they are
-    wait(&s, "delivery after destroy", || rec.borrow().len() == 64);
+    wait_for(&s, DEADLINE, "delivery after destroy", || {
+        rec.borrow().len() == 64
+    });
     let c = Completion::counter();
     let r = a.iface.flush(FlushFlags::LOCAL, Some(&c)).unwrap();
-    if r == Status::InProgress {
-        wait(&s, "iface flush", || c.fired() == 1);
+    if r == Outcome::InProgress {
+        wait_for(&s, DEADLINE, "iface flush", || c.fired() == 1);
     }
     assert!(a.errors.borrow().is_empty(), "{:?}", a.errors.borrow());
+}
+
+/// Sends `n` numbered messages on `ep` (am_short and am_bcopy alternately, some of them
+/// long), retrying on `NoResource`.
+fn send_numbered(sides: &[&Entity], ep: &Ep, id: u8, n: u64, max_bcopy: usize) {
+    send_numbered_range(sides, ep, id, 0, n, max_bcopy)
+}
+
+/// [`send_numbered`] for messages `from..to` (same numbering and lengths).
+fn send_numbered_range(s: &[&Entity], ep: &Ep, id: u8, from: u64, to: u64, max_bcopy: usize) {
+    for i in from..to {
+        let long = (i % 7) as usize * (max_bcopy / 8);
+        if i % 2 == 0 {
+            let payload = vec![(i % 251) as u8; long.saturating_sub(8)];
+            retry(s, DEADLINE, "am_short", || ep.am_short(id, i, &payload)).unwrap();
+        } else {
+            retry(s, DEADLINE, "am_bcopy", || {
+                ep.am_bcopy(id, |b| {
+                    let len = long.clamp(8, b.len());
+                    b[..8].copy_from_slice(&i.to_le_bytes());
+                    b[8..len].fill((i % 251) as u8);
+                    len
+                })
+            })
+            .unwrap();
+        }
+    }
+}
+
+/// Checks that `rec` holds exactly the messages 0..n of [`send_numbered`], in order.
+fn check_numbered(rec: &Recorder, n: u64, max_bcopy: usize) {
+    let got = rec.borrow();
+    assert_eq!(got.len() as u64, n, "message count");
+    for (i, m) in got.iter().enumerate() {
+        let i = i as u64;
+        let seq = u64::from_le_bytes(m[..8].try_into().unwrap());
+        assert_eq!(seq, i, "message {i} out of order or duplicated");
+        let long = (i % 7) as usize * (max_bcopy / 8);
+        assert_eq!(m.len(), long.max(8), "message {i} length");
+        assert!(
+            m[8..].iter().all(|&b| b == (i % 251) as u8),
+            "message {i} payload"
+        );
+    }
+}
+
+// Loss, duplication and reordering: the `UD_TEST_*` hook.
+
+#[test]
+fn exactly_once_in_order_under_loss_duplication_and_reordering() {
+    let Some(u) = ud() else { return };
+    // UD_LOSS_SEED varies the injected faults (same seed, same decisions)
+    let base: u64 = std::env::var("UD_LOSS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1234);
+    for (i, loss) in ["1", "5", "10"].into_iter().enumerate() {
+        let seed = (base + i as u64).to_string();
+        let bad = u
+            .clone()
+            .config("UD_TEST_LOSS", loss)
+            .config("UD_TEST_DUP", "5")
+            .config("UD_TEST_REORDER", "5")
+            .config("UD_TEST_SEED", &seed)
+            // keep the run short on a slow VM: resend sooner
+            .config("UD_TIMER_TICK", "2ms");
+        let (a, b) = (bad.entity(&worker()), bad.entity(&worker()));
+        let s = [&a, &b];
+        let max = a.iface.attr().am.max_bcopy;
+        let (at_b, at_a) = (b.record_am(1), a.record_am(2));
+        // connection requests and replies cross the bad network too
+        let ab = pair::connect_to_iface(&a, &b);
+        let ba = pair::connect_to_iface(&b, &a);
+        let n = 3000;
+        let t = Instant::now();
+        for chunk in 0..10 {
+            let (from, to) = (chunk * n / 10, (chunk + 1) * n / 10);
+            send_numbered_range(&s, &ab, 1, from, to, max);
+            send_numbered_range(&s, &ba, 2, from / 3, to / 3, max);
+        }
+        wait_for(&s, DEADLINE, "every message", || {
+            at_b.borrow().len() as u64 == n && at_a.borrow().len() as u64 == n / 3
+        });
+        flush(&s, DEADLINE, &ab);
+        flush(&s, DEADLINE, &ba);
+        println!(
+            "loss {loss}%: {n} + {} messages exactly once, in order, in {:?}",
+            n / 3,
+            t.elapsed()
+        );
+        check_numbered(&at_b, n, max);
+        check_numbered(&at_a, n / 3, max);
+        assert!(a.errors.borrow().is_empty() && b.errors.borrow().is_empty());
+    }
+}
+
+// Peer failure: `UD_TIMEOUT` 1 s.
+
+/// Sends on `ep` (ignoring NoResource) and progresses `a` until its error handler fires;
+/// returns how long that took.
+fn until_error(a: &Entity, ep: &Ep) -> Duration {
+    let t = Instant::now();
+    let mut i = 0u64;
+    while a.errors.borrow().is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(20), "peer never declared dead");
+        let _ = ep.am_short(1, i, b"anyone?");
+        i += 1;
+        a.worker.progress();
+    }
+    t.elapsed()
+}
+
+fn check_failed(a: &Entity, ep: &Ep) {
+    let errs = a.errors.borrow().clone();
+    assert_eq!(
+        errs,
+        vec![(ep.key(), Status::EndpointTimeout)],
+        "one report, for this endpoint"
+    );
+    assert_eq!(
+        ep.am_short(1, 0, b"late"),
+        Err(Status::EndpointTimeout.into()),
+        "later sends fail"
+    );
+    assert_eq!(ep.am_bcopy(1, |_| 1), Err(Status::EndpointTimeout.into()));
+    assert_eq!(
+        ep.flush(FlushFlags::LOCAL, None),
+        Err(Status::EndpointTimeout.into())
+    );
+    match ep.pending_add(PendingRequest::new(|_| PendingResult::Done)) {
+        Err((e, _)) if e == Status::EndpointTimeout => {}
+        other => panic!("pending_add on a failed endpoint: {:?}", other.map_err(|e| e.0)),
+    }
+}
+
+#[test]
+fn destroyed_peer_times_out() {
+    let Some(u) = ud_1s() else { return };
+    let (a, b) = (u.entity(&worker()), u.entity(&worker()));
+    let (ab, ba) = pair::connect_to_ep(&a, &b);
+    let rec = b.record_am(1);
+    let s = [&a, &b];
+    retry(&s, DEADLINE, "first", || ab.am_short(1, 0, b"hi")).unwrap();
+    flush(&s, DEADLINE, &ab);
+    assert_eq!(rec.borrow().len(), 1);
+    drop(ba);
+    drop(b);
+    // a zcopy and a flush outstanding when the peer dies complete with the error
+    retry(&[&a], DEADLINE, "send", || ab.am_short(1, 1, b"lost")).unwrap();
+    let mem = Mem::alloc(&a.md, 256, MemAccess::ALL).unwrap();
+    let zc = Completion::counter();
+    let iov = [mem.iov(0, 200).unwrap()];
+    assert_eq!(
+        retry(&[&a], DEADLINE, "zcopy", || ab.am_zcopy(
+            1,
+            b"hdr",
+            &iov,
+            Some(&zc)
+        )),
+        Ok(Outcome::InProgress)
+    );
+    let c = Completion::counter();
+    assert_eq!(ab.flush(FlushFlags::LOCAL, Some(&c)), Ok(Outcome::InProgress));
+    let took = until_error(&a, &ab);
+    println!("declared dead after {took:?}");
+    assert!(took >= Duration::from_millis(900), "too early: {took:?}");
+    assert_eq!((c.fired(), c.last_status()), (1, Status::EndpointTimeout));
+    wait_for(&[&a], DEADLINE, "zcopy completion", || zc.fired() == 1);
+    assert_eq!(zc.last_status(), Status::EndpointTimeout);
+    check_failed(&a, &ab);
+    // other endpoints of the interface are not affected
+    let c2 = u.entity(&worker());
+    let (ac, _ca) = pair::connect_to_ep(&a, &c2);
+    let rec2 = c2.record_am(1);
+    retry(&[&a, &c2], DEADLINE, "healthy", || ac.am_short(1, 5, b"ok")).unwrap();
+    wait_for(&[&a, &c2], DEADLINE, "healthy delivery", || {
+        rec2.borrow().len() == 1
+    });
+    assert_eq!(a.errors.borrow().len(), 1);
+}
+
+#[test]
+fn peer_that_stops_progressing_times_out() {
+    let Some(u) = ud_1s() else { return };
+    let (a, b) = (u.entity(&worker()), u.entity(&worker()));
+    let (ab, _ba) = pair::connect_to_ep(&a, &b);
+    b.record_am(1);
+    retry(&[&a, &b], DEADLINE, "first", || ab.am_short(1, 0, b"hi")).unwrap();
+    flush(&[&a, &b], DEADLINE, &ab);
+    // b is alive but never progresses again
+    until_error(&a, &ab);
+    check_failed(&a, &ab);
+}
+
+#[test]
+fn connection_request_to_nobody_times_out() {
+    let Some(u) = ud_1s() else { return };
+    let a = u.entity(&worker());
+    let (dev_addr, iface_addr) = {
+        let gone = u.entity(&worker());
+        (
+            gone.iface.device_address().unwrap(),
+            gone.iface.address().unwrap(),
+        )
+    };
+    let ep = a.iface.ep_create_connected(&dev_addr, &iface_addr).unwrap();
+    until_error(&a, &ep);
+    check_failed(&a, &ep);
+}
+
+// Doorbell batching.
+
+/// Bursts of am_bcopy (after the first of each, posted in chains: `RUCX_IB_TX_DB_BATCH`) go
+/// out with progress alone: resends are 60 s away, so a packet that progress did not post
+/// would not arrive within the 10 s each burst is given.
+#[test]
+fn bcopy_bursts_go_out_with_progress_not_resends() {
+    let Some(u) = ud() else { return };
+    let u = u
+        .config("UD_TIMER_TICK", "60s")
+        .config("UD_MAX_RESEND_TIMEOUT", "60s")
+        .config("UD_TIMEOUT", "120s");
+    let (a, b) = (u.entity(&worker()), u.entity(&worker()));
+    let (ab, _ba) = pair::connect_to_ep(&a, &b);
+    let at_b = b.record_am(6);
+    let len = a.iface.attr().am.max_bcopy;
+    let s = [&a, &b];
+    let mut seq = 0u64;
+    for burst in [1u64, 2, 3, 5, 7, 9, 16, 17] {
+        for _ in 0..burst {
+            retry(&s, DEADLINE, "am_bcopy", || {
+                ab.am_bcopy(6, |buf| {
+                    buf[..8].copy_from_slice(&seq.to_le_bytes());
+                    buf[8..len].fill(seq as u8);
+                    len
+                })
+            })
+            .unwrap();
+            seq += 1;
+        }
+        let t = Instant::now();
+        while (at_b.borrow().len() as u64) < seq {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "burst of {burst}: {} of {seq} messages arrived",
+                at_b.borrow().len()
+            );
+            a.worker.progress();
+            b.worker.progress();
+        }
+    }
+    for (i, m) in at_b.borrow().iter().enumerate() {
+        assert_eq!(m.len(), len, "message {i}");
+        assert_eq!(
+            u64::from_le_bytes(m[..8].try_into().unwrap()),
+            i as u64,
+            "message {i} in order"
+        );
+        assert!(m[8..].iter().all(|&x| x == i as u8), "message {i} intact");
+    }
 }

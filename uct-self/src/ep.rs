@@ -2,7 +2,7 @@
 
 use std::rc::Rc;
 
-use ucs::{Result, Status};
+use ucs::{Error, Outcome, Result, Status};
 use uct_transport::callbacks::{Comp, PackCb, PendingReq, ResultPtr, UnpackCb};
 use uct_transport::iov::{gather, total_len, Iov};
 use uct_transport::rma::RegionTable;
@@ -13,9 +13,8 @@ use crate::iface::Shared;
 use crate::md::regions;
 
 /// Short messages up to 64 bytes, header included, are assembled on the sender's stack: no
-/// shared buffer to borrow and write back. Measured on AMD EPYC (8-byte ping-pong): the
-/// borrow and the heap buffer's stores cost 2-12%, by where the allocator placed them, and
-/// zeroing a 64-byte block costs 5% against a 16-byte one, hence two sizes.
+/// shared buffer to borrow and write back, which on a ping-pong costs more than the copy. Two
+/// sizes, because zeroing a 64-byte block shows on an 8-byte message.
 #[repr(C, align(8))]
 struct StackMsg<const N: usize>([u8; N]);
 
@@ -23,6 +22,14 @@ pub struct SelfEp {
     target: Rc<Shared>,
     /// The thread's registrations, kept here so RMA needs no thread-local lookup.
     regions: Rc<RegionTable>,
+}
+
+#[cold]
+fn too_long(len: usize, max: usize) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!("self: message of {len} bytes exceeds the segment size {max} (RUCX_SELF_SEG_SIZE)"),
+    )
 }
 
 impl SelfEp {
@@ -36,7 +43,7 @@ impl SelfEp {
     #[inline]
     fn target(&self) -> Result<&Shared> {
         if self.target.closed.get() {
-            return Err(Status::Unreachable);
+            return Err(Status::Unreachable.into());
         }
         Ok(&self.target)
     }
@@ -47,12 +54,7 @@ impl SelfEp {
     fn deliver(&self, id: u8, len: usize, fill: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result<usize> {
         let t = self.target()?;
         if len > t.seg_size {
-            tracing::error!(
-                len,
-                max = t.seg_size,
-                "self: message longer than the segment size (RUCX_SELF_SEG_SIZE)"
-            );
-            return Err(Status::InvalidParam);
+            return Err(too_long(len, t.seg_size));
         }
         t.with_buf(|buf| {
             let n = fill(buf)?;
@@ -88,6 +90,13 @@ fn on_stack(block: &mut [u8], t: &Shared, id: u8, header: u64, payload: &[u8]) -
 }
 
 impl TransportEp for SelfEp {
+    fn query(&self) -> uct_transport::types::EpAttr {
+        uct_transport::types::EpAttr {
+            peer_am_max: self.target.seg_size,
+            connected: true,
+        }
+    }
+
     /// The fast path, written out: no closure between the send and the handler call. A message
     /// of up to 64 bytes is assembled on the stack ([`StackMsg`]), a longer one in the
     /// interface's delivery buffer. Anything unusual (bad AM id, closed target, too long, a
@@ -123,20 +132,19 @@ impl TransportEp for SelfEp {
     /// Inlined into the ABI export, with `deliver` and the pack call: one frame from the export
     /// to the copy. After a long copy the CPU's store queue is full, and every store the path
     /// makes after it (calls' return addresses, pushes, spills) waits its turn; stores that hop
-    /// between cache lines drain slower than stores within one (docs/benchmarks.md, "self
-    /// am_bw").
+    /// between cache lines drain slower than stores within one.
     #[inline]
     fn am_bcopy(&self, id: u8, pack: PackCb, _flags: u32) -> Result<usize> {
         self.deliver(id, 0, |buf| pack.pack(buf))
     }
 
-    fn am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], _flags: u32, _comp: Comp) -> Result<Status> {
+    fn am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], _flags: u32, _comp: Comp) -> Result<Outcome> {
         let hl = header.len();
         self.deliver(id, hl + total_len(iov), |buf| {
             buf[..hl].copy_from_slice(header);
             Ok(hl + gather(&mut buf[hl..], iov))
         })?;
-        Ok(Status::Ok)
+        Ok(Outcome::Done)
     }
 
     #[inline]
@@ -153,20 +161,20 @@ impl TransportEp for SelfEp {
         })
     }
 
-    fn put_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, _comp: Comp) -> Result<Status> {
+    fn put_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, _comp: Comp) -> Result<Outcome> {
         let mut addr = raddr;
         for e in iov {
             self.regions.write(rkey, addr, e.bytes())?;
             addr += e.len() as u64;
         }
-        Ok(Status::Ok)
+        Ok(Outcome::Done)
     }
 
     fn get_short(&self, buf: &mut [u8], raddr: u64, rkey: u64) -> Result<()> {
         self.regions.read(rkey, raddr, buf)
     }
 
-    fn get_bcopy(&self, unpack: UnpackCb, len: usize, raddr: u64, rkey: u64, _comp: Comp) -> Result<Status> {
+    fn get_bcopy(&self, unpack: UnpackCb, len: usize, raddr: u64, rkey: u64, _comp: Comp) -> Result<Outcome> {
         let t = self.target()?;
         if len > t.seg_size {
             tracing::error!(
@@ -175,14 +183,14 @@ impl TransportEp for SelfEp {
                 "self: get_bcopy longer than the segment size (RUCX_SELF_SEG_SIZE)"
             );
             unpack.cancel();
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         }
         // The unpack callback runs while the buffer is lent to it; a nested send from inside it
         // gets a temporary buffer (see `with_buf`).
         t.with_buf(|buf| match self.regions.read(rkey, raddr, &mut buf[..len]) {
             Ok(()) => {
                 unpack.deliver(&buf[..len]);
-                Ok(Status::Ok)
+                Ok(Outcome::Done)
             }
             Err(e) => {
                 unpack.cancel();
@@ -191,14 +199,14 @@ impl TransportEp for SelfEp {
         })
     }
 
-    fn get_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, _comp: Comp) -> Result<Status> {
+    fn get_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, _comp: Comp) -> Result<Outcome> {
         let mut addr = raddr;
         for e in iov {
             self.regions
                 .with_source(rkey, addr, e.len(), |src| e.write_at(0, src))?;
             addr += e.len() as u64;
         }
-        Ok(Status::Ok)
+        Ok(Outcome::Done)
     }
 
     fn atomic_post(&self, size: AtomicSize, op: AtomicOp, value: u64, raddr: u64, rkey: u64) -> Result<()> {
@@ -207,7 +215,7 @@ impl TransportEp for SelfEp {
                 ?op,
                 "atomic_post supports add/and/or/xor; use atomic_fetch/atomic_cswap"
             );
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         }
         self.regions.atomic(rkey, raddr, size, op, value, 0).map(|_| ())
     }
@@ -221,12 +229,12 @@ impl TransportEp for SelfEp {
         raddr: u64,
         rkey: u64,
         _comp: Comp,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         if op == AtomicOp::Cswap {
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         }
         result.set(self.regions.atomic(rkey, raddr, size, op, value, 0)?);
-        Ok(Status::Ok)
+        Ok(Outcome::Done)
     }
 
     fn atomic_cswap(
@@ -238,22 +246,22 @@ impl TransportEp for SelfEp {
         raddr: u64,
         rkey: u64,
         _comp: Comp,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         result.set(
             self.regions
                 .atomic(rkey, raddr, size, AtomicOp::Cswap, swap, compare)?,
         );
-        Ok(Status::Ok)
+        Ok(Outcome::Done)
     }
 
     /// Resources are always available: the caller should just send (UCX's self does the same).
     fn pending_add(&self, _req: PendingReq, _flags: u32) -> Result<()> {
-        Err(Status::Busy)
+        Err(Status::Busy.into())
     }
 
     fn pending_purge(&self, _purge: uct_transport::callbacks::PurgeCb) {}
 
-    fn flush(&self, _flags: FlushFlags, _comp: Comp) -> Result<Status> {
-        Ok(Status::Ok)
+    fn flush(&self, _flags: FlushFlags, _comp: Comp) -> Result<Outcome> {
+        Ok(Outcome::Done)
     }
 }

@@ -6,7 +6,7 @@ use std::ffi::CStr;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ucs::{Result, Status};
+use ucs::{Error, Outcome, Result, Status};
 use uct_transport::am::AmTable;
 use uct_transport::callbacks::Comp;
 use uct_transport::traits::{IfaceOpenParams, Transport, TransportIface};
@@ -40,13 +40,10 @@ pub(crate) struct Shared {
 }
 
 /// Where the delivery buffer starts: on a page. A bcopy's pack callback copies into it, and a
-/// copy runs fastest when its destination sits at the source's offset in a page or up to a
-/// few cache lines after it (most likely 4K aliasing: loads of the source that match earlier
-/// stores to the destination in their low 12 address bits wait; not measured directly). Large user buffers are
-/// usually page-aligned (perftest's are, as UCX's); measured on AMD EPYC (Zen 5, glibc's
-/// `rep movsb` for 8000 bytes from a page-aligned source): 138 ticks per copy at destination
-/// offsets 0-0x100, 141-146 elsewhere; self am_bw 8000 B 1.026-1.032 of the 64-byte aligned
-/// buffer (docs/benchmarks.md, "self am_bw: the delivery buffer on a page").
+/// copy runs fastest when its destination sits at the source's offset in a page or a few cache
+/// lines after it (likely 4K aliasing: loads of the source wait on earlier stores to the
+/// destination that match them in the low 12 address bits). Large user buffers are usually
+/// page-aligned (perftest's are, as UCX's), so a page-aligned destination matches them.
 const DELIVERY_ALIGN: usize = 4096;
 
 /// A heap buffer whose data starts on an `align` boundary.
@@ -94,13 +91,19 @@ impl Transport for SelfTransport {
 
     fn iface_open(_md: &SelfMd, params: IfaceOpenParams) -> Result<SelfIface> {
         if params.dev_name != DEVICE {
-            tracing::error!(dev = %params.dev_name, "self has one device, {DEVICE}");
-            return Err(Status::NoDevice);
+            return Err(Error::new(
+                Status::NoDevice,
+                format!("no device {:?}: self has one device, {DEVICE}", params.dev_name),
+            ));
         }
-        let seg = SELF_CONFIG.get_memunits("SEG_SIZE")?.bytes_or(8192);
+        let seg = SELF_CONFIG
+            .with(&params.config)
+            .get_memunits("SEG_SIZE")?
+            .bytes_or(8192);
         if !(16..=(1 << 30)).contains(&seg) {
-            tracing::error!(seg, "RUCX_SELF_SEG_SIZE must be between 16 bytes and 1g");
-            return Err(Status::InvalidParam);
+            let msg = format!("RUCX_SELF_SEG_SIZE={seg} is invalid: expected between 16 bytes and 1g");
+            tracing::error!("{msg}");
+            return Err(Error::new(Status::InvalidParam, msg));
         }
         let shared = Rc::new(Shared {
             am: params.am,
@@ -179,14 +182,14 @@ impl TransportIface for SelfIface {
                 ..Default::default()
             },
             put: OpCaps {
-                max_short: u32::MAX as usize,
+                max_short: usize::MAX,
                 max_bcopy: seg,
                 max_zcopy: usize::MAX,
                 max_iov: uct_transport::types::MAX_IOV,
                 ..Default::default()
             },
             get: OpCaps {
-                max_short: u32::MAX as usize,
+                max_short: usize::MAX,
                 max_bcopy: seg,
                 max_zcopy: usize::MAX,
                 max_iov: uct_transport::types::MAX_IOV,
@@ -234,8 +237,8 @@ impl TransportIface for SelfIface {
         0
     }
 
-    fn flush(&self, _flags: FlushFlags, _comp: Comp) -> Result<Status> {
-        Ok(Status::Ok)
+    fn flush(&self, _flags: FlushFlags, _comp: Comp) -> Result<Outcome> {
+        Ok(Outcome::Done)
     }
 
     fn ep_create_connected(&self, dev: &[u8], iface: &[u8]) -> Result<SelfEp> {
@@ -245,7 +248,7 @@ impl TransportIface for SelfIface {
                 tracing::error!(
                     "self: the peer is not an interface of this thread; self only connects within a thread"
                 );
-                Err(Status::Unreachable)
+                Err(Status::Unreachable.into())
             }
         }
     }

@@ -4,7 +4,8 @@
 use std::ffi::CStr;
 use std::rc::Rc;
 
-use ucs::{Result, Status};
+use ucs::config::Overrides;
+use ucs::{Error, Result, Status};
 use uct_transport::rma::{RegionTable, PACKED_RKEY_LEN};
 use uct_transport::traits::{TransportComponent, TransportMd};
 use uct_transport::types::{LinearFunc, MdAttr, MdFlags, MemAccess};
@@ -30,10 +31,12 @@ impl TransportComponent for SelfComponent {
         Ok(vec!["self".into()])
     }
 
-    fn md_open(name: &str) -> Result<SelfMd> {
+    fn md_open(name: &str, _config: &Overrides) -> Result<SelfMd> {
         if name != "self" {
-            tracing::error!(name, "the self component has one memory domain, \"self\"");
-            return Err(Status::NoDevice);
+            return Err(Error::new(
+                Status::NoDevice,
+                format!("no memory domain {name:?}: the self component has one, \"self\""),
+            ));
         }
         Ok(SelfMd)
     }

@@ -3,11 +3,11 @@
 //! A connection needs a send buffer while it packs a message or holds an unsent remainder, and a
 //! receive buffer while a partial frame waits for its rest; an idle connection holds neither
 //! (as UCX's tcp takes both from interface pools). So an idle endpoint costs about a kilobyte
-//! instead of the ~140 KiB of its two full-size buffers (`ep-cost`, docs/benchmarks.md). The
-//! pool keeps one buffer in a `Cell` for the common case (one connection sending or receiving
-//! at a time: take and give back are a few instructions) and a few spares behind it. The
-//! interface's only connection keeps its buffers ([`Shared::lends_buffers`]): there is no one
-//! to lend them to, and the round trip through the pool is on every message's path.
+//! instead of the ~140 KiB of its two full-size buffers. The pool keeps one buffer in a `Cell`
+//! for the common case (one connection sending or receiving at a time: take and give back are
+//! a few instructions) and a few spares behind it. The interface's only connection keeps its
+//! buffers ([`Shared::lends_buffers`]): there is no one to lend them to, and the round trip
+//! through the pool is on every message's path.
 
 use std::cell::{Cell, RefCell};
 
@@ -120,9 +120,10 @@ mod size_tests {
 
 impl crate::iface::Shared {
     /// Whether an idle connection gives its buffers back to the pools: not while it is the
-    /// interface's only one (it would get the same buffer back on its next message; this saves
-    /// the round trip, ~40 instructions per message, and holds no more memory than the pool
-    /// would). A connection keeping them gives them back once it is idle with others present.
+    /// interface's only one (it would get the same buffer back on its next message; keeping it
+    /// takes the round trip through the pool off every message's path and holds no more memory
+    /// than the pool would). A connection keeping them gives them back once it is idle with
+    /// others present.
     #[inline]
     pub fn lends_buffers(&self) -> bool {
         self.conns.try_borrow().map_or(true, |c| c.len() > 1)

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use ucs::config::{ConfigField, ConfigKind, ConfigTable};
-use ucs::{Result, Status};
+use ucs::config::{ConfigField, ConfigKind, ConfigReader, ConfigTable, Overrides};
+use ucs::{Error, Result, Status};
 
 pub use crate::read_tuner::DirectReads;
 use crate::wire::MIN_MAX_PAYLOAD;
@@ -54,10 +54,8 @@ pub static TCP_CONFIG: ConfigTable = ConfigTable {
             "SNDBUF",
             "auto",
             ConfigKind::MemUnits,
-            "Socket send buffer (SO_SNDBUF; the kernel doubles it). auto: the kernel's \
-             autotuning, except on a loopback device: 512 KiB, which keeps \
-             fewer bytes between the sender's copy and the receiver's (1-4 MiB puts \
-             1.4-1.6x faster there, docs/benchmarks.md).",
+            "Socket send buffer (SO_SNDBUF; the kernel doubles it); auto: the kernel's \
+             autotuning.",
         ),
         ConfigField::new(
             "RCVBUF",
@@ -70,13 +68,9 @@ pub static TCP_CONFIG: ConfigTable = ConfigTable {
             "auto",
             ConfigKind::Str,
             "Congestion control of the connections (TCP_CONGESTION). auto: reno on a loopback \
-             device, the system's default elsewhere; default: the system's default \
-             (net.ipv4.tcp_congestion_control) everywhere; or a name from \
-             net.ipv4.tcp_available_congestion_control (one not in \
-             tcp_allowed_congestion_control needs CAP_NET_ADMIN). On loopback nothing is lost \
-             or queued, and reno does the least work per packet: no pacing, no model \
-             update per ACK (with bbr there tcp am_lat took 2-4% longer and 64 KiB AMs \
-             moved 3-8% less, docs/benchmarks.md).",
+             device (nothing is lost there; reno does the least work per packet), the system's \
+             default elsewhere; default: the system's default everywhere; or a name from \
+             net.ipv4.tcp_available_congestion_control.",
         ),
         ConfigField::new(
             "NODELAY",
@@ -112,7 +106,7 @@ pub static TCP_CONFIG: ConfigTable = ConfigTable {
         ConfigField::new(
             "KEEPCNT",
             "auto",
-            ConfigKind::Str,
+            ConfigKind::AutoUint,
             "Unanswered keepalive probes before the peer is declared dead (TCP_KEEPCNT); auto: 3.",
         ),
         ConfigField::new(
@@ -147,10 +141,8 @@ pub static TCP_CONFIG: ConfigTable = ConfigTable {
             "auto",
             ConfigKind::Enum(&["auto", "y", "n"]),
             "While a reply is awaited on an interface's only connection, progress recv()s it \
-             directly instead of asking epoll first: one system call less per message, but the \
-             reads touch the socket while the peer's data is delivered into it, which costs more \
-             than it saves when the two processes' CPUs share no cache. auto: measured at run \
-             time (128 timed waits every 4096), y: always, n: never.",
+             directly instead of asking epoll first (one system call less per message). auto: \
+             whichever of the two waits less, timed at run time; y: always; n: never.",
         ),
         ConfigField::new(
             "MAX_POLL",
@@ -178,14 +170,8 @@ pub const SENDV_THRESH_MAX: usize = 8192;
 /// Keepalive probes when `KEEPCNT=auto`.
 const DEFAULT_KEEPCNT: u32 = 3;
 
-/// SO_SNDBUF on a loopback device when `RUCX_TCP_SNDBUF=auto`. Measured (docs/benchmarks.md,
-/// "tcp put_bw: the send buffer on loopback"): with the kernel's autotuned buffer (up to
-/// tcp_wmem's 4 MiB) 1-4 MiB puts were 1.4-1.6x slower than with this one; 640 KiB and more
-/// (1.25 MiB and more once doubled) lost the gain again; streams and small messages unchanged.
-/// Not used on other devices, where the buffer must cover the path's bandwidth-delay product.
-pub const LOOPBACK_SNDBUF: usize = 512 * 1024;
-
-/// Congestion control on a loopback device when `RUCX_TCP_CONGESTION=auto`.
+/// Congestion control on a loopback device when `RUCX_TCP_CONGESTION=auto`: nothing is lost
+/// or queued there, so the algorithm that does the least work per packet.
 pub const LOOPBACK_CONGESTION: &str = "reno";
 
 /// The congestion control a connection asks for (`RUCX_TCP_CONGESTION`).
@@ -251,13 +237,14 @@ pub struct TcpConfig {
     pub direct_reads: DirectReads,
 }
 
-fn invalid(var: &str, value: &str, expected: &str) -> Status {
-    tracing::error!("RUCX_{var}={value} is invalid: expected {expected}");
-    Status::InvalidParam
+fn invalid(var: &str, value: &str, expected: &str) -> Error {
+    let msg = format!("RUCX_{var}={value} is invalid: expected {expected}");
+    tracing::error!("{msg}");
+    Error::new(Status::InvalidParam, msg)
 }
 
-fn size(name: &str, auto: Option<u64>) -> Result<Option<u64>> {
-    Ok(match TCP_CONFIG.get_memunits(name)? {
+fn size(t: ConfigReader<'_>, name: &str, auto: Option<u64>) -> Result<Option<u64>> {
+    Ok(match t.get_memunits(name)? {
         ucs::config::MemUnits::Bytes(b) => Some(b),
         ucs::config::MemUnits::Inf => Some(u64::MAX),
         ucs::config::MemUnits::Auto => auto,
@@ -282,12 +269,8 @@ fn secs_ceil(d: Duration) -> u32 {
 }
 
 impl TcpConfig {
-    /// Resolves the device-dependent defaults: `SNDBUF=auto` and `CONGESTION=auto` on a
-    /// loopback device.
+    /// Resolves the device-dependent default: `CONGESTION=auto` on a loopback device.
     pub fn for_device(mut self, loopback: bool) -> TcpConfig {
-        if loopback && self.sndbuf.is_none() {
-            self.sndbuf = Some(LOOPBACK_SNDBUF);
-        }
         if self.congestion == Congestion::Auto {
             self.congestion = if loopback {
                 Congestion::Named(LOOPBACK_CONGESTION.to_string())
@@ -298,11 +281,17 @@ impl TcpConfig {
         self
     }
 
-    /// Reads and checks every variable; an invalid one is logged (naming the variable) and
-    /// gives `InvalidParam`.
+    /// Reads the configuration from the environment (and the defaults) and checks every
+    /// variable; an invalid one is logged (naming the variable) and gives `InvalidParam`.
     pub fn read() -> Result<TcpConfig> {
-        let tx_seg = size("TX_SEG_SIZE", Some(8192))?.unwrap_or(8192);
-        let rx_seg = size("RX_SEG_SIZE", Some(65536))?.unwrap_or(65536);
+        Self::read_with(&Overrides::new())
+    }
+
+    /// Reads the configuration with `code` (set in code) on top of the environment.
+    pub fn read_with(code: &Overrides) -> Result<TcpConfig> {
+        let t = TCP_CONFIG.with(code);
+        let tx_seg = size(t, "TX_SEG_SIZE", Some(8192))?.unwrap_or(8192);
+        let rx_seg = size(t, "RX_SEG_SIZE", Some(65536))?.unwrap_or(65536);
         if !(256..=1 << 30).contains(&tx_seg) {
             return Err(invalid(
                 "TCP_TX_SEG_SIZE",
@@ -318,13 +307,14 @@ impl TcpConfig {
             ));
         }
         if rx_seg < tx_seg {
-            tracing::error!(
+            let msg = format!(
                 "RUCX_TCP_RX_SEG_SIZE ({rx_seg}) is smaller than RUCX_TCP_TX_SEG_SIZE ({tx_seg}): \
                  a peer could send messages this side cannot receive; raise RX_SEG_SIZE"
             );
-            return Err(Status::InvalidParam);
+            tracing::error!("{msg}");
+            return Err(Error::new(Status::InvalidParam, msg));
         }
-        let max_iov = TCP_CONFIG.get_uint("MAX_IOV")?;
+        let max_iov = t.get_uint("MAX_IOV")?;
         if !(1..=uct_transport::types::MAX_IOV as u64).contains(&max_iov) {
             return Err(invalid(
                 "TCP_MAX_IOV",
@@ -332,10 +322,10 @@ impl TcpConfig {
                 &format!("1..{}", uct_transport::types::MAX_IOV),
             ));
         }
-        let sendv = size("SENDV_THRESH", Some(2048))?
+        let sendv = size(t, "SENDV_THRESH", Some(2048))?
             .unwrap_or(2048)
             .min(SENDV_THRESH_MAX as u64);
-        let tx_coalesce = size("TX_COALESCE", Some(65536))?.unwrap_or(65536);
+        let tx_coalesce = size(t, "TX_COALESCE", Some(65536))?.unwrap_or(65536);
         if tx_coalesce > 1 << 30 {
             return Err(invalid(
                 "TCP_TX_COALESCE",
@@ -343,9 +333,9 @@ impl TcpConfig {
                 "0 (off) or a size up to 1g",
             ));
         }
-        let sndbuf = size("SNDBUF", None)?.map(|b| b.min(i32::MAX as u64) as usize);
-        let rcvbuf = size("RCVBUF", None)?.map(|b| b.min(i32::MAX as u64) as usize);
-        let range = TCP_CONFIG.get_str("PORT_RANGE")?;
+        let sndbuf = size(t, "SNDBUF", None)?.map(|b| b.min(i32::MAX as u64) as usize);
+        let rcvbuf = size(t, "RCVBUF", None)?.map(|b| b.min(i32::MAX as u64) as usize);
+        let range = t.get_str("PORT_RANGE")?;
         let port_range = parse_port_range(&range).ok_or_else(|| {
             invalid(
                 "TCP_PORT_RANGE",
@@ -353,14 +343,10 @@ impl TcpConfig {
                 "0 (any port), a port, or a range like 20000-20100",
             )
         })?;
-        let retries = TCP_CONFIG.get_uint("MAX_CONN_RETRIES")?.min(u64::from(u32::MAX)) as u32;
-        let idle = TCP_CONFIG
-            .get_time("KEEPIDLE")?
-            .duration_or(Duration::from_secs(10));
-        let intvl = TCP_CONFIG
-            .get_time("KEEPINTVL")?
-            .duration_or(Duration::from_secs(2));
-        let cnt_s = TCP_CONFIG.get_str("KEEPCNT")?;
+        let retries = t.get_uint("MAX_CONN_RETRIES")?.min(u64::from(u32::MAX)) as u32;
+        let idle = t.get_time("KEEPIDLE")?.duration_or(Duration::from_secs(10));
+        let intvl = t.get_time("KEEPINTVL")?.duration_or(Duration::from_secs(2));
+        let cnt_s = t.get_str("KEEPCNT")?;
         let cnt = match cnt_s.trim() {
             "auto" => DEFAULT_KEEPCNT,
             s => match s.parse::<u32>() {
@@ -379,17 +365,15 @@ impl TcpConfig {
             intvl_s: secs_ceil(intvl.min(Duration::from_secs(32767))).min(32767),
             cnt,
         });
-        let user_timeout_ms = match TCP_CONFIG.get_time("USER_TIMEOUT")? {
+        let user_timeout_ms = match t.get_time("USER_TIMEOUT")? {
             ucs::config::TimeValue::Auto => keepalive
                 .map(|k| (k.idle_s.saturating_add(k.cnt.saturating_mul(k.intvl_s))).saturating_mul(1000)),
             ucs::config::TimeValue::Inf => None,
             ucs::config::TimeValue::Dur(d) if d.is_zero() => None,
             ucs::config::TimeValue::Dur(d) => Some(d.as_millis().clamp(1, i32::MAX as u128) as u32),
         };
-        let conn_timeout = TCP_CONFIG
-            .get_time("CONN_TIMEOUT")?
-            .duration_or(Duration::from_secs(10));
-        let handshake_timeout = TCP_CONFIG
+        let conn_timeout = t.get_time("CONN_TIMEOUT")?.duration_or(Duration::from_secs(10));
+        let handshake_timeout = t
             .get_time("HANDSHAKE_TIMEOUT")?
             .duration_or(Duration::from_secs(5));
         for (name, d) in [
@@ -400,15 +384,15 @@ impl TcpConfig {
                 return Err(invalid(name, "0", "a positive time like 10s, or inf"));
             }
         }
-        let half_open = TCP_CONFIG.get_uint("MAX_HALF_OPEN")?;
+        let half_open = t.get_uint("MAX_HALF_OPEN")?;
         if half_open == 0 {
             return Err(invalid("TCP_MAX_HALF_OPEN", "0", "at least 1"));
         }
-        let max_poll = TCP_CONFIG.get_uint("MAX_POLL")?;
+        let max_poll = t.get_uint("MAX_POLL")?;
         if !(1..=1024).contains(&max_poll) {
             return Err(invalid("TCP_MAX_POLL", &max_poll.to_string(), "1..1024"));
         }
-        let cc = TCP_CONFIG.get_str("CONGESTION")?;
+        let cc = t.get_str("CONGESTION")?;
         let congestion = parse_congestion(&cc).ok_or_else(|| {
             invalid(
                 "TCP_CONGESTION",
@@ -424,7 +408,7 @@ impl TcpConfig {
             tx_coalesce: tx_coalesce as usize,
             sndbuf,
             rcvbuf,
-            nodelay: TCP_CONFIG.get_bool("NODELAY")?,
+            nodelay: t.get_bool("NODELAY")?,
             congestion,
             port_range,
             max_conn_retries: retries,
@@ -434,7 +418,7 @@ impl TcpConfig {
             handshake_timeout,
             max_half_open: half_open.min(1 << 20) as usize,
             max_poll: max_poll as usize,
-            direct_reads: match TCP_CONFIG.get_enum("DIRECT_READS")? {
+            direct_reads: match t.get_enum("DIRECT_READS")? {
                 1 => DirectReads::Always,
                 2 => DirectReads::Never,
                 _ => DirectReads::Auto,
@@ -444,8 +428,8 @@ impl TcpConfig {
 }
 
 /// The device allow/deny list: `(items, deny)`.
-pub fn net_devices() -> Result<(Vec<String>, bool)> {
-    let l = NET_CONFIG.get_allow_list("NET_DEVICES")?;
+pub fn net_devices(code: &Overrides) -> Result<(Vec<String>, bool)> {
+    let l = NET_CONFIG.with(code).get_allow_list("NET_DEVICES")?;
     Ok((l.items, l.deny))
 }
 
@@ -476,11 +460,11 @@ mod tests {
     }
 
     #[test]
-    fn loopback_gets_its_send_buffer_unless_set() {
+    fn the_send_buffer_is_the_kernels_unless_set() {
         let c = TcpConfig::read().expect("defaults");
         assert_eq!(c.sndbuf, None);
         assert_eq!(c.clone().for_device(false).sndbuf, None);
-        assert_eq!(c.clone().for_device(true).sndbuf, Some(LOOPBACK_SNDBUF));
+        assert_eq!(c.clone().for_device(true).sndbuf, None);
         let set = TcpConfig {
             sndbuf: Some(4 << 20),
             ..c

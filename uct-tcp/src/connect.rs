@@ -111,7 +111,7 @@ impl Shared {
         let (Some(peer_dev), Some((port, peer_key))) = (DevAddr::decode(dev), addr::decode_ep_addr(ep_addr))
         else {
             tracing::error!("tcp: connect_to_ep: malformed device or endpoint address");
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         };
         if !self.dev.reaches(&peer_dev) {
             tracing::error!(
@@ -120,14 +120,14 @@ impl Shared {
                 self.dev_name,
                 self.dev.ip
             );
-            return Err(Status::Unreachable);
+            return Err(Status::Unreachable.into());
         }
         if let Some(st) = ep.failed.get() {
-            return Err(st);
+            return Err(st.into());
         }
         if ep.plan.get() != Plan::Unconnected {
             tracing::error!("tcp: connect_to_ep called twice on one endpoint (or on a connected one)");
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         }
         let target = peer_dev.socket_addr(port, self.ifindex);
         let mine = (self.dev.order_key(), self.listen_addr.port(), ep.key);
@@ -146,7 +146,7 @@ impl Shared {
                     "tcp: connect_to_ep names {target} (ep {peer_key:#x}) but {from} (ep {key:#x}) already \
                      connected to this endpoint"
                 );
-                return Err(Status::InvalidParam);
+                return Err(Status::InvalidParam.into());
             }
             ep.plan.set(Plan::ToEpPassive {
                 peer: target,

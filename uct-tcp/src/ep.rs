@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use ucs::{Result, Status};
+use ucs::{Error, Outcome, Result, Status};
 use uct_transport::callbacks::{Comp, PendingReq, PendingResult, PurgeCb};
 use uct_transport::traits::EpHandle;
 use uct_transport::types::FlushFlags;
@@ -114,10 +114,10 @@ impl TcpEp {
     ) -> Result<R> {
         let guard = self.inner.conn.borrow();
         let Some(conn) = guard.as_deref() else {
-            return Err(self.inner.not_ready());
+            return Err(self.inner.not_ready().into());
         };
         if conn.in_pack.get() || self.inner.has_pending() || self.inner.failed.get().is_some() {
-            return Err(self.inner.not_ready());
+            return Err(self.inner.not_ready().into());
         }
         let mut tx = conn.tx.borrow_mut();
         let mut idle = !tx.busy();
@@ -129,10 +129,10 @@ impl TcpEp {
             };
             match go {
                 Ok(true) => idle = !tx.busy(),
-                Ok(false) => return Err(self.inner.not_ready()),
+                Ok(false) => return Err(self.inner.not_ready().into()),
                 Err(st) => {
                     drop(tx);
-                    self.sh.conn_failed(conn, st);
+                    self.sh.conn_failed(conn, &st);
                     return Err(st);
                 }
             }
@@ -162,8 +162,8 @@ impl TcpEp {
             }
             conn.sent_since_rx.set(before.saturating_add(units as u8));
         }
-        if let Err(st) = r {
-            if st.is_err() && is_socket_failure(st) && conn.is_open() {
+        if let Err(st) = &r {
+            if is_socket_failure(st) && conn.is_open() {
                 drop(tx);
                 self.sh.conn_failed(conn, st);
             }
@@ -173,7 +173,8 @@ impl TcpEp {
 }
 
 /// Statuses that mean the socket itself failed (as opposed to a refused argument).
-pub fn is_socket_failure(st: Status) -> bool {
+pub fn is_socket_failure(st: impl Into<Status>) -> bool {
+    let st: Status = st.into();
     matches!(
         st,
         Status::ConnectionReset
@@ -197,11 +198,11 @@ impl Shared {
 
     pub fn pending_add(&self, ep: &Rc<EpInner>, req: PendingReq) -> Result<()> {
         if let Some(st) = ep.failed.get() {
-            return Err(st);
+            return Err(st.into());
         }
         let ready = ep.conn_ready();
         if ready && ep.pending.borrow().is_empty() {
-            return Err(Status::Busy);
+            return Err(Status::Busy.into());
         }
         ep.pending.borrow_mut().push_back(req);
         if ready && !ep.dispatching.get() {
@@ -274,43 +275,50 @@ impl Shared {
     }
 
     /// Endpoint flush (`group` set for an iface flush).
-    pub fn ep_flush(&self, ep: &Rc<EpInner>, flags: FlushFlags, done: Done) -> Result<Status> {
+    pub fn ep_flush(&self, ep: &Rc<EpInner>, flags: FlushFlags, done: Done) -> Result<Outcome> {
         if let Some(st) = ep.failed.get() {
-            return Err(st);
+            return Err(st.into());
         }
         let conn = ep.conn.borrow().clone();
         if flags.contains(FlushFlags::CANCEL) {
             if let Some(c) = &conn {
                 self.flush_cancel(ep, c);
             }
-            return Ok(Status::Ok);
+            return Ok(Outcome::Done);
         }
         if !ep.pending.borrow().is_empty() {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
-        let Some(conn) = conn else { return Ok(Status::Ok) };
+        let Some(conn) = conn else {
+            return Ok(Outcome::Done);
+        };
         match conn.state.get() {
             State::Connected => {}
             // Nothing can have been sent before the connection is up.
-            State::Connecting | State::WaitAck | State::Accepted => return Ok(Status::Ok),
-            State::Closed => return Err(ep.not_ready()),
+            State::Connecting | State::WaitAck | State::Accepted => return Ok(Outcome::Done),
+            State::Closed => return Err(ep.not_ready().into()),
         }
         if conn.in_pack.get() {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         let mut tx = conn.tx.borrow_mut();
         if tx.busy() {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         let mut ops = conn.ops.borrow_mut();
         if ops.idle() {
-            return Ok(Status::Ok);
+            return match ops.posted_error.take() {
+                Some(st) => Err(Error::new(
+                    st,
+                    format!(
+                        "tcp: a put or atomic posted to {} was refused by the target",
+                        conn.peer.get()
+                    ),
+                )),
+                None => Ok(Outcome::Done),
+            };
         }
-        let track = match &done {
-            Done::None => false,
-            Done::Comp(c) => !c.is_none(),
-            Done::Group(_) | Done::Unpack(..) => true,
-        };
+        let track = done.reports();
         if ops.need_barrier {
             let seq = ops.take_seq();
             let put = PutReq {
@@ -326,7 +334,7 @@ impl Shared {
                 Ok(_) => {}
                 Err(st) => {
                     drop((ops, tx));
-                    self.conn_failed(&conn, st);
+                    self.conn_failed(&conn, &st);
                     return Err(st);
                 }
             }
@@ -343,7 +351,7 @@ impl Shared {
                 done,
             });
         }
-        Ok(Status::InProgress)
+        Ok(Outcome::InProgress)
     }
 
     /// `FlushFlags::CANCEL`: every waiting operation completes with `Canceled`; a partly sent
@@ -363,7 +371,7 @@ impl Shared {
     }
 
     /// Interface flush: every endpoint's flush, completing `comp` once when all are done.
-    pub fn iface_flush(&self, flags: FlushFlags, comp: Comp) -> Result<Status> {
+    pub fn iface_flush(&self, flags: FlushFlags, comp: Comp) -> Result<Outcome> {
         let eps = self.all_eps();
         if !flags.contains(FlushFlags::CANCEL) {
             // Refuse before changing anything when some endpoint cannot flush now.
@@ -377,7 +385,7 @@ impl Shared {
                     .as_ref()
                     .is_some_and(|c| c.in_pack.get() || c.tx.borrow().busy());
                 if busy || !ep.pending.borrow().is_empty() {
-                    return Err(Status::NoResource);
+                    return Err(Status::NoResource.into());
                 }
             }
         }
@@ -396,7 +404,7 @@ impl Shared {
                 Done::Group(group.clone())
             };
             match self.ep_flush(ep, flags, done) {
-                Ok(Status::InProgress) => in_progress = true,
+                Ok(Outcome::InProgress) => in_progress = true,
                 Ok(_) => {
                     // Not queued: release its count.
                     crate::ops::Done::Group(group.clone()).complete(Status::Ok);
@@ -409,10 +417,10 @@ impl Shared {
         }
         if !in_progress {
             group.abandon();
-            return Ok(Status::Ok);
+            return Ok(Outcome::Done);
         }
         Done::Group(group).complete(Status::Ok);
-        Ok(Status::InProgress)
+        Ok(Outcome::InProgress)
     }
 
     /// The host destroys an endpoint: waiting operations complete with `Canceled` (or the
@@ -448,6 +456,17 @@ impl uct_transport::traits::TransportEp for TcpEp {
         self.sh.ep_on_created(&self.inner, handle);
     }
 
+    fn query(&self) -> uct_transport::types::EpAttr {
+        let conn = self.inner.conn.borrow();
+        match conn.as_deref() {
+            Some(c) if c.state.get() == crate::conn::State::Connected => uct_transport::types::EpAttr {
+                peer_am_max: c.peer_max.get() as usize,
+                connected: true,
+            },
+            _ => uct_transport::types::EpAttr::default(),
+        }
+    }
+
     fn get_address(&self, buf: &mut [u8]) -> Result<()> {
         crate::addr::encode_ep_addr(self.sh.listen_addr.port(), self.inner.key, buf)
     }
@@ -476,7 +495,7 @@ impl uct_transport::traits::TransportEp for TcpEp {
         iov: &[uct_transport::iov::Iov],
         _flags: u32,
         comp: Comp,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         self.send_am_zcopy(id, header, iov, comp)
     }
 
@@ -494,7 +513,7 @@ impl uct_transport::traits::TransportEp for TcpEp {
         raddr: u64,
         rkey: u64,
         comp: Comp,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         self.send_put_zcopy(iov, raddr, rkey, comp)
     }
 
@@ -505,7 +524,7 @@ impl uct_transport::traits::TransportEp for TcpEp {
         raddr: u64,
         rkey: u64,
         comp: Comp,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         self.send_get_bcopy(unpack, len, raddr, rkey, comp)
     }
 
@@ -515,7 +534,7 @@ impl uct_transport::traits::TransportEp for TcpEp {
         raddr: u64,
         rkey: u64,
         comp: Comp,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         self.send_get_zcopy(iov, raddr, rkey, comp)
     }
 
@@ -540,10 +559,10 @@ impl uct_transport::traits::TransportEp for TcpEp {
         raddr: u64,
         rkey: u64,
         comp: Comp,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         if op == uct_transport::types::AtomicOp::Cswap {
             tracing::error!("tcp: atomic_fetch with Cswap: use atomic_cswap");
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         }
         self.send_atomic(size, op, value, 0, Some(result), raddr, rkey, comp)
     }
@@ -557,7 +576,7 @@ impl uct_transport::traits::TransportEp for TcpEp {
         raddr: u64,
         rkey: u64,
         comp: Comp,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         self.send_atomic(
             size,
             uct_transport::types::AtomicOp::Cswap,
@@ -578,7 +597,7 @@ impl uct_transport::traits::TransportEp for TcpEp {
         self.sh.pending_purge(&self.inner, purge)
     }
 
-    fn flush(&self, flags: FlushFlags, comp: Comp) -> Result<Status> {
+    fn flush(&self, flags: FlushFlags, comp: Comp) -> Result<Outcome> {
         self.sh.ep_flush(&self.inner, flags, Done::Comp(comp))
     }
 

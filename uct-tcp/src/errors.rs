@@ -48,7 +48,8 @@ impl Shared {
     }
 
     /// A connection broke with `st`: close it; retry or fail its endpoint.
-    pub fn conn_failed(&self, conn: &Conn, st: Status) {
+    pub fn conn_failed(&self, conn: &Conn, st: impl Into<Status>) {
+        let st: Status = st.into();
         let prev = conn.state.get();
         if prev == State::Closed {
             return;
@@ -72,7 +73,8 @@ impl Shared {
     /// A connection attempt of `ep` failed before its handshake completed: reconnect after a
     /// backoff (the peer's backlog may have overflowed, or it is not listening yet), or give up
     /// with `Unreachable` after `RUCX_TCP_MAX_CONN_RETRIES`.
-    pub fn connect_failed(&self, ep: &Rc<EpInner>, st: Status, target: std::net::SocketAddr) {
+    pub fn connect_failed(&self, ep: &Rc<EpInner>, st: impl Into<Status>, target: std::net::SocketAddr) {
+        let st: Status = st.into();
         if ep.destroyed.get() || ep.failed.get().is_some() {
             return;
         }

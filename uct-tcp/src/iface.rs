@@ -10,7 +10,8 @@ use std::rc::{Rc, Weak};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use slab::Slab;
-use ucs::{Result, Status};
+use ucs::config::Overrides;
+use ucs::{Outcome, Result, Status};
 use uct_transport::am::AmTable;
 use uct_transport::callbacks::{Comp, ErrHandler};
 use uct_transport::rma::RegionTable;
@@ -46,22 +47,25 @@ impl Transport for TcpTransport {
     type Iface = TcpIface;
     const NAME: &'static CStr = c"tcp";
 
-    fn query_devices(_md: &TcpMd) -> Result<Vec<TlResource>> {
-        Ok(devices()?
+    fn query_devices(md: &TcpMd) -> Result<Vec<TlResource>> {
+        Ok(devices(&md.config)?
             .iter()
             .map(|d| TlResource::new("tcp", &d.name, DeviceType::Net))
             .collect())
     }
 
     fn iface_open(md: &TcpMd, params: IfaceOpenParams) -> Result<TcpIface> {
-        let cfg = TcpConfig::read()?;
-        let Some(dev) = devices()?.into_iter().find(|d| d.name == params.dev_name) else {
+        let cfg = TcpConfig::read_with(&params.config)?;
+        let Some(dev) = devices(&params.config)?
+            .into_iter()
+            .find(|d| d.name == params.dev_name)
+        else {
             tracing::error!(
                 "tcp: no usable network device '{}' (it must be up, have an IP address and pass \
                  RUCX_NET_DEVICES; see rucx-info -d)",
                 params.dev_name
             );
-            return Err(Status::NoDevice);
+            return Err(Status::NoDevice.into());
         };
         // A loopback device uses its loopback address, any other a routable one; IPv4 first.
         let ip = dev
@@ -71,7 +75,7 @@ impl Transport for TcpTransport {
             .find(|a| a.is_loopback() == dev.loopback && !a.is_unspecified());
         let Some(ip) = ip else {
             tracing::error!("tcp: device {} has no usable address ({:?})", dev.name, dev.addrs);
-            return Err(Status::NoDevice);
+            return Err(Status::NoDevice.into());
         };
         let loopback = ip.is_loopback();
         let cfg = cfg.for_device(loopback);
@@ -124,7 +128,7 @@ impl Transport for TcpTransport {
             unexpected: RefCell::new(HashMap::new()),
             peer_sn: RefCell::new(HashMap::new()),
             deferred: Cell::new(0),
-            ev_buf: RefCell::new(vec![crate::sys::EMPTY_EVENT; cfg.max_poll].into_boxed_slice()),
+            ev_buf: RefCell::new(vec![crate::sys::empty_event(); cfg.max_poll].into_boxed_slice()),
             tick: Cell::new(0),
             tuner: ReadTuner::new(cfg.direct_reads, seed_u32()),
             solo: Cell::new(0),
@@ -143,8 +147,8 @@ impl Transport for TcpTransport {
 }
 
 /// The devices tcp may use (up, with an address, selected by `RUCX_NET_DEVICES`).
-fn devices() -> Result<Vec<netif::NetDevice>> {
-    let (list, deny) = config::net_devices()?;
+fn devices(code: &Overrides) -> Result<Vec<netif::NetDevice>> {
+    let (list, deny) = config::net_devices(code)?;
     Ok(netif::filter_devices(netif::enumerate()?, &list, deny))
 }
 
@@ -488,7 +492,7 @@ impl TransportIface for TcpIface {
         self.sh.progress()
     }
 
-    fn flush(&self, flags: FlushFlags, comp: Comp) -> Result<Status> {
+    fn flush(&self, flags: FlushFlags, comp: Comp) -> Result<Outcome> {
         self.sh.iface_flush(flags, comp)
     }
 
@@ -507,7 +511,7 @@ impl TransportIface for TcpIface {
     fn ep_create_connected(&self, dev: &[u8], iface: &[u8]) -> Result<TcpEp> {
         let (Some(peer), Some(port)) = (DevAddr::decode(dev), addr::decode_iface_addr(iface)) else {
             tracing::error!("tcp: ep_create_connected: malformed device or interface address");
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         };
         if !self.sh.dev.reaches(&peer) {
             tracing::error!(
@@ -516,7 +520,7 @@ impl TransportIface for TcpIface {
                 self.sh.dev_name,
                 self.sh.dev.ip
             );
-            return Err(Status::Unreachable);
+            return Err(Status::Unreachable.into());
         }
         let target = peer.socket_addr(port, self.sh.ifindex);
         Ok(TcpEp::new(self.sh.clone(), self.sh.create_iface_ep(target)))

@@ -20,10 +20,9 @@
 //! (operations awaiting replies); `errors` (failure handling); `timers`; `addr` (address
 //! formats); `bufs` (send/receive buffers lent to busy connections); `coalesce` (copied
 //! sends sharing one `send()`: bursts, full sockets); `sock` (socket calls); `sys` (the data
-//! path's raw system calls) and `direct` (receiving into user memory), the crate's only unsafe
-//! code. Building blocks: [`wire`],
-//! [`rx_parser`], [`netif`].
-#![deny(unsafe_code)]
+//! path's system calls) and `direct` (receiving a get's reply into user memory). Building
+//! blocks: [`wire`], [`rx_parser`], [`netif`].
+#![forbid(unsafe_code)]
 
 mod addr;
 mod bufs;

@@ -8,7 +8,8 @@
 use std::ffi::CStr;
 use std::rc::Rc;
 
-use ucs::{Result, Status};
+use ucs::config::Overrides;
+use ucs::{Error, Result, Status};
 use uct_transport::rma::{RegionTable, PACKED_RKEY_LEN};
 use uct_transport::traits::{TransportComponent, TransportMd};
 use uct_transport::types::{LinearFunc, MdAttr, MdFlags, MemAccess};
@@ -26,13 +27,16 @@ impl TransportComponent for TcpComponent {
         Ok(vec![MD_NAME.into()])
     }
 
-    fn md_open(name: &str) -> Result<TcpMd> {
+    fn md_open(name: &str, config: &Overrides) -> Result<TcpMd> {
         if name != MD_NAME {
-            tracing::error!(name, "the tcp component has one memory domain, \"{MD_NAME}\"");
-            return Err(Status::NoDevice);
+            return Err(Error::new(
+                Status::NoDevice,
+                format!("no memory domain {name:?}: the tcp component has one, \"{MD_NAME}\""),
+            ));
         }
         Ok(TcpMd {
             regions: Rc::new(RegionTable::new()),
+            config: config.clone(),
         })
     }
 
@@ -43,7 +47,7 @@ impl TransportComponent for TcpComponent {
                 "tcp: packed rkey of {} bytes (need {PACKED_RKEY_LEN})",
                 packed.len()
             );
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         }
         Ok((RegionTable::unpack(packed)?, 0))
     }
@@ -52,6 +56,8 @@ impl TransportComponent for TcpComponent {
 /// A memory domain: the registrations remote peers may access.
 pub struct TcpMd {
     pub(crate) regions: Rc<RegionTable>,
+    /// Configuration set in code for this memory domain (the context's).
+    pub(crate) config: Overrides,
 }
 
 impl TransportMd for TcpMd {

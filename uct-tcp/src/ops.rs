@@ -69,6 +69,15 @@ pub enum Done {
 }
 
 impl Done {
+    /// True when finishing it tells someone (a completion, an iface flush, an unpack).
+    pub fn reports(&self) -> bool {
+        match self {
+            Done::None => false,
+            Done::Comp(c) => !c.is_none(),
+            Done::Group(_) | Done::Unpack(..) => true,
+        }
+    }
+
     /// Updates the completion (runs user code: call without holding transport borrows).
     pub fn complete(self, st: Status) {
         match self {
@@ -158,6 +167,9 @@ pub struct Ops {
     next_seq: u32,
     /// Posted (unacknowledged) puts or atomics since the last barrier: a flush must send one.
     pub need_barrier: bool,
+    /// The first refusal of a posted put or atomic not yet reported: the next flush that
+    /// reports to someone fails with it.
+    pub posted_error: Option<Status>,
     pub q: VecDeque<Op>,
 }
 

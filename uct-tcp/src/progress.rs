@@ -9,13 +9,10 @@
 //! `recv()`s from it directly instead, and polls epoll (accepts, timers, everything else) only
 //! every [`EPOLL_EVERY`]th call. An idle call still costs one system call, but a reply that
 //! arrives is read by the next call rather than announced by an `epoll_wait` first: one system
-//! call less on each message's critical path (a ping-pong's latency drops by about 0.4 µs per
-//! hop on loopback, see docs/benchmarks.md). Streams keep epoll (many sends, or large ones, per
-//! reply): a side spinning in `recv()` takes the socket lock that the peer's packets and acks
-//! need (measured: an am_bw receiver spent 11% of its time in that lock's contention, and a
-//! put_bw initiator waiting for PUT_ACKs 5%, slowing the other side).
+//! call less on each message's critical path. Streams keep epoll (many sends, or large ones,
+//! per reply): a side spinning in `recv()` takes the socket lock that the peer's packets and
+//! acks need, and slows the other side.
 
-use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -75,7 +72,7 @@ impl Shared {
         // small one on the stack.
         match self.ev_buf.try_borrow_mut() {
             Ok(mut buf) => self.poll_into(&mut buf),
-            Err(_) => self.poll_into(&mut [sys::EMPTY_EVENT; 4]),
+            Err(_) => self.poll_into(&mut [sys::empty_event(); 4]),
         }
     }
 
@@ -114,7 +111,7 @@ impl Shared {
     /// with nothing to do stays short (it is the loop a waiting caller spins in).
     #[inline]
     fn poll_into(&self, evs: &mut [sys::Event]) -> u32 {
-        match sys::epoll_wait(self.epoll.0.as_raw_fd(), evs, 0) {
+        match sys::epoll_wait(&self.epoll, evs, 0) {
             Ok(0) | Err(_) => 0, // Err: EINTR; anything else would repeat on the next call
             Ok(n) => self.handle_events(&evs[..n]),
         }
@@ -319,12 +316,12 @@ impl Shared {
     /// staged sends).
     pub fn event_arm(&self) -> Result<()> {
         if self.deferred.get() > 0 || self.any_staged() {
-            return Err(Status::Busy);
+            return Err(Status::Busy.into());
         }
-        let mut ev = [sys::EMPTY_EVENT; 1];
-        match sys::epoll_wait(self.epoll.0.as_raw_fd(), &mut ev, 0) {
+        let mut ev = [sys::empty_event(); 1];
+        match sys::epoll_wait(&self.epoll, &mut ev, 0) {
             Ok(0) => Ok(()),
-            _ => Err(Status::Busy),
+            _ => Err(Status::Busy.into()),
         }
     }
 }

@@ -2,12 +2,11 @@
 //! (one system call less per message) or by asking epoll first (which touches none of the
 //! socket's state while the peer's packet is being delivered into it).
 //!
-//! Which is faster depends on where the two processes run. Measured on this project's host
-//! (docs/benchmarks.md, "tcp: direct reads and where the vCPUs run"): with both vCPUs under one
-//! L3 cache (a cache line moves between them in ~50 ns) direct reads made a ping-pong ~6%
-//! faster; with the vCPUs on different dies (~190 ns a line) they made it ~2.5% slower, and a
-//! bare C ping-pong shows the same. The placement is the hypervisor's and changes at run time,
-//! so with `RUCX_TCP_DIRECT_READS=auto` the tuner measures: every [`EXPLOIT`] waits it times
+//! Which is faster depends on where the two processes run: with both CPUs under one L3 cache
+//! direct reads win; with the CPUs on different dies a `recv()` that touches the socket while
+//! the peer's packet is being delivered into it pulls its cache lines across and loses. The
+//! placement is the hypervisor's and can change at run time, so with
+//! `RUCX_TCP_DIRECT_READS=auto` the tuner measures: every [`EXPLOIT`] waits it times
 //! [`TRIAL`] waits, half each way (drawn at random), and keeps the one whose median wait was
 //! shorter. Outside a trial the tuner costs a counter per wait, inside one two clock reads
 //! (vDSO).

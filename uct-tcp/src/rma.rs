@@ -10,7 +10,7 @@
 
 use std::rc::Rc;
 
-use ucs::{Result, Status};
+use ucs::{Error, Outcome, Result, Status};
 use uct_transport::callbacks::{Comp, ResultPtr, UnpackCb};
 use uct_transport::iov::{total_len, Iov};
 use uct_transport::traits::AtomicSize;
@@ -24,13 +24,15 @@ use crate::tx::{small_ctl, Lent, MAX_PARTS};
 use crate::wire::{self, encode_frame, AtomicRep, AtomicReq, GetRep, GetReq, Msg, PutAck, PutReq, WireError};
 
 #[cold]
-fn too_many_iov(n: usize, max: usize) -> Status {
-    tracing::error!("tcp: {n} I/O-vector entries, more than RUCX_TCP_MAX_IOV={max}");
-    Status::InvalidParam
+fn too_many_iov(n: usize, max: usize) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!("tcp: {n} I/O-vector entries, more than RUCX_TCP_MAX_IOV={max}"),
+    )
 }
 
 impl TcpEp {
-    pub(crate) fn send_put_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Status> {
+    pub(crate) fn send_put_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Outcome> {
         if iov.len() > self.sh.cfg.max_iov {
             return Err(too_many_iov(iov.len(), self.sh.cfg.max_iov));
         }
@@ -59,12 +61,12 @@ impl TcpEp {
                 kind: OpKind::PutAck,
                 done: Done::Comp(comp),
             });
-            Ok(Status::InProgress)
+            Ok(Outcome::InProgress)
         })
     }
 
     /// Sends a GET_REQ and queues the operation that takes its reply.
-    fn send_get(&self, len: u64, raddr: u64, rkey: u64, make: impl FnOnce(u32) -> Op) -> Result<Status> {
+    fn send_get(&self, len: u64, raddr: u64, rkey: u64, make: impl FnOnce(u32) -> Op) -> Result<Outcome> {
         self.with_tx(0, |conn, tx| {
             let seq = conn.ops.borrow_mut().take_seq();
             let mut hdr = [0u8; 40];
@@ -78,11 +80,11 @@ impl TcpEp {
             self.sh
                 .send_parts(conn, tx, &[&hdr[..h]], 1, Lent::None, Comp::NONE)?;
             conn.ops.borrow_mut().q.push_back(make(seq));
-            Ok(Status::InProgress)
+            Ok(Outcome::InProgress)
         })
     }
 
-    pub(crate) fn send_get_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Status> {
+    pub(crate) fn send_get_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Outcome> {
         if iov.len() > self.sh.cfg.max_iov {
             return Err(too_many_iov(iov.len(), self.sh.cfg.max_iov));
         }
@@ -105,14 +107,14 @@ impl TcpEp {
         raddr: u64,
         rkey: u64,
         comp: Comp,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         if len > self.sh.cfg.rx_seg {
             unpack.cancel();
             tracing::error!(
                 "tcp: get_bcopy of {len} bytes exceeds get.max_bcopy ({})",
                 self.sh.cfg.rx_seg
             );
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         }
         let mut unpack = Some(unpack);
         let r = self.send_get(len as u64, raddr, rkey, |seq| Op {
@@ -143,13 +145,13 @@ impl TcpEp {
         raddr: u64,
         rkey: u64,
         comp: Comp,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         let post = result.is_none();
         if post && matches!(op, AtomicOp::Swap | AtomicOp::Cswap) {
             tracing::error!(
                 "tcp: atomic_post supports add/and/or/xor; use atomic_fetch or atomic_cswap for {op:?}"
             );
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         }
         let (wsize, mask) = match size {
             AtomicSize::U32 => (wire::AtomicSize::Bits32, u64::from(u32::MAX)),
@@ -160,7 +162,7 @@ impl TcpEp {
                 "tcp: atomic at unaligned address {raddr:#x} (needs {}-byte alignment)",
                 wsize.bytes()
             );
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         }
         self.with_tx(0, |conn, tx| {
             let seq = conn.ops.borrow_mut().take_seq();
@@ -182,14 +184,14 @@ impl TcpEp {
             let mut ops = conn.ops.borrow_mut();
             if post {
                 ops.need_barrier = true;
-                Ok(Status::Ok)
+                Ok(Outcome::Done)
             } else {
                 ops.q.push_back(Op {
                     seq,
                     kind: OpKind::Atomic { result },
                     done: Done::Comp(comp),
                 });
-                Ok(Status::InProgress)
+                Ok(Outcome::InProgress)
             }
         })
     }
@@ -231,11 +233,12 @@ impl Shared {
             Status::Ok
         } else {
             match usize::try_from(r.length)
-                .map_err(|_| Status::InvalidParam)
+                .map_err(|_| Error::from(Status::InvalidParam))
                 .and_then(|n| self.regions.with_target(r.rkey, r.remote_addr, n, |_| ()))
             {
                 Ok(()) => Status::Ok,
-                Err(st) => {
+                Err(e) => {
+                    let st = e.status();
                     self.refused(conn, "put", r.remote_addr, r.length, r.rkey, st);
                     st
                 }
@@ -267,7 +270,7 @@ impl Shared {
             Ok(())
         } else {
             usize::try_from(r.length)
-                .map_err(|_| Status::InvalidParam)
+                .map_err(|_| Error::from(Status::InvalidParam))
                 .and_then(|n| self.regions.with_source(r.rkey, r.remote_addr, n, |_| ()))
         };
         match check {
@@ -288,7 +291,8 @@ impl Shared {
                     status: Status::Ok,
                 })),
             ),
-            Err(st) => {
+            Err(e) => {
+                let st = e.status();
                 self.refused(conn, "get", r.remote_addr, r.length, r.rkey, st);
                 self.reply(
                     conn,
@@ -330,14 +334,14 @@ impl Shared {
                     r.remote_addr,
                     u64::from(r.size.bytes()),
                     r.rkey,
-                    st,
+                    (&st).into(),
                 );
                 self.reply(
                     conn,
                     small_ctl(&Msg::AtomicRep(AtomicRep {
                         value: 0,
                         seq: r.seq,
-                        status: st,
+                        status: st.into(),
                     })),
                 );
             }
@@ -357,25 +361,18 @@ impl Shared {
         }
     }
 
-    /// A posted (unacknowledged) put or atomic failed at the target: the endpoint fails. The
-    /// connection itself is sound: it is handed to the interface like that of a destroyed
-    /// endpoint (FIN), so a peer endpoint sharing it keeps working.
+    /// A posted (unacknowledged) put or atomic was refused by the target: that operation
+    /// failed, not the endpoint. It has no completion of its own, so the next flush that
+    /// reports (its completion, or the flush call once nothing is outstanding) fails with it.
     fn posted_failed(&self, conn: &Conn, what: &str, st: Status) {
-        let ep = conn.ep.borrow().upgrade();
-        let Some(ep) = ep else {
-            // Its endpoint was destroyed meanwhile: nobody to tell.
-            tracing::warn!(
-                "tcp: a {what} posted to {} was refused by the target: {st}",
-                conn.peer.get()
-            );
-            return;
-        };
         tracing::warn!(
-            "tcp: a {what} posted to {} was refused by the target: {st}; the endpoint fails",
+            "tcp: a {what} posted to {} was refused by the target: {st}; the next flush reports it",
             conn.peer.get()
         );
-        self.ep_failed(&ep, st);
-        self.detach_ep(conn);
+        let mut ops = conn.ops.borrow_mut();
+        if ops.posted_error.is_none() {
+            ops.posted_error = Some(st);
+        }
     }
 
     fn unexpected_reply(&self, conn: &Conn, what: &'static str, seq: u32) {
@@ -391,9 +388,16 @@ impl Shared {
     pub fn on_put_ack(&self, conn: &Rc<Conn>, a: PutAck) {
         let op = conn.ops.borrow_mut().pop_reply(a.seq);
         match op {
-            Some(op) if matches!(op.kind, OpKind::PutAck | OpKind::Barrier) => {
-                self.finish_op(conn, op, a.status)
+            Some(op) if matches!(op.kind, OpKind::Barrier) => {
+                // The barrier covers the posted operations before it: a refusal among them
+                // fails the flush that reports.
+                let st = match a.status {
+                    Status::Ok if op.done.reports() => conn.ops.borrow_mut().posted_error.take(),
+                    _ => None,
+                };
+                self.finish_op(conn, op, st.unwrap_or(a.status))
             }
+            Some(op) if matches!(op.kind, OpKind::PutAck) => self.finish_op(conn, op, a.status),
             Some(op) => {
                 conn.ops.borrow_mut().q.push_front(op);
                 self.unexpected_reply(conn, "PUT_ACK sequence number (answers a get or atomic)", a.seq);

@@ -98,8 +98,8 @@ impl Shared {
     /// One `recv()` and its processing: (work, whether it was a full buffered read).
     /// (Inlined with `rx_got`, `recv_once` and `process_frames`: one function from the `recv()`
     /// to the handler, not four, each saving and restoring registers; what only puts, gets and
-    /// handshakes need stays out of line. `inline(always)`: left to itself the compiler split
-    /// this path differently from build to build, 20-50 instructions per message apart.)
+    /// handshakes need stays out of line. `inline(always)`: left to itself the compiler splits
+    /// this path differently from build to build.)
     #[inline(always)]
     fn rx_step(&self, conn: &Rc<Conn>, rx: &mut Rx) -> (u32, bool) {
         let got = self.recv_once(conn, rx);
@@ -197,7 +197,7 @@ impl Shared {
                     Err(st) => {
                         // Deregistered meanwhile: the rest is read and dropped.
                         if let Sink::Put { status, .. } = &mut rx.sink {
-                            *status = st;
+                            *status = st.into();
                         }
                         None
                     }
@@ -319,7 +319,7 @@ impl Shared {
     #[inline]
     fn on_am(&self, conn: &Rc<Conn>, id: u8, payload: &[u8]) {
         if let Err(st) = self.am.invoke(id, payload, None) {
-            self.am_refused(conn, id, st);
+            self.am_refused(conn, id, st.into());
         }
     }
 
@@ -339,7 +339,7 @@ impl Shared {
                 key, addr, status, ..
             } if *status == Status::Ok => {
                 if let Err(st) = self.regions.write(*key, *addr + offset, data) {
-                    *status = st;
+                    *status = st.into();
                 }
             }
             Sink::Get(Op {

@@ -10,13 +10,12 @@
 //!
 //! Large frames are read to their end and no further: once a frame's header says that more
 //! than [`BOUNDED_MIN`] bytes of it are still to come, [`RxParser::buf_mut`] offers exactly the
-//! rest, so the frame ends the buffer and the next read starts at its front. Without that, a
-//! stream of 64 KiB AMs left a partial frame at the tail after most reads, and moving it to the
-//! front copied 4–12% of the data a second time (measured on loopback, docs/benchmarks.md).
+//! rest, so the frame ends the buffer and the next read starts at its front, instead of leaving
+//! a partial frame at the tail to be moved to the front (copied twice).
 //! Likewise after a large bulk transfer (≥ [`BULK_LARGE`], received in place) the next read
 //! takes only one fixed-size frame's worth ([`SMALL_READ`]): if that is the next PUT_REQ /
-//! GET_REP, its bulk data then goes straight to its destination instead of through this buffer
-//! (a full-buffer read there copied up to 128 KiB of each 1 MiB put twice).
+//! GET_REP, its bulk data then goes straight to its destination instead of through this
+//! buffer.
 //!
 //! Bulk data after a PUT_REQ / GET_REP is handed out as [`Frame::Bulk`] chunks of whatever is
 //! buffered; when nothing is buffered the transport may instead `recv()` up to
@@ -253,9 +252,8 @@ impl RxParser {
     /// The next frame if it is a complete active message, as `(id, payload)`; `None` for
     /// anything else (bulk data due, another frame type, a partial or malformed frame, a broken
     /// stream), which [`next_frame`](Self::next_frame) then reports. The receive fast path:
-    /// the frame header's checks (`FrameHeader::decode`) without building a `Msg`
-    /// (docs/benchmarks.md: the result enums moved through three calls cost more than the
-    /// checks).
+    /// the frame header's checks (`FrameHeader::decode`) without building a `Msg`, whose
+    /// result enums, moved through three calls, would cost more than the checks.
     #[inline(always)]
     pub fn next_am(&mut self) -> Option<(u8, &[u8])> {
         if self.failed.is_some() || self.bulk_done != self.bulk_total {

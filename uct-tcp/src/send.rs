@@ -8,7 +8,7 @@
 //! buffer and is written by progress; until then copied sends are appended behind it
 //! (`coalesce.rs`) and the others answer `NoResource`.
 
-use ucs::{Result, Status};
+use ucs::{Error, Outcome, Result, Status};
 use uct_transport::callbacks::{Comp, PackCb};
 use uct_transport::iov::Iov;
 
@@ -22,32 +22,47 @@ use crate::wire::{encode_am_header, encode_frame, Msg, PutReq, AM_ID_MAX, FRAME_
 const PUT_HDR: usize = 40;
 
 #[cold]
-fn bad_id(id: u8) -> Status {
-    tracing::error!("tcp: AM id {id} out of range 0..{}", AM_ID_MAX - 1);
-    Status::InvalidParam
+fn bad_id(id: u8) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!("tcp: AM id {id} out of range 0..{}", AM_ID_MAX - 1),
+    )
 }
 
 #[cold]
-fn too_long(what: &str, len: usize, max: usize, var: &str) -> Status {
-    tracing::error!("tcp: {what} of {len} bytes exceeds the limit {max} ({var})");
-    Status::InvalidParam
+fn too_long(what: &str, len: usize, max: usize, var: &str) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!("tcp: {what} of {len} bytes exceeds the limit of {max} ({var})"),
+    )
 }
 
 #[cold]
-fn peer_limit(conn: &Conn, len: usize) -> Status {
-    tracing::error!(
-        "tcp: message of {len} bytes exceeds what {} accepts ({} bytes: its RUCX_TCP_RX_SEG_SIZE)",
-        conn.peer.get(),
-        conn.peer_max.get()
-    );
-    Status::InvalidParam
+fn too_many(what: &str, n: usize, max: usize, var: &str) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!("tcp: {what} with {n} I/O-vector entries, more than {max} ({var})"),
+    )
+}
+
+#[cold]
+fn peer_limit(conn: &Conn, len: usize) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!(
+            "tcp: message of {len} bytes exceeds what {} accepts ({} bytes: its RUCX_TCP_RX_SEG_SIZE; \
+             the endpoint's attributes give the peer's limits)",
+            conn.peer.get(),
+            conn.peer_max.get()
+        ),
+    )
 }
 
 /// Sends the message just written to `tx.buf[base..base + total]`: at once from the start if
 /// nothing was waiting (keeping any rest there), else appended behind the staged or unsent
-/// bytes, which progress writes (`coalesce.rs`). Inlined into each sender up to the `send()`,
-/// because across dies the instructions between a reply's arrival and the next send show in
-/// the latency (docs/benchmarks.md); what a partial send needs is out of line.
+/// bytes, which progress writes (`coalesce.rs`). Inlined into each sender up to the `send()`:
+/// the instructions between a reply's arrival and the next send are on the latency path. What
+/// a partial send needs is out of line.
 #[inline(always)]
 fn send_buffered(ep: &TcpEp, conn: &Conn, tx: &mut Tx, base: usize, total: usize) -> Result<()> {
     conn.tx_bytes.set(conn.tx_bytes.get() + total as u64);
@@ -67,7 +82,7 @@ fn send_rest(ep: &TcpEp, conn: &Conn, tx: &mut Tx, total: usize, r: nix::Result<
     let sent = match r {
         Ok(n) => n,
         Err(nix::errno::Errno::EAGAIN) => 0,
-        Err(e) => return Err(sock::errno_status(e)),
+        Err(e) => return Err(sock::errno_status(e).into()),
     };
     tx.head = sent;
     tx.tail = total;
@@ -121,11 +136,11 @@ impl TcpEp {
             return Err(bad_id(id));
         }
         if iov.len() > uct_transport::types::MAX_IOV {
-            return Err(too_long(
-                "am_short_iov entry count",
+            return Err(too_many(
+                "am_short_iov",
                 iov.len(),
                 uct_transport::types::MAX_IOV,
-                "uct_transport::types::MAX_IOV",
+                "MAX_IOV",
             ));
         }
         let len: usize = iov.iter().map(|e| e.len()).sum();
@@ -174,14 +189,14 @@ impl TcpEp {
         })
     }
 
-    pub(crate) fn send_am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], comp: Comp) -> Result<Status> {
+    pub(crate) fn send_am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], comp: Comp) -> Result<Outcome> {
         let cfg = &self.sh.cfg;
         if id >= AM_ID_MAX {
             return Err(bad_id(id));
         }
         if iov.len() > cfg.max_iov {
-            return Err(too_long(
-                "am_zcopy entry count",
+            return Err(too_many(
+                "am_zcopy",
                 iov.len(),
                 cfg.max_iov,
                 "am.max_iov, RUCX_TCP_MAX_IOV",
@@ -219,8 +234,8 @@ impl TcpEp {
                 .sh
                 .send_parts(conn, tx, &parts[..2 + iov.len()], 2, Lent::Iov(iov), comp)?
             {
-                crate::tx::Sent::All => Ok(Status::Ok),
-                crate::tx::Sent::Stashed => Ok(Status::InProgress),
+                crate::tx::Sent::All => Ok(Outcome::Done),
+                crate::tx::Sent::Stashed => Ok(Outcome::InProgress),
             }
         })
     }
@@ -239,7 +254,7 @@ impl TcpEp {
         ops.need_barrier = true;
         encode_frame(&Msg::PutReq(put), out)
             .map(|_| ())
-            .map_err(Status::from)
+            .map_err(|e| Status::from(e).into())
     }
 
     pub(crate) fn send_put_short(&self, data: &[u8], raddr: u64, rkey: u64) -> Result<()> {

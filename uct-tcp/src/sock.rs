@@ -197,7 +197,7 @@ pub fn start_connect(
         Err(Errno::EINPROGRESS) | Err(Errno::EINTR) => Ok((sock, false)),
         Err(e) => {
             tracing::debug!("tcp: connect to {target} failed at once: {e}");
-            Err(errno_status(e))
+            Err(errno_status(e).into())
         }
     }
 }
@@ -236,7 +236,7 @@ pub fn listen(ip: IpAddr, scope_id: u32, range: Option<(u16, u16)>) -> Result<Tc
         ),
         None => tracing::error!("tcp: cannot listen on {ip}: {e}"),
     }
-    Err(Status::IoError)
+    Err(Status::IoError.into())
 }
 
 #[cfg(test)]
@@ -330,7 +330,7 @@ mod tests {
         // The only port of the range is taken now.
         assert_eq!(
             listen("127.0.0.1".parse().unwrap(), 0, Some((p, p))).err(),
-            Some(Status::IoError)
+            Some(Status::IoError.into())
         );
     }
 }

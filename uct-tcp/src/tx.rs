@@ -10,7 +10,7 @@
 use std::io::IoSlice;
 
 use nix::errno::Errno;
-use ucs::{Result, Status};
+use ucs::{Error, Result, Status};
 use uct_transport::callbacks::Comp;
 use uct_transport::iov::Iov;
 
@@ -77,7 +77,7 @@ fn stash(
         sent = 0;
         let Some(dst) = tx.buf.get_mut(tx.tail..tx.tail + rest.len()) else {
             tracing::error!("tcp: message header larger than the send buffer (internal error)");
-            return Err(Status::IoError);
+            return Err(Status::IoError.into());
         };
         dst.copy_from_slice(rest);
         tx.tail += rest.len();
@@ -191,7 +191,7 @@ impl Shared {
             Ok(n) if n >= total => return Ok(Sent::All),
             Ok(n) => n,
             Err(Errno::EAGAIN) => 0,
-            Err(e) => return Err(sock::errno_status(e)),
+            Err(e) => return Err(sock::errno_status(e).into()),
         };
         if tx.buf.is_empty() {
             tx.buf = self.tx_bufs.take();
@@ -233,7 +233,7 @@ impl Shared {
                                      dropping the connection",
                                     conn.peer.get()
                                 );
-                                return Err(Status::IoError);
+                                return Err(Status::IoError.into());
                             }
                         }
                     }
@@ -249,7 +249,7 @@ impl Shared {
                     }
                 }
                 Err(Errno::EAGAIN) => return Ok(false),
-                Err(e) => return Err(sock::errno_status(e)),
+                Err(e) => return Err(sock::errno_status(e).into()),
             }
         }
         Ok(true)
@@ -260,7 +260,7 @@ impl Shared {
         match *ctl {
             Ctl::Small { b, n } => self.send_parts(conn, tx, &[&b[..n as usize]], 1, Lent::None, Comp::NONE),
             Ctl::GetRep { seq, key, addr, len } => {
-                let ulen = usize::try_from(len).map_err(|_| Status::InvalidParam);
+                let ulen = usize::try_from(len).map_err(|_| Error::from(Status::InvalidParam));
                 let r = ulen.and_then(|ulen| {
                     self.regions.with_source(key, addr, ulen, |src| {
                         let mut hdr = [0u8; 24];
@@ -290,7 +290,7 @@ impl Shared {
                         let c = small_ctl(&Msg::GetRep(GetRep {
                             length: 0,
                             seq,
-                            status: st,
+                            status: st.status(),
                         }));
                         self.send_ctl(conn, tx, &c)
                     }

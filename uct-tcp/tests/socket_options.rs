@@ -1,33 +1,24 @@
 //! Socket options of real connections on `lo`, read back from the kernel with `ss`
 //! (iproute2, installed by scripts/install-deps.sh): with `RUCX_TCP_CONGESTION=auto` both ends
-//! of a loopback connection use reno, whatever the system's default is.
+//! of a loopback connection use reno, whatever the system's default is. A binary of its own:
+//! every established connection of the process is checked, and raw sockets of other tests
+//! would have the system's default.
 
-mod common;
-
-use std::collections::HashSet;
 use std::process::Command;
 
-use common::*;
+use rucx_testkit::tcp::{self, procfs};
+use rucx_testkit::{modules, Connect, Setup, Workers};
 
 const ID: u8 = 3;
 
-/// Inode numbers of this process's sockets.
-fn socket_inodes() -> HashSet<String> {
-    let mut out = HashSet::new();
-    for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-        if let Ok(t) = std::fs::read_link(e.path()) {
-            let t = t.to_string_lossy().into_owned();
-            if let Some(ino) = t.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')) {
-                out.insert(ino.to_string());
-            }
-        }
-    }
-    out
+/// tcp on `lo`, linked in.
+fn lo() -> Setup {
+    tcp::lo(&modules::builtin(uct_tcp::module()))
 }
 
 /// The congestion control of each established TCP connection of this process, by inode.
 fn congestion_of_ours() -> Vec<(String, String)> {
-    let ours = socket_inodes();
+    let ours = procfs::own_socket_inodes();
     let out = Command::new("ss")
         .args(["-tienOH", "state", "established"])
         .output()
@@ -40,7 +31,7 @@ fn congestion_of_ours() -> Vec<(String, String)> {
         let Some(ino) = words.iter().find_map(|w| w.strip_prefix("ino:")) else {
             continue;
         };
-        if !ours.contains(ino) {
+        if !ino.parse().is_ok_and(|n: u64| ours.contains(&n)) {
             continue;
         }
         // `ss -i` names the algorithm as a word of its own right after the timer/uid fields,
@@ -58,11 +49,11 @@ fn congestion_of_ours() -> Vec<(String, String)> {
 
 #[test]
 fn loopback_connections_use_reno_on_both_ends() {
-    for model in [Model::Ep, Model::Iface] {
-        let p = Pair::new(model, false);
-        let rec = p.record(ID);
-        p.retry("am_short", || p.ep.am_short(ID, 1, b"x")).unwrap();
-        p.wait("am_short", || rec.borrow().len() == 1);
+    for model in [Connect::ToEp, Connect::ToIface] {
+        let p = lo().layout(model, Workers::Separate).pair();
+        let rec = p.record_am(ID);
+        p.retry("am_short", || p.ep().am_short(ID, 1, b"x")).unwrap();
+        p.wait_for("am_short", || rec.borrow().len() == 1);
         let conns = congestion_of_ours();
         // Both ends of the connection live in this process.
         assert!(conns.len() >= 2, "{model:?}: connections found: {conns:?}");

@@ -22,7 +22,7 @@ use std::ffi::{c_char, c_void};
 use crate::types::{IfaceAttr, MdAttr, TlResource};
 
 /// Bumped on any change to a `Raw*` type or table. A plugin with another version is skipped.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Status as it crosses the boundary (`ucs::Status::as_raw`).
 pub type RawStatus = i8;
@@ -134,6 +134,57 @@ pub struct RawIfaceParams {
     pub rx_headroom: usize,
     pub err_handler: Option<RawErrHandler>,
     pub err_handler_arg: *mut c_void,
+    /// Configuration set in code (context and interface settings merged, the interface's
+    /// winning): `num_config` pairs, valid for the call.
+    pub config: *const RawConfigPair,
+    pub num_config: usize,
+}
+
+/// One configuration variable set in code: name without `RUCX_` and value, UTF-8, each valid
+/// for the call it is passed to.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct RawConfigPair {
+    pub name: *const u8,
+    pub name_len: usize,
+    pub value: *const u8,
+    pub value_len: usize,
+}
+
+impl RawConfigPair {
+    /// A pair borrowing `name` and `value`.
+    pub fn new(name: &str, value: &str) -> RawConfigPair {
+        RawConfigPair {
+            name: name.as_ptr(),
+            name_len: name.len(),
+            value: value.as_ptr(),
+            value_len: value.len(),
+        }
+    }
+}
+
+/// Copies `n` pairs at `p` into [`ucs::config::Overrides`] (invalid UTF-8 is replaced).
+///
+/// # Safety
+/// `p` must point to `n` pairs whose byte ranges are valid for reading, or `n` must be 0.
+pub unsafe fn read_config_pairs(p: *const RawConfigPair, n: usize) -> ucs::config::Overrides {
+    let mut out = ucs::config::Overrides::new();
+    if n == 0 || p.is_null() {
+        return out;
+    }
+    // SAFETY: forwarded to the caller.
+    let pairs = unsafe { std::slice::from_raw_parts(p, n) };
+    for c in pairs {
+        // SAFETY: forwarded to the caller (each range valid for reading).
+        let (k, v) = unsafe {
+            (
+                std::slice::from_raw_parts(c.name, c.name_len),
+                std::slice::from_raw_parts(c.value, c.value_len),
+            )
+        };
+        out.set(&String::from_utf8_lossy(k), &String::from_utf8_lossy(v));
+    }
+    out
 }
 
 /// The operation table of one transport's interfaces and endpoints (`uct_iface_ops_t`).
@@ -179,6 +230,7 @@ pub struct RawIfaceOps {
         ep: *mut *mut c_void,
     ) -> RawStatus,
     pub ep_destroy: unsafe extern "C" fn(ep: *mut c_void),
+    pub ep_query: unsafe extern "C" fn(ep: *mut c_void, attr: *mut crate::types::EpAttr) -> RawStatus,
     pub ep_get_address: unsafe extern "C" fn(ep: *mut c_void, buf: *mut u8, len: usize) -> RawStatus,
     pub ep_connect_to_ep: unsafe extern "C" fn(
         ep: *mut c_void,
@@ -331,7 +383,14 @@ pub struct RawComponent {
     pub name: *const c_char,
     pub query_md_resources:
         unsafe extern "C" fn(out: *mut RawMdResource, max: usize, count: *mut usize) -> RawStatus,
-    pub md_open: unsafe extern "C" fn(name: *const c_char, md: *mut *mut c_void) -> RawStatus,
+    /// Opens memory domain `name` with `num_config` configuration pairs set in code (valid for
+    /// the call).
+    pub md_open: unsafe extern "C" fn(
+        name: *const c_char,
+        config: *const RawConfigPair,
+        num_config: usize,
+        md: *mut *mut c_void,
+    ) -> RawStatus,
     pub md_ops: *const RawMdOps,
     /// Unpacks a packed rkey into `*rkey` (used in RMA calls) and `*handle` (for release).
     pub rkey_unpack: unsafe extern "C" fn(
@@ -359,6 +418,10 @@ pub struct RawConfigField {
 pub type RawLogFn =
     unsafe extern "C" fn(level: u8, target: *const u8, target_len: usize, msg: *const u8, msg_len: usize);
 
+/// Takes the context of the error `status` that the plugin is about to return (UTF-8 bytes
+/// valid for the call); see [`crate::error_context`].
+pub type RawSetErrorFn = unsafe extern "C" fn(status: RawStatus, msg: *const u8, len: usize);
+
 /// What the host hands a plugin at init.
 #[repr(C)]
 pub struct RawHostApi {
@@ -366,6 +429,7 @@ pub struct RawHostApi {
     /// Maximum level the host wants (0 off, 1 error .. 5 trace).
     pub log_level: u8,
     pub log: RawLogFn,
+    pub set_error: RawSetErrorFn,
 }
 
 /// A module descriptor: what a plugin's entry symbol returns and what a built-in crate exposes.

@@ -5,7 +5,7 @@
 use std::cell::Cell;
 use std::ffi::c_void;
 
-use ucs::Status;
+use ucs::{Error, Status};
 
 use crate::abi::{RawAmCb, RawRxDesc};
 use crate::types::{AmCbFlags, AM_ID_MAX};
@@ -66,21 +66,23 @@ impl AmTable {
     }
 
     /// Installs (`cb` some) or removes (`cb` none) the handler of `id` (`uct_iface_set_am_handler`).
-    pub fn set(&self, id: u8, cb: Option<RawAmCb>, arg: *mut c_void, flags: AmCbFlags) -> Result<(), Status> {
+    pub fn set(&self, id: u8, cb: Option<RawAmCb>, arg: *mut c_void, flags: AmCbFlags) -> ucs::Result<()> {
+        let invalid = |msg: String| Err(Error::new(Status::InvalidParam, msg));
         if id >= AM_ID_MAX {
-            tracing::error!(id, "set_am_handler: AM id out of range 0..{}", AM_ID_MAX - 1);
-            return Err(Status::InvalidParam);
+            return invalid(format!(
+                "set_am_handler: AM id {id} out of range 0..{}",
+                AM_ID_MAX - 1
+            ));
         }
         if flags.contains(AmCbFlags::RESERVED) {
-            tracing::error!(id, "set_am_handler: the RESERVED flag must not be used");
-            return Err(Status::InvalidParam);
+            return invalid(format!(
+                "set_am_handler (id {id}): the RESERVED flag must not be used"
+            ));
         }
         if cb.is_some() && !flags.contains(AmCbFlags::ASYNC) && !self.supports_sync {
-            tracing::error!(
-                id,
-                "set_am_handler: this transport calls handlers asynchronously; pass AmCbFlags::ASYNC"
-            );
-            return Err(Status::InvalidParam);
+            return invalid(format!(
+                "set_am_handler (id {id}): this transport calls handlers asynchronously; pass AmCbFlags::ASYNC"
+            ));
         }
         self.entries[id as usize].set(Entry { cb, arg });
         Ok(())
@@ -105,7 +107,7 @@ impl AmTable {
     /// should drop the connection). A message for an id without handler is logged once per id
     /// and dropped, as UCX does.
     #[inline]
-    pub fn invoke(&self, id: u8, data: &[u8], desc: Option<LentDesc>) -> Result<AmDisposition, Status> {
+    pub fn invoke(&self, id: u8, data: &[u8], desc: Option<LentDesc>) -> ucs::Result<AmDisposition> {
         let desc = desc.map_or(std::ptr::null_mut(), |d| d.0.as_ptr());
         let Some(cell) = self.entries.get(id as usize) else {
             return Err(id_out_of_range(id));
@@ -145,13 +147,13 @@ impl AmTable {
 /// Logging kept out of line: the send path that inlines `invoke` stays small.
 #[cold]
 #[inline(never)]
-fn id_out_of_range(id: u8) -> Status {
-    tracing::error!(
-        id,
+fn id_out_of_range(id: u8) -> Error {
+    let msg = format!(
         "active message id {id} out of range 0..{}: dropped",
         AM_ID_MAX - 1
     );
-    Status::InvalidParam
+    tracing::error!("{msg}");
+    Error::new(Status::InvalidParam, msg)
 }
 
 #[cold]

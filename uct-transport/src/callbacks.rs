@@ -8,7 +8,7 @@
 
 use std::ffi::c_void;
 
-use ucs::Status;
+use ucs::{Error, Status};
 
 use crate::abi::{self, RawCompletion, RawErrHandler, RawPackCb, RawPendingReq, RawPurgeCb, RawUnpackCb};
 use crate::traits::EpHandle;
@@ -47,7 +47,7 @@ impl PackCb {
     /// A callback that claims more than `dest.len()` is a host bug reported as `MessageTruncated`.
     /// Inlined: a bcopy send's stack stays one frame shallower (see `uct-self`'s `am_bcopy`).
     #[inline]
-    pub fn pack(self, dest: &mut [u8]) -> Result<usize, Status> {
+    pub fn pack(self, dest: &mut [u8]) -> ucs::Result<usize> {
         // SAFETY: `dest` is a valid writable buffer of `dest.len()` bytes; `arg` is the host's.
         let n = unsafe { (self.func)(self.arg, dest.as_mut_ptr(), dest.len()) };
         if n > dest.len() {
@@ -59,9 +59,11 @@ impl PackCb {
 
 #[cold]
 #[inline(never)]
-fn pack_overrun(n: usize, max: usize) -> Status {
-    tracing::error!(n, max, "bcopy pack callback wrote past the buffer limit");
-    Status::MessageTruncated
+fn pack_overrun(n: usize, max: usize) -> Error {
+    Error::new(
+        Status::MessageTruncated,
+        format!("the bcopy pack callback claims {n} bytes, more than the {max} it was given"),
+    )
 }
 
 /// A get_bcopy unpack callback. Must be consumed exactly once: `deliver` or `cancel`.

@@ -19,6 +19,7 @@
 pub mod abi;
 pub mod am;
 pub mod callbacks;
+pub mod error_context;
 pub mod export;
 pub mod iov;
 mod log_bridge;
@@ -33,4 +34,4 @@ pub use traits::{
     AtomicSize, EpHandle, IfaceOpenParams, Transport, TransportComponent, TransportEp, TransportIface,
     TransportMd,
 };
-pub use ucs::{Result, Status};
+pub use ucs::{Error, Outcome, Result, Status};

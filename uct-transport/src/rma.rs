@@ -11,7 +11,7 @@ use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use slab::Slab;
-use ucs::{Result, Status};
+use ucs::{Error, Result, Status};
 
 use crate::traits::AtomicSize;
 use crate::types::{AtomicOp, MemAccess};
@@ -88,7 +88,7 @@ impl RegionTable {
             Some(_) => Ok(()),
             None => {
                 tracing::error!(memh, "deregistering unknown memory handle");
-                Err(Status::InvalidParam)
+                Err(Status::InvalidParam.into())
             }
         }
     }
@@ -143,32 +143,31 @@ impl RegionTable {
         }
     }
 
-    /// Why [`check`](Self::check) refused an access, logged.
+    /// Why [`check`](Self::check) refused an access: logged for the operator of this (target)
+    /// process, and the context of the error the transport reports back.
     #[cold]
     #[inline(never)]
-    fn refuse(&self, key: u64, addr: u64, len: usize, need: MemAccess) -> Status {
+    fn refuse(&self, key: u64, addr: u64, len: usize, need: MemAccess) -> Error {
         let regions = self.regions.borrow();
-        let r = match regions.get((key >> 32) as usize) {
-            Some(r) if r.key == key => *r,
-            _ => {
-                tracing::error!("remote access with unknown or stale rkey {key:#x}: refused");
-                return Status::InvalidAddr;
+        let msg = match regions.get((key >> 32) as usize) {
+            Some(r) if r.key == key => {
+                let end = addr.checked_add(len as u64);
+                if addr < r.base || end.is_none_or(|e| e > r.base + r.len) {
+                    format!(
+                        "remote access [{addr:#x}, +{len}) outside registered [{:#x}, +{}): refused",
+                        r.base, r.len
+                    )
+                } else {
+                    format!(
+                        "remote access {need:?} not granted by the registration ({:?}): refused",
+                        r.access
+                    )
+                }
             }
+            _ => format!("remote access with unknown or stale rkey {key:#x}: refused"),
         };
-        let end = addr.checked_add(len as u64);
-        if addr < r.base || end.is_none_or(|e| e > r.base + r.len) {
-            tracing::error!(
-                "remote access [{addr:#x}, +{len}) outside registered [{:#x}, +{}): refused",
-                r.base,
-                r.len
-            );
-        } else {
-            tracing::error!(
-                "remote access {need:?} not granted by the registration ({:?}): refused",
-                r.access
-            );
-        }
-        Status::InvalidAddr
+        tracing::error!("{msg}");
+        Error::new(Status::InvalidAddr, msg)
     }
 
     /// Writes `data` at `addr` (a remote put).
@@ -231,7 +230,7 @@ impl RegionTable {
         };
         if !addr.is_multiple_of(width as u64) {
             tracing::error!("atomic at unaligned address {addr:#x} (needs {width}-byte alignment): refused");
-            return Err(Status::InvalidAddr);
+            return Err(Status::InvalidAddr.into());
         }
         let p = self.check(key, addr, width, MemAccess::REMOTE_ATOMIC)?;
         // SAFETY: aligned, in registered memory (checked); atomics make concurrent CPU access
@@ -299,16 +298,19 @@ mod tests {
         let key = RegionTable::unpack(&packed).unwrap();
         assert_eq!(
             RegionTable::unpack(&packed[..8]),
-            Err(Status::InvalidParam),
+            Err(Status::InvalidParam.into()),
             "truncated rkey"
         );
         let a = base as u64;
         t.write(key, a + 8, &7u64.to_le_bytes()).unwrap();
         assert_eq!(buf[1], 7);
-        assert_eq!(t.write(key, a + 60, &[0; 8]), Err(Status::InvalidAddr));
-        assert_eq!(t.write(key, a - 1, &[0; 1]), Err(Status::InvalidAddr));
-        assert_eq!(t.write(key, u64::MAX - 2, &[0; 8]), Err(Status::InvalidAddr));
-        assert_eq!(t.write(key ^ 1, a, &[0; 1]), Err(Status::InvalidAddr));
+        assert_eq!(t.write(key, a + 60, &[0; 8]), Err(Status::InvalidAddr.into()));
+        assert_eq!(t.write(key, a - 1, &[0; 1]), Err(Status::InvalidAddr.into()));
+        assert_eq!(
+            t.write(key, u64::MAX - 2, &[0; 8]),
+            Err(Status::InvalidAddr.into())
+        );
+        assert_eq!(t.write(key ^ 1, a, &[0; 1]), Err(Status::InvalidAddr.into()));
         assert_eq!(t.atomic(key, a + 8, AtomicSize::U64, AtomicOp::Add, 5, 0), Ok(7));
         assert_eq!(buf[1], 12);
         assert_eq!(
@@ -318,21 +320,21 @@ mod tests {
         assert_eq!(buf[1], 1);
         assert_eq!(
             t.atomic(key, a + 3, AtomicSize::U32, AtomicOp::Add, 1, 0),
-            Err(Status::InvalidAddr)
+            Err(Status::InvalidAddr.into())
         );
         let h2 = t.register(base, 64, MemAccess::REMOTE_GET);
         let mut p2 = [0u8; PACKED_RKEY_LEN];
         t.pack(h2, &mut p2).unwrap();
         let k2 = RegionTable::unpack(&p2).unwrap();
-        assert_eq!(t.write(k2, a, &[1]), Err(Status::InvalidAddr));
+        assert_eq!(t.write(k2, a, &[1]), Err(Status::InvalidAddr.into()));
         let mut out = [0u8; 8];
         t.read(k2, a + 8, &mut out).unwrap();
         assert_eq!(u64::from_le_bytes(out), 1);
         t.deregister(h).unwrap();
-        assert_eq!(t.write(key, a, &[1]), Err(Status::InvalidAddr));
+        assert_eq!(t.write(key, a, &[1]), Err(Status::InvalidAddr.into()));
         // A reused slot gets a different key: the stale key still fails.
         let h3 = t.register(base, 64, MemAccess::ALL);
         assert_eq!(h3, h);
-        assert_eq!(t.write(key, a, &[1]), Err(Status::InvalidAddr));
+        assert_eq!(t.write(key, a, &[1]), Err(Status::InvalidAddr.into()));
     }
 }

@@ -10,12 +10,13 @@ use std::ffi::CStr;
 use std::os::fd::RawFd;
 use std::rc::Rc;
 
-use ucs::{Result, Status};
+use ucs::config::Overrides;
+use ucs::{Outcome, Result, Status};
 
 use crate::am::AmTable;
 use crate::callbacks::{Comp, ErrHandler, PackCb, PendingReq, PurgeCb, ResultPtr, UnpackCb};
 use crate::iov::Iov;
-use crate::types::{ArmEvents, AtomicOp, FlushFlags, IfaceAttr, MdAttr, MemAccess, TlResource};
+use crate::types::{ArmEvents, AtomicOp, EpAttr, FlushFlags, IfaceAttr, MdAttr, MemAccess, TlResource};
 use crate::worker_ref::WorkerRef;
 
 /// A component: a family of memory domains (`uct_component_t`).
@@ -24,7 +25,9 @@ pub trait TransportComponent: 'static {
     const NAME: &'static CStr;
     /// Names of the memory domains this component can open.
     fn md_resources() -> Result<Vec<String>>;
-    fn md_open(name: &str) -> Result<Self::Md>;
+    /// Opens memory domain `name`; `config` (set in code) is read on top of the environment
+    /// for it and for what its resources query (e.g. `NET_DEVICES`).
+    fn md_open(name: &str, config: &Overrides) -> Result<Self::Md>;
     /// Unpacks a packed rkey into the value used in RMA calls and a handle for `rkey_release`.
     fn rkey_unpack(packed: &[u8]) -> Result<(u64, usize)>;
     fn rkey_release(_rkey: u64, _handle: usize) {}
@@ -37,15 +40,15 @@ pub trait TransportMd: 'static {
     /// The host keeps the memory valid until `mem_dereg`.
     fn mem_reg(&self, addr: *mut u8, len: usize, access: MemAccess) -> Result<usize> {
         let _ = (addr, len, access);
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
     fn mem_dereg(&self, memh: usize) -> Result<()> {
         let _ = memh;
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
     fn mkey_pack(&self, memh: usize, buf: &mut [u8]) -> Result<()> {
         let _ = (memh, buf);
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
 }
 
@@ -57,6 +60,9 @@ pub struct IfaceOpenParams {
     pub am: Rc<AmTable>,
     pub err_handler: ErrHandler,
     pub rx_headroom: usize,
+    /// Configuration set in code for this interface; read the transport's tables through it
+    /// (`TABLE.with(&params.config)`), so it wins over the `RUCX_*` environment.
+    pub config: Overrides,
 }
 
 /// A transport (`uct_tl_t`) on memory domains of type `Md`.
@@ -83,28 +89,28 @@ pub trait TransportIface: 'static {
     fn is_reachable(&self, dev: &[u8], iface: &[u8]) -> bool;
     /// One round of progress; returns the amount of work done.
     fn progress(&self) -> u32;
-    /// `Ok(Status::Ok)` when everything is complete, `Ok(InProgress)` when `comp` will be updated.
-    fn flush(&self, flags: FlushFlags, comp: Comp) -> Result<Status> {
+    /// `Ok(Done)` when everything is complete, `Ok(InProgress)` when `comp` will be updated.
+    fn flush(&self, flags: FlushFlags, comp: Comp) -> Result<Outcome> {
         let _ = (flags, comp);
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
     fn fence(&self, _flags: u32) -> Result<()> {
         Ok(())
     }
     fn event_fd(&self) -> Result<RawFd> {
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
     /// `Err(Busy)` when events are already pending (do not sleep).
     fn event_arm(&self, events: ArmEvents) -> Result<()> {
         let _ = events;
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
     fn ep_create(&self) -> Result<Self::Ep> {
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
     fn ep_create_connected(&self, dev: &[u8], iface: &[u8]) -> Result<Self::Ep> {
         let _ = (dev, iface);
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
 }
 
@@ -123,7 +129,7 @@ pub enum AtomicSize {
 ///
 /// Send calls return `Err(NoResource)` when resources are exhausted (and while a pending queue
 /// is non-empty, so nothing overtakes — except sends made by the pending request being
-/// dispatched, which is the head of the queue), `Ok(Status::Ok)` when complete,
+/// dispatched, which is the head of the queue), `Ok(Outcome::Done)` when complete,
 /// `Ok(InProgress)` when `comp` will be updated later. A `Comp` may be empty (`is_none`):
 /// flush without a completion only reports the state.
 ///
@@ -133,44 +139,48 @@ pub enum AtomicSize {
 pub trait TransportEp: 'static {
     /// Called once, right after creation, with the handle the host will see in error reports.
     fn on_created(&self, handle: EpHandle) {}
+    /// What the endpoint knows about its peer.
+    fn query(&self) -> EpAttr {
+        EpAttr::default()
+    }
     fn get_address(&self, buf: &mut [u8]) -> Result<()> {
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
     fn connect_to_ep(&self, dev: &[u8], ep_addr: &[u8]) -> Result<()> {
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
     fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> Result<()> {
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
     fn am_short_iov(&self, id: u8, iov: &[Iov]) -> Result<()> {
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
     fn am_bcopy(&self, id: u8, pack: PackCb, flags: u32) -> Result<usize> {
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
-    fn am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], flags: u32, comp: Comp) -> Result<Status> {
-        Err(Status::Unsupported)
+    fn am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], flags: u32, comp: Comp) -> Result<Outcome> {
+        Err(Status::Unsupported.into())
     }
     fn put_short(&self, data: &[u8], raddr: u64, rkey: u64) -> Result<()> {
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
     fn put_bcopy(&self, pack: PackCb, raddr: u64, rkey: u64) -> Result<usize> {
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
-    fn put_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Status> {
-        Err(Status::Unsupported)
+    fn put_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Outcome> {
+        Err(Status::Unsupported.into())
     }
     fn get_short(&self, buf: &mut [u8], raddr: u64, rkey: u64) -> Result<()> {
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
-    fn get_bcopy(&self, unpack: UnpackCb, len: usize, raddr: u64, rkey: u64, comp: Comp) -> Result<Status> {
-        Err(Status::Unsupported)
+    fn get_bcopy(&self, unpack: UnpackCb, len: usize, raddr: u64, rkey: u64, comp: Comp) -> Result<Outcome> {
+        Err(Status::Unsupported.into())
     }
-    fn get_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Status> {
-        Err(Status::Unsupported)
+    fn get_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Outcome> {
+        Err(Status::Unsupported.into())
     }
     fn atomic_post(&self, size: AtomicSize, op: AtomicOp, value: u64, raddr: u64, rkey: u64) -> Result<()> {
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
     /// The old value is written through `result` before `comp` is updated (or before returning Ok).
     fn atomic_fetch(
@@ -182,8 +192,8 @@ pub trait TransportEp: 'static {
         raddr: u64,
         rkey: u64,
         comp: Comp,
-    ) -> Result<Status> {
-        Err(Status::Unsupported)
+    ) -> Result<Outcome> {
+        Err(Status::Unsupported.into())
     }
     fn atomic_cswap(
         &self,
@@ -194,16 +204,16 @@ pub trait TransportEp: 'static {
         raddr: u64,
         rkey: u64,
         comp: Comp,
-    ) -> Result<Status> {
-        Err(Status::Unsupported)
+    ) -> Result<Outcome> {
+        Err(Status::Unsupported.into())
     }
     /// `Err(Busy)` when resources are available now (the caller should retry the send).
     fn pending_add(&self, req: PendingReq, flags: u32) -> Result<()> {
-        Err(Status::Unsupported)
+        Err(Status::Unsupported.into())
     }
     fn pending_purge(&self, purge: PurgeCb) {}
-    fn flush(&self, flags: FlushFlags, comp: Comp) -> Result<Status> {
-        Err(Status::Unsupported)
+    fn flush(&self, flags: FlushFlags, comp: Comp) -> Result<Outcome> {
+        Err(Status::Unsupported.into())
     }
     fn fence(&self, flags: u32) -> Result<()> {
         Ok(())

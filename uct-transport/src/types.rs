@@ -278,6 +278,18 @@ pub struct IfaceAttr {
     pub priority: u8,
 }
 
+/// What an endpoint knows about its peer (`uct_ep_attr_t`, plus the peer's limits).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[repr(C)]
+pub struct EpAttr {
+    /// The largest active message (everything the receiver gets, header included) the peer
+    /// accepts; 0 while unknown (not connected yet, or a transport whose addresses do not
+    /// carry it: then both sides are expected to run with the same configuration).
+    pub peer_am_max: usize,
+    /// Whether the endpoint is connected to its peer (wireup done).
+    pub connected: bool,
+}
+
 /// Memory-domain attributes.
 #[derive(Clone, Copy, PartialEq, Debug, Default)]
 #[repr(C)]

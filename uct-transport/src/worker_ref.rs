@@ -94,7 +94,7 @@ impl WorkerRef {
         // SAFETY: the host's table and handle are valid for the iface's lifetime.
         let id = unsafe { ((*self.raw.api).progress_add)(self.raw.handle, boxed(f)) };
         if id == 0 {
-            return Err(Status::NoMemory);
+            return Err(Status::NoMemory.into());
         }
         Ok(ProgressId(id))
     }
@@ -140,7 +140,7 @@ impl WorkerRef {
             )
         };
         if id <= 0 {
-            return Err(Status::from_raw(id.clamp(-100, -1) as i8));
+            return Err(Status::from_raw(id.clamp(-100, -1) as i8).into());
         }
         Ok(AsyncId(id))
     }
@@ -150,7 +150,7 @@ impl WorkerRef {
         // SAFETY: as above.
         let id = unsafe { ((*self.raw.api).fd_add)(self.raw.handle, fd, events, boxed_ev(f)) };
         if id <= 0 {
-            return Err(Status::from_raw(id.clamp(-100, -1) as i8));
+            return Err(Status::from_raw(id.clamp(-100, -1) as i8).into());
         }
         Ok(AsyncId(id))
     }
@@ -158,9 +158,7 @@ impl WorkerRef {
     /// Changes the events of an fd handler.
     pub fn fd_modify(&self, id: AsyncId, events: u32) -> Result<()> {
         // SAFETY: as above.
-        Status::from_raw(unsafe { ((*self.raw.api).fd_modify)(self.raw.handle, id.0, events) })
-            .into_result()
-            .map(|_| ())
+        Status::from_raw(unsafe { ((*self.raw.api).fd_modify)(self.raw.handle, id.0, events) }).check()
     }
 
     /// Removes a timer or fd handler (safe from inside it).

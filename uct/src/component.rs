@@ -5,9 +5,12 @@ use std::ffi::{c_void, CStr, CString};
 use std::marker::PhantomData;
 use std::rc::Rc;
 
-use ucs::{Result, Status};
+use ucs::config::Overrides;
+use ucs::{Error, Result, Status};
 
-use uct_transport::abi::{RawComponent, RawMdResource, RawTransport};
+use crate::host::check;
+
+use uct_transport::abi::{RawComponent, RawConfigPair, RawMdResource, RawTransport};
 use uct_transport::types::{MdAttr, MemAccess, TlResource};
 
 /// A component of a loaded module. `'static`: modules are never unloaded.
@@ -48,7 +51,7 @@ impl Component {
             let mut count = 0usize;
             // SAFETY: `buf` has `buf.len()` entries; `count` is a valid out-pointer.
             let st = unsafe { (self.raw.query_md_resources)(buf.as_mut_ptr(), buf.len(), &mut count) };
-            Status::from_raw(st).into_result()?;
+            check(st)?;
             if count <= buf.len() {
                 return Ok(buf[..count].iter().map(|n| n.as_str().to_owned()).collect());
             }
@@ -69,20 +72,27 @@ impl Component {
         unsafe { std::slice::from_raw_parts(self.raw.transports, self.raw.num_transports) }
     }
 
-    /// Opens memory domain `name`.
+    /// Opens memory domain `name` (configured by the environment only).
     pub fn md_open(&self, name: &str) -> Result<Md> {
-        let c = CString::new(name).map_err(|_| Status::InvalidParam)?;
+        self.md_open_with(name, &Overrides::new())
+    }
+
+    /// Opens memory domain `name` with `config` (set in code) on top of the environment, for
+    /// it and the interfaces opened on it.
+    pub fn md_open_with(&self, name: &str, config: &Overrides) -> Result<Md> {
+        let c = CString::new(name).map_err(|_| {
+            Error::new(
+                Status::InvalidParam,
+                format!("memory domain name {name:?} contains a NUL"),
+            )
+        })?;
         let mut h: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid string and out-pointer.
-        let st = unsafe { (self.raw.md_open)(c.as_ptr(), &mut h) };
-        if let Err(e) = Status::from_raw(st).into_result() {
-            tracing::error!(
-                component = self.name(),
-                md = name,
-                "cannot open memory domain: {e}"
-            );
-            return Err(e);
-        }
+        ucs::config::check_known(config)?;
+        let pairs: Vec<RawConfigPair> = config.iter().map(|(k, v)| RawConfigPair::new(k, v)).collect();
+        let st = unsafe { (self.raw.md_open)(c.as_ptr(), pairs.as_ptr(), pairs.len(), &mut h) };
+        check(st)
+            .map_err(|e| e.context_with(format_args!("opening memory domain {name} of {}", self.name())))?;
         let mut attr = MdAttr::default();
         // SAFETY: `h` is a fresh md handle of this component.
         let st = unsafe { ((*self.raw.md_ops).query)(h, &mut attr) };
@@ -92,9 +102,10 @@ impl Component {
                 comp: *self,
                 name: name.to_owned(),
                 attr,
+                config: config.clone(),
             }),
         };
-        Status::from_raw(st).into_result()?;
+        check(st)?;
         Ok(md)
     }
 
@@ -104,7 +115,7 @@ impl Component {
         let mut handle: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid buffer and out-pointers.
         let st = unsafe { (self.raw.rkey_unpack)(packed.as_ptr(), packed.len(), &mut rkey, &mut handle) };
-        Status::from_raw(st).into_result()?;
+        check(st).map_err(|e| e.context_with(format_args!("unpacking a {} rkey", self.name())))?;
         Ok(Rkey {
             rkey,
             handle,
@@ -125,6 +136,8 @@ pub(crate) struct MdInner {
     pub(crate) comp: Component,
     name: String,
     attr: MdAttr,
+    /// The context's configuration set in code, for the interfaces opened on it.
+    pub(crate) config: Overrides,
 }
 
 impl Drop for MdInner {
@@ -141,6 +154,11 @@ pub struct Md {
 }
 
 impl Md {
+    /// True when both are the same open memory domain.
+    pub fn same(&self, other: &Md) -> bool {
+        Rc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The memory domain's name.
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -166,7 +184,7 @@ impl Md {
                 // SAFETY: valid md handle of this component, buffer and out-pointer.
                 let st =
                     unsafe { (t.query_devices)(self.inner.handle, buf.as_mut_ptr(), buf.len(), &mut count) };
-                if let Err(e) = Status::from_raw(st).into_result() {
+                if let Err(e) = check(st) {
                     tracing::warn!(tl = super::component::cstr(t.name), "cannot query devices: {e}");
                     break;
                 }
@@ -194,14 +212,14 @@ impl Md {
         let st = unsafe {
             ((*self.inner.comp.raw.md_ops).mem_reg)(self.inner.handle, addr, len, access.0, &mut memh)
         };
-        Status::from_raw(st).into_result()?;
+        check(st)?;
         Ok(memh)
     }
 
     pub(crate) fn mem_dereg_raw(&self, memh: *mut c_void) -> Result<()> {
         // SAFETY: `memh` came from `mem_reg_raw` on this md.
         let st = unsafe { ((*self.inner.comp.raw.md_ops).mem_dereg)(self.inner.handle, memh) };
-        Status::from_raw(st).into_result().map(|_| ())
+        check(st)
     }
 
     pub(crate) fn mkey_pack_raw(&self, memh: *mut c_void) -> Result<Vec<u8>> {
@@ -210,7 +228,7 @@ impl Md {
         let st = unsafe {
             ((*self.inner.comp.raw.md_ops).mkey_pack)(self.inner.handle, memh, buf.as_mut_ptr(), buf.len())
         };
-        Status::from_raw(st).into_result()?;
+        check(st)?;
         Ok(buf)
     }
 }

@@ -13,7 +13,8 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use ucs::{Result, Status};
+use ucs::config::Overrides;
+use ucs::{Error, Result, Status};
 
 use crate::component::{cstr, Component, Md};
 use uct_transport::abi::{self, RawConfigField, RawHostApi, RawModule, ABI_VERSION};
@@ -53,17 +54,36 @@ pub struct ModuleConfigVar {
 }
 
 /// The set of usable components. `Send + Sync`: it only refers to `'static` module tables.
+///
+/// ```
+/// // The self transport linked in, no plugins; configuration set in code wins over RUCX_*.
+/// let ctx = uct::Context::builder()
+///     .builtin(uct_self::module())
+///     .plugins(false)
+///     .config("SELF_SEG_SIZE", "16k")
+///     .build();
+/// let (md, res) = ctx.find_resource("self", "memory0")?;
+/// assert_eq!((md.name(), res.tl_name.as_str()), ("self", "self"));
+/// // Asking for what is not there says what to do.
+/// let e = ctx.find_resource("tcp", "eth9").unwrap_err();
+/// assert_eq!(e, uct::Status::NoDevice);
+/// assert!(e.context().unwrap().contains("rucx-info -d"));
+/// # Ok::<(), uct::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Context {
     modules: Vec<ModuleInfo>,
     components: Vec<Component>,
-    config: Vec<ModuleConfigVar>,
+    vars: Vec<ModuleConfigVar>,
+    /// Configuration set in code, for every memory domain and interface opened through it.
+    settings: Overrides,
 }
 
 /// Builds a [`Context`].
 pub struct ContextBuilder {
     builtins: Vec<&'static RawModule>,
     plugins: bool,
+    settings: Overrides,
 }
 
 fn host_api() -> &'static RawHostApi {
@@ -81,6 +101,7 @@ fn host_api() -> &'static RawHostApi {
             abi_version: ABI_VERSION,
             log_level: level,
             log: crate::host::host_log,
+            set_error: crate::host::host_set_error,
         }
     })
 }
@@ -114,16 +135,27 @@ impl ContextBuilder {
         self
     }
 
+    /// Sets configuration variable `name` (with or without `RUCX_`, e.g. `TCP_SNDBUF`,
+    /// `MODULES`) for this context: it wins over the environment for the modules it loads and
+    /// every memory domain and interface opened through it (an interface's own
+    /// [`IfaceParams::config`](crate::IfaceParams::config) wins over it). UCX's
+    /// `ucp_config_modify`. Names are checked when a memory domain or interface is opened.
+    pub fn config(mut self, name: &str, value: &str) -> Self {
+        self.settings.set(name, value);
+        self
+    }
+
     /// Builds the context.
     pub fn build(self) -> Context {
         let mut ctx = Context {
             modules: Vec::new(),
             components: Vec::new(),
-            config: Vec::new(),
+            vars: Vec::new(),
+            settings: self.settings,
         };
         for m in self.builtins {
             let name = cstr(m.name);
-            if !ucs::module::allowed(name) {
+            if !ucs::module::allowed_with(name, &ctx.settings) {
                 ctx.modules.push(ModuleInfo {
                     name: name.into(),
                     path: None,
@@ -134,7 +166,9 @@ impl ContextBuilder {
             ctx.add(name, None, m, ModuleStatus::Builtin);
         }
         if self.plugins {
-            for (name, path) in ucs::module::find("libuct_", ".so") {
+            for (name, path) in
+                ucs::module::find_in(&ucs::module::search_dirs_with(&ctx.settings), "libuct_", ".so")
+            {
                 let status = if ctx
                     .modules
                     .iter()
@@ -142,7 +176,7 @@ impl ContextBuilder {
                 {
                     tracing::info!(module = %name, path = %path.display(), "plugin shadowed by the built-in module of the same name");
                     ModuleStatus::Shadowed
-                } else if !ucs::module::allowed(&name) {
+                } else if !ucs::module::allowed_with(&name, &ctx.settings) {
                     ModuleStatus::Denied
                 } else {
                     match load_plugin(&name, &path) {
@@ -208,6 +242,7 @@ impl Context {
         ContextBuilder {
             builtins: Vec::new(),
             plugins: true,
+            settings: Overrides::new(),
         }
     }
 
@@ -217,7 +252,7 @@ impl Context {
             self.components.push(Component { raw: c, module });
         }
         for f in config_vars(m) {
-            self.config.push(ModuleConfigVar {
+            self.vars.push(ModuleConfigVar {
                 module: name.into(),
                 name: cstr(f.name).into(),
                 default: cstr(f.default).into(),
@@ -236,7 +271,7 @@ impl Context {
     fn register_config(&self) {
         for m in &self.modules {
             let fields: Vec<_> = self
-                .config
+                .vars
                 .iter()
                 .filter(|v| v.module == m.name)
                 .map(|v| ucs::config::DynField::new(&v.name, &v.default, &v.doc, &v.kind))
@@ -260,7 +295,12 @@ impl Context {
 
     /// Config variables declared by the modules.
     pub fn config_vars(&self) -> &[ModuleConfigVar] {
-        &self.config
+        &self.vars
+    }
+
+    /// The configuration set in code with [`ContextBuilder::config`].
+    pub fn settings(&self) -> &Overrides {
+        &self.settings
     }
 
     /// The component named `name`.
@@ -275,7 +315,7 @@ impl Context {
                 continue;
             }
             for md_name in c.md_resources()? {
-                let md = c.md_open(&md_name)?;
+                let md = c.md_open_with(&md_name, &self.settings)?;
                 if let Some(r) = md
                     .tl_resources()?
                     .into_iter()
@@ -285,12 +325,20 @@ impl Context {
                 }
             }
         }
-        tracing::error!(
-            tl,
-            dev,
-            "no transport {tl} on device {dev}: list resources with rucx-info -d"
-        );
-        Err(Status::NoDevice)
+        if self.components.is_empty() {
+            return Err(Error::new(
+                Status::NoDevice,
+                format!(
+                    "no transport {tl} on device {dev}: this context has no transport modules (add \
+                     built-ins with ContextBuilder::builtin, e.g. rucx::context_builder(), or let it \
+                     find plugins)"
+                ),
+            ));
+        }
+        Err(Error::new(
+            Status::NoDevice,
+            format!("no transport {tl} on device {dev}: rucx-info -d lists the transports and devices"),
+        ))
     }
 
     /// Every (memory domain, resource) pair, opening each memory domain once.
@@ -298,7 +346,7 @@ impl Context {
         let mut out = Vec::new();
         for c in &self.components {
             for md_name in c.md_resources()? {
-                let md = c.md_open(&md_name)?;
+                let md = c.md_open_with(&md_name, &self.settings)?;
                 for r in md.tl_resources()? {
                     out.push((md.clone(), r));
                 }

@@ -9,15 +9,17 @@ use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 
-use ucs::{Result, Status};
+use ucs::{Error, Outcome, Result, Status};
+use uct_transport::callbacks::PendingResult;
 
 use crate::completion::{AtomicResult, Completion, KeepAlive};
+use crate::component::Md;
 use crate::component::Rkey;
-use crate::host::{pack_tramp, unpack_tramp};
+use crate::host::{check, length, outcome, pack_tramp, unpack_tramp};
 use crate::iface::{EpKey, IfaceInner};
 use crate::mem::MemIov;
 use uct_transport::abi::{RawIov, RawPendingReq, RawStatus};
-use uct_transport::types::{AtomicOp, FlushFlags};
+use uct_transport::types::{AtomicOp, EpAttr, FlushFlags};
 
 /// Most I/O-vector entries one call accepts (transports advertise their own `max_iov`).
 pub const MAX_IOV: usize = 16;
@@ -30,29 +32,63 @@ pub enum AtomicWidth {
 }
 
 /// An endpoint. Destroyed when dropped (after its pending requests are purged).
+///
+/// ```
+/// use std::{cell::Cell, rc::Rc};
+/// use uct::{AmCbFlags, Iface, IfaceParams, Status, Worker};
+/// let ctx = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
+/// let (md, _) = ctx.find_resource("self", "memory0")?;
+/// let worker = Worker::new()?;
+/// let iface = Iface::open(&md, &worker, IfaceParams::new("self", "memory0"))?;
+/// let sum = Rc::new(Cell::new(0));
+/// let s = sum.clone();
+/// iface.set_am_handler(3, AmCbFlags::SYNC, move |m| s.set(s.get() + m.header()))?;
+/// let ep = iface.ep_create_connected(&iface.device_address()?, &iface.address()?)?;
+/// ep.am_short(3, 40, b"")?; // self delivers before the call returns
+/// ep.am_bcopy(3, |buf| { buf[..8].copy_from_slice(&2u64.to_le_bytes()); 8 })?;
+/// assert_eq!(sum.get(), 42);
+/// // Misuse comes back with its reason.
+/// let e = ep.am_short(40, 0, b"").unwrap_err();
+/// assert_eq!(e, Status::InvalidParam);
+/// assert!(e.context().is_some());
+/// # Ok::<(), uct::Error>(())
+/// ```
 pub struct Ep {
     handle: *mut c_void,
     iface: Rc<IfaceInner>,
+    key: EpKey,
+    /// False for the view a pending request's callback borrows: dropping it destroys nothing.
+    owned: bool,
 }
 
-#[inline(always)]
-fn status(st: RawStatus) -> Result<()> {
-    if st == 0 {
-        Ok(())
-    } else {
-        Err(Status::from_raw(st))
-    }
-}
-
-fn gather(iov: &[MemIov], out: &mut [RawIov; MAX_IOV]) -> Result<usize> {
+fn gather(md: &Md, iov: &[MemIov], out: &mut [RawIov; MAX_IOV]) -> Result<usize> {
     if iov.len() > MAX_IOV {
-        tracing::error!(n = iov.len(), "too many I/O-vector entries (max {MAX_IOV})");
-        return Err(Status::InvalidParam);
+        return Err(Error::new(
+            Status::InvalidParam,
+            format!("{} I/O-vector entries: at most {MAX_IOV} per call", iov.len()),
+        ));
     }
     for (o, e) in out.iter_mut().zip(iov) {
+        if !e.mem.md().same(md) {
+            return Err(foreign_mem(e, md));
+        }
         *o = e.mem.raw_iov(e.offset, e.len);
     }
     Ok(iov.len())
+}
+
+#[cold]
+fn foreign_mem(e: &MemIov, md: &Md) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!(
+            "{:?} is registered on memory domain {}, not on the interface's {}: register it with \
+             the interface's memory domain",
+            e.mem,
+            e.mem.md().name(),
+            md.name()
+        ),
+    )
 }
 
 const NULL_IOV: RawIov = RawIov {
@@ -63,26 +99,49 @@ const NULL_IOV: RawIov = RawIov {
 
 impl Ep {
     pub(crate) fn from_raw(handle: *mut c_void, iface: Rc<IfaceInner>) -> Ep {
-        Ep { handle, iface }
+        let key = iface.eps.add(handle);
+        Ep {
+            handle,
+            iface,
+            key,
+            owned: true,
+        }
     }
 
     /// The key error reports carry for this endpoint.
     pub fn key(&self) -> EpKey {
-        EpKey(self.handle as usize)
+        self.key
+    }
+
+    fn view(&self) -> EpView {
+        EpView {
+            handle: self.handle,
+            iface: self.iface.clone(),
+            key: self.key,
+        }
+    }
+
+    /// What the endpoint knows about its peer: whether it is connected, and the largest active
+    /// message the peer accepts (0 while unknown).
+    pub fn attr(&self) -> Result<EpAttr> {
+        let mut a = EpAttr::default();
+        // SAFETY: valid handle and out-pointer.
+        check(unsafe { (self.iface.ops.ep_query)(self.handle, &mut a) })?;
+        Ok(a)
     }
 
     /// This endpoint's address (`ep_addr_len` bytes), for the connect-to-ep model.
     pub fn address(&self) -> Result<Vec<u8>> {
         let mut b = vec![0; self.iface.attr.ep_addr_len];
         // SAFETY: valid handle and buffer of the advertised size.
-        status(unsafe { (self.iface.ops.ep_get_address)(self.handle, b.as_mut_ptr(), b.len()) })?;
+        check(unsafe { (self.iface.ops.ep_get_address)(self.handle, b.as_mut_ptr(), b.len()) })?;
         Ok(b)
     }
 
     /// Connects to the peer endpoint whose device and ep addresses were exchanged out of band.
     pub fn connect_to_ep(&self, dev_addr: &[u8], ep_addr: &[u8]) -> Result<()> {
         // SAFETY: valid handle and buffers.
-        status(unsafe {
+        check(unsafe {
             (self.iface.ops.ep_connect_to_ep)(
                 self.handle,
                 dev_addr.as_ptr(),
@@ -97,7 +156,7 @@ impl Ep {
     #[inline]
     pub fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> Result<()> {
         // SAFETY: valid handle; `payload` is valid for the call.
-        status(unsafe {
+        check(unsafe {
             (self.iface.ops.ep_am_short)(self.handle, id, header, payload.as_ptr(), payload.len())
         })
     }
@@ -105,7 +164,10 @@ impl Ep {
     /// Sends a short AM gathered from several buffers.
     pub fn am_short_iov(&self, id: u8, parts: &[&[u8]]) -> Result<()> {
         if parts.len() > MAX_IOV {
-            return Err(Status::InvalidParam);
+            return Err(Error::new(
+                Status::InvalidParam,
+                format!("am_short_iov: {} parts, at most {MAX_IOV} (MAX_IOV)", parts.len()),
+            ));
         }
         let mut raw = [NULL_IOV; MAX_IOV];
         for (o, p) in raw.iter_mut().zip(parts) {
@@ -117,7 +179,7 @@ impl Ep {
         }
         // SAFETY: the entries point to borrowed buffers valid for this synchronous call, which
         // transports only read.
-        status(unsafe { (self.iface.ops.ep_am_short_iov)(self.handle, id, raw.as_ptr(), parts.len()) })
+        check(unsafe { (self.iface.ops.ep_am_short_iov)(self.handle, id, raw.as_ptr(), parts.len()) })
     }
 
     /// Sends an AM whose payload `pack` writes into a transport buffer (up to `am.max_bcopy`);
@@ -135,22 +197,18 @@ impl Ep {
                 0,
             )
         };
-        if n < 0 {
-            return Err(Status::from_raw(n as i8));
-        }
-        Ok(n as usize)
+        length(n)
     }
 
     fn comp<'a>(&'a self, comp: Option<&'a Completion>) -> &'a Completion {
         comp.unwrap_or(&self.iface.orphan)
     }
 
-    fn finish(c: &Completion, st: RawStatus) -> Result<Status> {
-        let s = Status::from_raw(st);
-        if s != Status::InProgress {
+    fn finish(c: &Completion, st: RawStatus) -> Result<Outcome> {
+        if st != Status::InProgress.as_raw() {
             c.disarm();
         }
-        s.into_result()
+        outcome(st)
     }
 
     /// Sends an AM with `header` copied and the payload taken from registered memory.
@@ -161,9 +219,9 @@ impl Ep {
         header: &[u8],
         iov: &[MemIov],
         comp: Option<&Completion>,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         let mut raw = [NULL_IOV; MAX_IOV];
-        let n = gather(iov, &mut raw)?;
+        let n = gather(&self.iface.md, iov, &mut raw)?;
         let c = self.comp(comp);
         let p = c.arm(iov.iter().map(|e| KeepAlive::Mem(e.mem.clone())));
         // SAFETY: valid handle; the memory is kept alive by the armed completion.
@@ -186,7 +244,7 @@ impl Ep {
     #[inline]
     pub fn put_short(&self, data: &[u8], raddr: u64, rkey: &Rkey) -> Result<()> {
         // SAFETY: valid handle; `data` is valid for the call.
-        status(unsafe {
+        check(unsafe {
             (self.iface.ops.ep_put_short)(self.handle, data.as_ptr(), data.len(), raddr, rkey.rkey)
         })
     }
@@ -209,10 +267,7 @@ impl Ep {
                 rkey.rkey,
             )
         };
-        if n < 0 {
-            return Err(Status::from_raw(n as i8));
-        }
-        Ok(n as usize)
+        length(n)
     }
 
     /// Writes registered memory to remote memory.
@@ -222,9 +277,9 @@ impl Ep {
         raddr: u64,
         rkey: &Rkey,
         comp: Option<&Completion>,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         let mut raw = [NULL_IOV; MAX_IOV];
-        let n = gather(iov, &mut raw)?;
+        let n = gather(&self.iface.md, iov, &mut raw)?;
         let c = self.comp(comp);
         let p = c.arm(iov.iter().map(|e| KeepAlive::Mem(e.mem.clone())));
         // SAFETY: valid handle; memory kept alive by the armed completion.
@@ -235,7 +290,7 @@ impl Ep {
     /// Reads remote memory into `buf` synchronously (up to `get.max_short`).
     pub fn get_short(&self, buf: &mut [u8], raddr: u64, rkey: &Rkey) -> Result<()> {
         // SAFETY: valid handle; `buf` is valid for writing during the call.
-        status(unsafe {
+        check(unsafe {
             (self.iface.ops.ep_get_short)(self.handle, buf.as_mut_ptr(), buf.len(), raddr, rkey.rkey)
         })
     }
@@ -248,7 +303,7 @@ impl Ep {
         rkey: &Rkey,
         unpack: F,
         comp: Option<&Completion>,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         let c = self.comp(comp);
         let arg = Box::into_raw(Box::new(unpack)) as *mut c_void;
         let p = c.arm([]);
@@ -266,9 +321,9 @@ impl Ep {
         raddr: u64,
         rkey: &Rkey,
         comp: Option<&Completion>,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         let mut raw = [NULL_IOV; MAX_IOV];
-        let n = gather(iov, &mut raw)?;
+        let n = gather(&self.iface.md, iov, &mut raw)?;
         let c = self.comp(comp);
         let p = c.arm(iov.iter().map(|e| KeepAlive::Mem(e.mem.clone())));
         // SAFETY: valid handle; memory kept alive by the armed completion.
@@ -286,7 +341,7 @@ impl Ep {
         rkey: &Rkey,
     ) -> Result<()> {
         // SAFETY: valid handle.
-        status(unsafe {
+        check(unsafe {
             (self.iface.ops.ep_atomic_post)(self.handle, width as u8, op as u8, value, raddr, rkey.rkey)
         })
     }
@@ -302,7 +357,7 @@ impl Ep {
         raddr: u64,
         rkey: &Rkey,
         comp: Option<&Completion>,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         let c = self.comp(comp);
         let p = c.arm([KeepAlive::Result(result.clone())]);
         // SAFETY: valid handle; the result slot is kept alive by the armed completion.
@@ -333,7 +388,7 @@ impl Ep {
         raddr: u64,
         rkey: &Rkey,
         comp: Option<&Completion>,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         let c = self.comp(comp);
         let p = c.arm([KeepAlive::Result(result.clone())]);
         // SAFETY: valid handle; the result slot is kept alive by the armed completion.
@@ -354,7 +409,8 @@ impl Ep {
 
     /// Queues `req` to run when resources free up. `Err((Busy, req))`: resources are available
     /// now, retry the send; other errors also hand the request back.
-    pub fn pending_add(&self, req: PendingRequest) -> std::result::Result<(), (Status, PendingRequest)> {
+    pub fn pending_add(&self, mut req: PendingRequest) -> std::result::Result<(), (Error, PendingRequest)> {
+        req.0.ep = Some(self.view());
         let raw = Box::into_raw(req.0) as *mut RawPendingReq;
         // SAFETY: valid handle; on success the transport owns the pointer until it dispatches
         // it with Ok or purges it; `pending_tramp` and `purge_tramp` free it.
@@ -363,10 +419,9 @@ impl Ep {
             return Ok(());
         }
         // SAFETY: the transport refused it, so it is ours again.
-        Err((
-            Status::from_raw(st),
-            PendingRequest(unsafe { Box::from_raw(raw as *mut PendingBox) }),
-        ))
+        let mut b = unsafe { Box::from_raw(raw as *mut PendingBox) };
+        b.ep = None;
+        Err((uct_transport::error_context::take(st), PendingRequest(b)))
     }
 
     /// Hands back every queued request.
@@ -382,14 +437,14 @@ impl Ep {
         }
     }
 
-    /// Flushes: `Ok(Ok)` when all prior operations completed, `Ok(InProgress)` when `comp`
+    /// Flushes: `Ok(Outcome::Done)` when all prior operations completed, `Ok(InProgress)` when `comp`
     /// will fire, `Err(NoResource)` to retry (or add a pending request).
     /// Without a completion it only reports the state (UCX's `comp == NULL`): poll again later.
-    pub fn flush(&self, flags: FlushFlags, comp: Option<&Completion>) -> Result<Status> {
+    pub fn flush(&self, flags: FlushFlags, comp: Option<&Completion>) -> Result<Outcome> {
         let Some(c) = comp else {
             // SAFETY: valid handle; a null completion is allowed by the boundary.
             let st = unsafe { (self.iface.ops.ep_flush)(self.handle, flags.0, std::ptr::null_mut()) };
-            return Status::from_raw(st).into_result();
+            return outcome(st);
         };
         let p = c.arm([]);
         // SAFETY: valid handle; completion alive while armed.
@@ -400,13 +455,17 @@ impl Ep {
     /// Orders operations before and after the fence.
     pub fn fence(&self) -> Result<()> {
         // SAFETY: valid handle.
-        status(unsafe { (self.iface.ops.ep_fence)(self.handle, 0) })
+        check(unsafe { (self.iface.ops.ep_fence)(self.handle, 0) })
     }
 }
 
 impl Drop for Ep {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         self.pending_purge(drop);
+        self.iface.eps.remove(self.handle);
         // SAFETY: destroyed once; the iface outlives it (we hold an Rc).
         unsafe { (self.iface.ops.ep_destroy)(self.handle) }
     }
@@ -414,47 +473,82 @@ impl Drop for Ep {
 
 impl std::fmt::Debug for Ep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Ep({:#x})", self.handle as usize)
+        write!(f, "Ep({:?})", self.key)
     }
 }
 
 // ---------------------------------------------------------------- pending requests
 
+/// What a pending request's callback needs to hand it its endpoint.
+struct EpView {
+    handle: *mut c_void,
+    iface: Rc<IfaceInner>,
+    key: EpKey,
+}
+
+impl EpView {
+    /// A borrowed-only `Ep` for the callback: same handle, dropping it destroys nothing.
+    fn ep(&self) -> Ep {
+        Ep {
+            handle: self.handle,
+            iface: self.iface.clone(),
+            key: self.key,
+            owned: false,
+        }
+    }
+}
+
+type PendingFn = Box<dyn FnMut(&Ep) -> PendingResult>;
+
 #[repr(C)]
 pub(crate) struct PendingBox {
     /// First field: the transport sees a pointer to it.
     raw: RawPendingReq,
-    f: Box<dyn FnMut() -> Status>,
+    f: PendingFn,
+    /// The endpoint it was added on (set by `pending_add`).
+    ep: Option<EpView>,
 }
 
-/// A request to run when the endpoint has resources again (`uct_pending_req_t`). The callback
-/// returns `Ok` (done), `InProgress` (progress made, run me again, go on with the queue) or
-/// anything else (no resources: keep me, stop dispatching).
+/// A request to run when the endpoint has resources again (`uct_pending_req_t`). Its callback
+/// gets the endpoint it was added on (to send again) and returns [`PendingResult::Done`] (done:
+/// the request is dropped), [`PendingResult::InProgress`] (progress made: keep it, go on with
+/// the queue) or [`PendingResult::Stop`] (no resources: keep it, stop dispatching).
 pub struct PendingRequest(Box<PendingBox>);
 
 /// # Safety
-/// Called only across the plugin boundary, with the handles and pointers that
-/// `uct::abi`'s contract guarantees valid (see the module documentation).
+/// The [boundary contract](uct_transport::export); `req` is the first field of a `PendingBox`
+/// that `pending_add` leaked.
 unsafe extern "C" fn pending_tramp(req: *mut RawPendingReq) -> RawStatus {
     // SAFETY: `req` is the first field of a PendingBox leaked by `pending_add`.
     let b = unsafe { &mut *(req as *mut PendingBox) };
-    let st = catch_unwind(AssertUnwindSafe(|| (b.f)())).unwrap_or_else(|_| {
+    let Some(view) = &b.ep else {
+        return Status::Ok.as_raw();
+    };
+    let ep = view.ep();
+    let r = catch_unwind(AssertUnwindSafe(|| (b.f)(&ep))).unwrap_or_else(|_| {
         tracing::error!("panic in a pending request (caught); request dropped");
-        Status::Ok
+        PendingResult::Done
     });
-    if st == Status::Ok {
-        // SAFETY: done: the transport forgets the pointer, so we free it (we created it).
-        drop(unsafe { Box::from_raw(req as *mut PendingBox) });
+    drop(ep);
+    match r {
+        PendingResult::Done => {
+            // SAFETY: done: the transport forgets the pointer, so we free it (we created it).
+            drop(unsafe { Box::from_raw(req as *mut PendingBox) });
+            Status::Ok.as_raw()
+        }
+        PendingResult::InProgress => Status::InProgress.as_raw(),
+        PendingResult::Stop => Status::NoResource.as_raw(),
     }
-    st.as_raw()
 }
 
 /// # Safety
-/// Called only across the plugin boundary, with the handles and pointers that
-/// `uct::abi`'s contract guarantees valid (see the module documentation).
+/// The [boundary contract](uct_transport::export); `req` is a request `pending_add` leaked and
+/// `arg` the `&mut dyn FnMut` on `pending_purge`'s stack.
 unsafe extern "C" fn purge_tramp(req: *mut RawPendingReq, arg: *mut c_void) {
     // SAFETY: `req` is ours again; `arg` is the `&mut dyn FnMut` on `pending_purge`'s stack.
-    let b = unsafe { Box::from_raw(req as *mut PendingBox) };
+    let mut b = unsafe { Box::from_raw(req as *mut PendingBox) };
+    b.ep = None;
+    // SAFETY: as above.
     let f = unsafe { &mut *(arg as *mut &mut dyn FnMut(PendingRequest)) };
     if catch_unwind(AssertUnwindSafe(|| f(PendingRequest(b)))).is_err() {
         tracing::error!("panic in a pending purge callback (caught)");
@@ -463,15 +557,16 @@ unsafe extern "C" fn purge_tramp(req: *mut RawPendingReq, arg: *mut c_void) {
 
 impl PendingRequest {
     /// Wraps a callback.
-    pub fn new(f: impl FnMut() -> Status + 'static) -> PendingRequest {
+    pub fn new(f: impl FnMut(&Ep) -> PendingResult + 'static) -> PendingRequest {
         PendingRequest(Box::new(PendingBox {
             raw: RawPendingReq { func: pending_tramp },
             f: Box::new(f),
+            ep: None,
         }))
     }
 
-    /// Runs the callback directly (e.g. after `pending_add` answered `Busy`).
-    pub fn run(&mut self) -> Status {
-        (self.0.f)()
+    /// Runs the callback directly on `ep` (e.g. after `pending_add` answered `Busy`).
+    pub fn run(&mut self, ep: &Ep) -> PendingResult {
+        (self.0.f)(ep)
     }
 }

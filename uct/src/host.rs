@@ -112,7 +112,7 @@ unsafe extern "C" fn timer_add(w: *mut c_void, interval_ns: u64, cb: RawCallback
     catch_unwind(AssertUnwindSafe(|| {
         match unsafe { worker(w) }.timer_add(interval_ns, CbGuard(cb)) {
             Ok(id) => id,
-            Err(e) => e.as_raw() as i64,
+            Err(e) => e.status().as_raw() as i64,
         }
     }))
     .unwrap_or(Status::IoError.as_raw() as i64)
@@ -126,7 +126,7 @@ unsafe extern "C" fn fd_add(w: *mut c_void, fd: i32, events: u32, cb: RawEventCa
     catch_unwind(AssertUnwindSafe(|| {
         match unsafe { worker(w) }.fd_add(fd, events, EvGuard(cb)) {
             Ok(id) => id,
-            Err(e) => e.as_raw() as i64,
+            Err(e) => e.status().as_raw() as i64,
         }
     }))
     .unwrap_or(Status::IoError.as_raw() as i64)
@@ -140,7 +140,7 @@ unsafe extern "C" fn fd_modify(w: *mut c_void, id: i64, events: u32) -> RawStatu
     catch_unwind(AssertUnwindSafe(|| {
         match unsafe { worker(w) }.fd_modify(id, events) {
             Ok(()) => 0,
-            Err(e) => e.as_raw(),
+            Err(e) => e.status().as_raw(),
         }
     }))
     .unwrap_or(Status::IoError.as_raw())
@@ -245,4 +245,52 @@ pub(crate) unsafe extern "C" fn unpack_tramp<F: FnOnce(&[u8])>(
     if catch_unwind(AssertUnwindSafe(|| f(d))).is_err() {
         tracing::error!("panic in a get_bcopy unpack callback (caught)");
     }
+}
+
+// ---------------------------------------------------------------- statuses
+
+/// A status a table returned, as a result (with the context the transport left for it).
+#[inline(always)]
+pub(crate) fn check(st: RawStatus) -> ucs::Result<()> {
+    if st == 0 {
+        Ok(())
+    } else {
+        Err(uct_transport::error_context::take(st))
+    }
+}
+
+/// A status a table returned for an operation that may complete later.
+#[inline(always)]
+pub(crate) fn outcome(st: RawStatus) -> ucs::Result<ucs::Outcome> {
+    match st {
+        0 => Ok(ucs::Outcome::Done),
+        1 => Ok(ucs::Outcome::InProgress),
+        _ => Err(uct_transport::error_context::take(st)),
+    }
+}
+
+/// A bcopy's return: the length packed, or a negative status.
+#[inline(always)]
+pub(crate) fn length(n: isize) -> ucs::Result<usize> {
+    if n >= 0 {
+        Ok(n as usize)
+    } else {
+        Err(uct_transport::error_context::take(n as RawStatus))
+    }
+}
+
+/// The host's `set_error` for plugins: keeps the message in the host's thread slot.
+///
+/// # Safety
+/// `msg` must be valid for `len` bytes during the call.
+pub(crate) unsafe extern "C" fn host_set_error(status: RawStatus, msg: *const u8, len: usize) {
+    let _ = catch_unwind(|| {
+        let bytes = if len == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the plugin passes a byte range valid for the call.
+            unsafe { std::slice::from_raw_parts(msg, len) }
+        };
+        uct_transport::error_context::store(status, String::from_utf8_lossy(bytes).into_owned());
+    });
 }

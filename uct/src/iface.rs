@@ -3,23 +3,36 @@
 #![allow(unsafe_code)]
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::ffi::c_void;
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use ucs::{Result, Status};
+use ucs::config::Overrides;
+use ucs::{Error, Outcome, Result, Status};
+
+use crate::host::{check, outcome};
 
 use crate::completion::Completion;
 use crate::component::Md;
 use crate::ep::Ep;
 use crate::worker::Worker;
-use uct_transport::abi::{RawIfaceOps, RawIfaceParams, RawRxDesc, RawStatus};
+use uct_transport::abi::{RawConfigPair, RawIfaceOps, RawIfaceParams, RawRxDesc, RawStatus};
 use uct_transport::types::{AmCbFlags, ArmEvents, DevName, FlushFlags, IfaceAttr, ProgressFlags, AM_ID_MAX};
 
-/// Identifies an endpoint in error reports; compare with [`Ep::key`].
+/// Identifies an endpoint in error reports; compare with [`Ep::key`]. Unique in the process
+/// for its lifetime: a key never names another endpoint after its own was dropped.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub struct EpKey(pub usize);
+pub struct EpKey(u64);
+
+impl EpKey {
+    pub(crate) fn next() -> EpKey {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        EpKey(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
 
 /// Parameters of [`Iface::open`].
 pub struct IfaceParams {
@@ -29,6 +42,12 @@ pub struct IfaceParams {
     pub rx_headroom: usize,
     /// Called (from progress) when a peer fails; the endpoint is dead afterwards.
     pub err_handler: Option<Box<dyn FnMut(EpKey, Status)>>,
+    /// Progress directions enabled at open (default: send and receive); empty: none, until
+    /// [`Iface::progress_enable`].
+    pub progress: ProgressFlags,
+    /// Configuration set in code for this interface (`RUCX_*` names without the prefix); it
+    /// wins over the environment and over the context's settings.
+    pub config: Overrides,
 }
 
 impl IfaceParams {
@@ -39,12 +58,27 @@ impl IfaceParams {
             dev_name: dev.into(),
             rx_headroom: 0,
             err_handler: None,
+            progress: ProgressFlags::SEND | ProgressFlags::RECV,
+            config: Overrides::new(),
         }
     }
 
     /// Sets the peer-failure handler.
     pub fn err_handler(mut self, f: impl FnMut(EpKey, Status) + 'static) -> IfaceParams {
         self.err_handler = Some(Box::new(f));
+        self
+    }
+
+    /// Sets configuration variable `name` (e.g. `TCP_SNDBUF`, with or without `RUCX_`) for
+    /// this interface.
+    pub fn config(mut self, name: &str, value: &str) -> IfaceParams {
+        self.config.set(name, value);
+        self
+    }
+
+    /// Sets the progress directions enabled at open.
+    pub fn progress(mut self, flags: ProgressFlags) -> IfaceParams {
+        self.progress = flags;
         self
     }
 }
@@ -187,17 +221,43 @@ unsafe extern "C" fn am_tramp<F: FnMut(&AmMessage<'_>) + 'static>(
     }
 }
 
-type ErrHandlerBox = Box<dyn FnMut(EpKey, Status)>;
+/// The iface's endpoints by transport handle, and the user's peer-failure handler.
+#[derive(Default)]
+pub(crate) struct EpRegistry {
+    keys: RefCell<HashMap<usize, EpKey>>,
+    handler: RefCell<Option<ErrHandler>>,
+}
+
+type ErrHandler = Box<dyn FnMut(EpKey, Status)>;
+
+impl EpRegistry {
+    pub(crate) fn add(&self, handle: *mut c_void) -> EpKey {
+        let k = EpKey::next();
+        self.keys.borrow_mut().insert(handle as usize, k);
+        k
+    }
+
+    pub(crate) fn remove(&self, handle: *mut c_void) {
+        self.keys.borrow_mut().remove(&(handle as usize));
+    }
+}
 
 /// # Safety
-/// Called only across the plugin boundary, with the handles and pointers that
-/// `uct::abi`'s contract guarantees valid (see the module documentation).
+/// The [boundary contract](uct_transport::export); `arg` is the iface's [`EpRegistry`].
 unsafe extern "C" fn err_tramp(arg: *mut c_void, ep: *mut c_void, status: RawStatus) -> RawStatus {
-    // SAFETY: `arg` is the boxed handler owned by the iface.
-    let h = unsafe { &mut *(arg as *mut ErrHandlerBox) };
-    match catch_unwind(AssertUnwindSafe(|| {
-        h(EpKey(ep as usize), Status::from_raw(status))
-    })) {
+    // SAFETY: `arg` is the boxed registry owned by the iface, which outlives its transport.
+    let reg = unsafe { &*(arg as *const EpRegistry) };
+    let Some(key) = reg.keys.borrow().get(&(ep as usize)).copied() else {
+        tracing::debug!("peer failure reported for an endpoint already destroyed: ignored");
+        return 0;
+    };
+    // Taken out while it runs, so the handler may drop endpoints (which touches `keys`).
+    let Some(mut h) = reg.handler.borrow_mut().take() else {
+        return Status::Unsupported.as_raw();
+    };
+    let r = catch_unwind(AssertUnwindSafe(|| h(key, Status::from_raw(status))));
+    reg.handler.borrow_mut().get_or_insert(h);
+    match r {
         Ok(()) => 0,
         Err(_) => {
             tracing::error!("panic in an error handler (caught)");
@@ -215,7 +275,8 @@ pub(crate) struct IfaceInner {
     handlers: RefCell<Vec<Option<AmHandler>>>,
     /// Replaced handlers, kept until close: a handler may replace itself while running.
     retired: RefCell<Vec<AmHandler>>,
-    _err: Option<Box<ErrHandlerBox>>,
+    /// Boxed: the transport holds its address for error reports.
+    pub(crate) eps: Box<EpRegistry>,
     /// Stands in when the application passes no completion, to keep buffers alive.
     pub(crate) orphan: Completion,
     pub(crate) md: Md,
@@ -230,41 +291,68 @@ impl Drop for IfaceInner {
 }
 
 /// An open interface. Clones share it; closed when the last clone and endpoint are gone.
+///
+/// ```
+/// use uct::{Iface, IfaceFlags, IfaceParams, Worker};
+/// let ctx = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
+/// let (md, _) = ctx.find_resource("self", "memory0")?;
+/// let worker = Worker::new()?;
+/// let iface = Iface::open(&md, &worker, IfaceParams::new("self", "memory0").config("SELF_SEG_SIZE", "4k"))?;
+/// assert!(iface.attr().flags.contains(IfaceFlags::AM_SHORT | IfaceFlags::CONNECT_TO_IFACE));
+/// assert_eq!(iface.attr().am.max_bcopy, 4096);
+/// // Progress is enabled at open; self delivers synchronously, so it has none to do.
+/// assert_eq!(worker.progress(), 0);
+/// # Ok::<(), uct::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Iface {
     pub(crate) inner: Rc<IfaceInner>,
-}
-
-fn status(st: RawStatus) -> Result<()> {
-    Status::from_raw(st).into_result().map(|_| ())
 }
 
 impl Iface {
     /// Opens transport `params.tl_name` on device `params.dev_name` of `md`, driven by `worker`.
     pub fn open(md: &Md, worker: &Worker, params: IfaceParams) -> Result<Iface> {
         let Some(tl) = md.transport(&params.tl_name) else {
-            tracing::error!(tl = %params.tl_name, md = md.name(), "no such transport on this memory domain (see rucx-info -d)");
-            return Err(Status::NoDevice);
+            return Err(Error::new(
+                Status::NoDevice,
+                format!(
+                    "memory domain {} has no transport {} (rucx-info -d lists the transports and devices)",
+                    md.name(),
+                    params.tl_name
+                ),
+            ));
         };
-        let err = params.err_handler.map(Box::new);
+        let config = md.inner.config.merged(&params.config);
+        ucs::config::check_known(&config).map_err(|e| {
+            e.context_with(format_args!(
+                "opening {} on device {}",
+                params.tl_name, params.dev_name
+            ))
+        })?;
+        let pairs: Vec<RawConfigPair> = config.iter().map(|(k, v)| RawConfigPair::new(k, v)).collect();
+        let has_handler = params.err_handler.is_some();
+        let eps = Box::new(EpRegistry {
+            keys: RefCell::new(HashMap::new()),
+            handler: RefCell::new(params.err_handler),
+        });
         let raw = RawIfaceParams {
             dev_name: DevName::new(&params.dev_name),
             worker: worker.raw(),
             rx_headroom: params.rx_headroom,
-            err_handler: err
-                .as_ref()
-                .map(|_| err_tramp as uct_transport::abi::RawErrHandler),
-            err_handler_arg: err.as_ref().map_or(std::ptr::null_mut(), |b| {
-                &**b as *const ErrHandlerBox as *mut c_void
-            }),
+            err_handler: has_handler.then_some(err_tramp as uct_transport::abi::RawErrHandler),
+            err_handler_arg: &*eps as *const EpRegistry as *mut c_void,
+            config: pairs.as_ptr(),
+            num_config: pairs.len(),
         };
         let mut h: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid md handle of the transport's component, params and out-pointer.
         let st = unsafe { (tl.iface_open)(md.inner.handle, &raw, &mut h) };
-        if let Err(e) = status(st) {
-            tracing::error!(tl = %params.tl_name, dev = %params.dev_name, "cannot open interface: {e}");
-            return Err(e);
-        }
+        check(st).map_err(|e| {
+            e.context_with(format_args!(
+                "opening {} on device {}",
+                params.tl_name, params.dev_name
+            ))
+        })?;
         // SAFETY: the transport's ops table is 'static.
         let ops: &'static RawIfaceOps = unsafe { &*tl.ops };
         let mut attr = IfaceAttr::default();
@@ -278,7 +366,7 @@ impl Iface {
             dev_name: params.dev_name,
             handlers: RefCell::new((0..AM_ID_MAX).map(|_| None).collect()),
             retired: RefCell::new(Vec::new()),
-            _err: err,
+            eps,
             orphan: Completion::counter(),
             md: md.clone(),
             worker: worker.clone(),
@@ -286,7 +374,10 @@ impl Iface {
         let iface = Iface {
             inner: Rc::new(inner),
         };
-        status(st)?;
+        check(st)?;
+        if !params.progress.is_empty() {
+            iface.progress_enable(params.progress);
+        }
         Ok(iface)
     }
 
@@ -319,7 +410,7 @@ impl Iface {
     pub fn device_address(&self) -> Result<Vec<u8>> {
         let mut b = vec![0; self.inner.attr.device_addr_len];
         // SAFETY: buffer of the advertised size.
-        status(unsafe {
+        check(unsafe {
             (self.inner.ops.iface_get_device_address)(self.inner.handle, b.as_mut_ptr(), b.len())
         })?;
         Ok(b)
@@ -329,7 +420,7 @@ impl Iface {
     pub fn address(&self) -> Result<Vec<u8>> {
         let mut b = vec![0; self.inner.attr.iface_addr_len];
         // SAFETY: buffer of the advertised size.
-        status(unsafe { (self.inner.ops.iface_get_address)(self.inner.handle, b.as_mut_ptr(), b.len()) })?;
+        check(unsafe { (self.inner.ops.iface_get_address)(self.inner.handle, b.as_mut_ptr(), b.len()) })?;
         Ok(b)
     }
 
@@ -355,8 +446,7 @@ impl Iface {
         f: F,
     ) -> Result<()> {
         if id >= AM_ID_MAX {
-            tracing::error!(id, "set_am_handler: AM id must be below {AM_ID_MAX}");
-            return Err(Status::InvalidParam);
+            return Err(bad_am_id("set_am_handler", id));
         }
         let boxed = Box::new(HandlerBox {
             iface: Rc::downgrade(&self.inner),
@@ -364,7 +454,7 @@ impl Iface {
         });
         let arg = &*boxed as *const HandlerBox<F> as *mut c_void;
         // SAFETY: `arg` stays valid: the box is stored below and retired, not freed, if replaced.
-        status(unsafe {
+        check(unsafe {
             (self.inner.ops.iface_set_am_handler)(self.inner.handle, id, Some(am_tramp::<F>), arg, flags.0)
         })?;
         let old = self.inner.handlers.borrow_mut()[id as usize].replace(boxed as AmHandler);
@@ -377,10 +467,10 @@ impl Iface {
     /// Removes the handler of AM `id`.
     pub fn clear_am_handler(&self, id: u8) -> Result<()> {
         if id >= AM_ID_MAX {
-            return Err(Status::InvalidParam);
+            return Err(bad_am_id("clear_am_handler", id));
         }
         // SAFETY: removing the handler; the old box is retired, not freed.
-        status(unsafe {
+        check(unsafe {
             (self.inner.ops.iface_set_am_handler)(self.inner.handle, id, None, std::ptr::null_mut(), 0)
         })?;
         let old = self.inner.handlers.borrow_mut()[id as usize].take();
@@ -408,49 +498,58 @@ impl Iface {
         unsafe { (self.inner.ops.iface_progress)(self.inner.handle) }
     }
 
-    /// Flushes every endpoint: `Ok(Ok)` when done, `Ok(InProgress)` when `comp` will fire.
+    /// Flushes every endpoint: `Ok(Outcome::Done)` when done, `Ok(InProgress)` when `comp` will fire.
     /// Without a completion it only reports the state (UCX's `comp == NULL`): poll again later.
-    pub fn flush(&self, flags: FlushFlags, comp: Option<&Completion>) -> Result<Status> {
+    pub fn flush(&self, flags: FlushFlags, comp: Option<&Completion>) -> Result<Outcome> {
         let Some(c) = comp else {
             // SAFETY: valid handle; a null completion is allowed by the boundary.
             let st =
                 unsafe { (self.inner.ops.iface_flush)(self.inner.handle, flags.0, std::ptr::null_mut()) };
-            return Status::from_raw(st).into_result();
+            return outcome(st);
         };
         let raw = c.arm([]);
         // SAFETY: valid handle; the completion stays alive while armed.
-        let st = Status::from_raw(unsafe { (self.inner.ops.iface_flush)(self.inner.handle, flags.0, raw) });
-        if st != Status::InProgress {
+        let st = unsafe { (self.inner.ops.iface_flush)(self.inner.handle, flags.0, raw) };
+        if st != Status::InProgress.as_raw() {
             c.disarm();
         }
-        st.into_result()
+        outcome(st)
     }
 
     /// Orders operations before and after it.
     pub fn fence(&self) -> Result<()> {
         // SAFETY: valid handle.
-        status(unsafe { (self.inner.ops.iface_fence)(self.inner.handle, 0) })
+        check(unsafe { (self.inner.ops.iface_fence)(self.inner.handle, 0) })
     }
 
-    /// A file descriptor that becomes readable when armed events occur.
-    pub fn event_fd(&self) -> Result<RawFd> {
+    /// A file descriptor that becomes readable when armed events occur; `Unsupported` for
+    /// transports without one. Owned by the interface.
+    pub fn event_fd(&self) -> Result<BorrowedFd<'_>> {
         let mut fd = -1;
         // SAFETY: valid handle and out-pointer.
-        status(unsafe { (self.inner.ops.iface_event_fd)(self.inner.handle, &mut fd) })?;
-        Ok(fd)
+        check(unsafe { (self.inner.ops.iface_event_fd)(self.inner.handle, &mut fd) })?;
+        if fd < 0 {
+            return Err(Error::new(
+                Status::IoError,
+                format!("{self:?}: the transport gave no event fd"),
+            ));
+        }
+        // SAFETY: the transport owns the fd for the interface's lifetime, which the borrow of
+        // `self` bounds.
+        Ok(unsafe { BorrowedFd::borrow_raw(fd) })
     }
 
     /// Arms events; `Err(Busy)` means events are already pending: progress, do not sleep.
     pub fn event_arm(&self, events: ArmEvents) -> Result<()> {
         // SAFETY: valid handle.
-        status(unsafe { (self.inner.ops.iface_event_arm)(self.inner.handle, events.0) })
+        check(unsafe { (self.inner.ops.iface_event_arm)(self.inner.handle, events.0) })
     }
 
     /// Creates an endpoint to be connected with [`Ep::connect_to_ep`] (connect-to-ep model).
     pub fn ep_create(&self) -> Result<Ep> {
         let mut h: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid handle and out-pointer.
-        status(unsafe { (self.inner.ops.ep_create)(self.inner.handle, &mut h) })?;
+        check(unsafe { (self.inner.ops.ep_create)(self.inner.handle, &mut h) })?;
         Ok(Ep::from_raw(h, self.inner.clone()))
     }
 
@@ -458,7 +557,7 @@ impl Iface {
     pub fn ep_create_connected(&self, dev_addr: &[u8], iface_addr: &[u8]) -> Result<Ep> {
         let mut h: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid handle, buffers and out-pointer.
-        status(unsafe {
+        check(unsafe {
             (self.inner.ops.ep_create_connected)(
                 self.inner.handle,
                 dev_addr.as_ptr(),
@@ -470,6 +569,14 @@ impl Iface {
         })?;
         Ok(Ep::from_raw(h, self.inner.clone()))
     }
+}
+
+#[cold]
+fn bad_am_id(what: &str, id: u8) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!("{what}: AM id {id} out of range 0..{}", AM_ID_MAX - 1),
+    )
 }
 
 impl std::fmt::Debug for Iface {

@@ -52,7 +52,7 @@ impl Mem {
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
             tracing::error!(len, "cannot allocate {len} bytes for registered memory");
-            return Err(Status::NoMemory);
+            return Err(Status::NoMemory.into());
         }
         let memh = match md.mem_reg_raw(ptr, len, access) {
             Ok(h) => h,
@@ -88,11 +88,6 @@ impl Mem {
         self.inner.ptr as u64
     }
 
-    /// The memory-domain handle.
-    pub fn memh(&self) -> *mut c_void {
-        self.inner.memh
-    }
-
     /// The memory domain it is registered with.
     pub fn md(&self) -> &Md {
         &self.inner.md
@@ -113,7 +108,7 @@ impl Mem {
                     size = self.inner.len,
                     "access beyond registered memory"
                 );
-                Err(Status::OutOfRange)
+                Err(Status::OutOfRange.into())
             }
         }
     }

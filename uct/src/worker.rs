@@ -1,12 +1,12 @@
 //! The worker: the progress engine of one thread (`uct_worker_h`).
 //!
-//! `progress()` first calls the ifaces' progress functions (straight, one indirect call each:
-//! `transport_progress`), then runs async events queued for this worker (fd readiness and
-//! timers, detected by the async context's background thread and handed over through its
-//! queue, so none is lost while the owner is busy) and the other callbacks (one-shot and
-//! application ones). With nothing to do this is one load: no allocation, lock or syscall.
-//! The async context wakes the callback queue when it queues an event; in poll mode, polling
-//! the context is itself a callback there.
+//! `progress()` dispatches the worker's callback queue: async events queued for this worker
+//! (fd readiness and timers, detected by the async context's background thread and handed
+//! over through its queue, so none is lost while the owner is busy), one-shot callbacks, then
+//! the progress callbacks: the ifaces' progress functions and the application's. With nothing
+//! to do this is one load: no allocation, lock or syscall. The async context wakes the
+//! callback queue when it queues an event; in poll mode, polling the context is itself a
+//! callback there.
 
 use std::cell::RefCell;
 use std::ffi::c_void;
@@ -15,58 +15,31 @@ use std::time::Duration;
 
 use slab::Slab;
 use ucs::async_ctx::{AsyncContext, AsyncMode, Events, HandlerId};
-use ucs::callbackq::{CallbackId, CallbackQueue, QueueState};
+use ucs::callbackq::{CallbackId, CallbackQueue};
 use ucs::{Result, Status};
 
 use crate::host::{CbGuard, EvGuard, WORKER_API};
-use crate::transport_progress::TransportProgress;
 use uct_transport::abi::RawWorker;
 
-/// Threading mode of a worker (`ucs_thread_mode_t`). Only `Single` is supported: a worker and
-/// its objects belong to the thread that created them (they are `!Send`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ThreadMode {
-    Single,
-    Serialized,
-    Multi,
-}
-
 pub(crate) struct WorkerInner {
-    /// The transports' progress functions, called first and straight.
-    transports: TransportProgress,
     cbq: CallbackQueue,
     async_ctx: AsyncContext,
-    /// Progress callback ids handed to transports (slab index + 1) → `transports` ids.
-    progress_ids: RefCell<Slab<u64>>,
+    /// Progress callback ids handed to transports (slab index + 1) → callback queue ids.
+    progress_ids: RefCell<Slab<CallbackId>>,
     /// Async handler ids handed to transports (slab index + 1) → async ids.
     async_ids: RefCell<Slab<HandlerId>>,
 }
 
 impl WorkerInner {
-    /// The transports' progress functions (`st.held()`), then async events, one-shot and
-    /// application callbacks (`st.has_work()`, the rarer case).
+    /// Everything queued: async events, one-shots, the progress callbacks. Out of line, so an
+    /// idle `progress` stays one load and a branch in the caller.
     #[inline(never)]
-    fn progress_busy(&self, st: QueueState) -> u32 {
-        let mut n = 0;
-        if st.held() {
-            n = self.transports.dispatch();
-        }
-        if st.has_work() {
-            n = n.wrapping_add(self.dispatch_callbacks());
-        }
-        n
-    }
-
-    /// Async events, one-shot and application callbacks: out of line, off the polling path.
-    #[cold]
-    #[inline(never)]
-    fn dispatch_callbacks(&self) -> u32 {
+    fn progress_all(&self) -> u32 {
         self.cbq.dispatch_with(|| self.async_ctx.dispatch_queued() as u32)
     }
 
     pub(crate) fn progress_add(&self, cb: CbGuard) -> u64 {
-        let id = self.transports.add(cb);
-        self.cbq.set_held(true);
+        let id = self.cbq.add(move || cb.call());
         self.progress_ids.borrow_mut().insert(id) as u64 + 1
     }
 
@@ -74,10 +47,9 @@ impl WorkerInner {
         let Some(idx) = (id as usize).checked_sub(1) else {
             return;
         };
-        let tid = self.progress_ids.borrow_mut().try_remove(idx);
-        if let Some(tid) = tid {
-            self.transports.remove(tid);
-            self.cbq.set_held(!self.transports.is_empty());
+        let cid = self.progress_ids.borrow_mut().try_remove(idx);
+        if let Some(cid) = cid {
+            self.cbq.remove(cid);
         }
     }
 
@@ -139,23 +111,37 @@ fn from_events(e: Events) -> u32 {
 }
 
 /// A worker. Cheap to clone (shared handle); `!Send`.
+///
+/// ```
+/// let worker = uct::Worker::new()?;
+/// assert_eq!(worker.progress(), 0); // nothing opened: nothing to do
+/// // An application's own progress callback runs on every progress.
+/// let id = worker.progress_register(|| 1);
+/// assert_eq!(worker.progress(), 1);
+/// worker.progress_unregister(id);
+/// # Ok::<(), uct::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Worker {
     pub(crate) inner: Rc<WorkerInner>,
 }
 
 impl Worker {
-    /// Creates a worker with its own async context in `mode`.
-    pub fn new(mode: AsyncMode, thread_mode: ThreadMode) -> Result<Worker> {
-        Self::with_async(AsyncContext::new(mode)?, thread_mode)
+    /// Creates a worker with its own async context, whose events a background thread detects
+    /// ([`AsyncMode::Thread`], UCX's default). A worker and everything opened on it belong to
+    /// the thread that created them (UCX's `UCS_THREAD_MODE_SINGLE`; they are `!Send`).
+    pub fn new() -> Result<Worker> {
+        Self::with_async_mode(AsyncMode::Thread)
+    }
+
+    /// Creates a worker with its own async context in `mode` ([`AsyncMode::Poll`]: no
+    /// background thread; `progress` polls for events).
+    pub fn with_async_mode(mode: AsyncMode) -> Result<Worker> {
+        Self::with_async(AsyncContext::new(mode)?)
     }
 
     /// Creates a worker over an existing async context (which it then owns the dispatch of).
-    pub fn with_async(async_ctx: AsyncContext, thread_mode: ThreadMode) -> Result<Worker> {
-        if thread_mode == ThreadMode::Multi {
-            tracing::error!("uct workers support only single-threaded use (ThreadMode::Single/Serialized)");
-            return Err(Status::Unsupported);
-        }
+    pub fn with_async(async_ctx: AsyncContext) -> Result<Worker> {
         let cbq = CallbackQueue::new();
         // Queued async events wake the progress list, so an idle progress checks only that.
         async_ctx.add_waker(cbq.handle());
@@ -166,7 +152,6 @@ impl Worker {
         }
         Ok(Worker {
             inner: Rc::new(WorkerInner {
-                transports: TransportProgress::new(),
                 cbq,
                 async_ctx,
                 progress_ids: RefCell::new(Slab::new()),
@@ -175,22 +160,15 @@ impl Worker {
         })
     }
 
-    /// Runs the transports' progress functions, then async events and the other callbacks;
-    /// returns the amount of work done. With nothing registered and nothing queued this is one
-    /// load and a branch, inlined. With only transports registered and nothing queued (a
-    /// polling loop's usual case) their functions are called from here, as UCX's inline
-    /// `uct_worker_progress` calls them: one call level less per poll; anything else is one
-    /// direct call (`progress_busy`).
+    /// Runs async events, one-shot callbacks and the progress callbacks (the interfaces' and
+    /// the application's); returns the amount of work done. With nothing registered and
+    /// nothing queued this is one load and a branch, inlined.
     #[inline(always)]
     pub fn progress(&self) -> u32 {
-        let st = self.inner.cbq.state();
-        if st.is_idle() {
+        if self.inner.cbq.is_idle() {
             return 0;
         }
-        if st.held_only() {
-            return self.inner.transports.dispatch();
-        }
-        self.inner.progress_busy(st)
+        self.inner.progress_all()
     }
 
     /// The async context (its `event_fd` is readable while async events wait for `progress`).
@@ -230,7 +208,7 @@ mod tests {
     #[test]
     fn async_events_wake_an_idle_worker() {
         for mode in [AsyncMode::Thread, AsyncMode::Poll] {
-            let w = Worker::new(mode, ThreadMode::Single).unwrap();
+            let w = Worker::with_async_mode(mode).unwrap();
             if mode == AsyncMode::Thread {
                 assert!(w.inner.cbq.is_idle(), "a thread-mode worker starts idle");
                 assert_eq!(w.progress(), 0);

@@ -3,6 +3,7 @@
 //! `-v` version, `-d` devices and their attributes, `-c` configuration, `-m` modules; several
 //! may be combined. Uses the same context as applications (`rucx::context()`: built-in modules
 //! plus plugins), so what it lists is what they get.
+#![forbid(unsafe_code)]
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -16,7 +17,7 @@ fn usage() -> String {
      \x20 -t <tl>    with -d: only transport <tl>\n\
      \x20 -c         configuration variables, current values and documentation\n\
      \x20 -m         modules found (built-in and plugins) and their status\n\
-     \x20 -h         this help\n\
+     \x20 -h, --help this help\n\
      Environment: RUCX_MODULE_DIR (plugin directories), RUCX_MODULES (allow/deny list),\n\
      RUCX_LOG_LEVEL.\n"
         .into()
@@ -35,6 +36,9 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
     let mut o = Opts::default();
     let mut it = argv.iter();
     while let Some(arg) = it.next() {
+        if arg == "--help" {
+            return Ok(None);
+        }
         let Some(flags) = arg.strip_prefix('-').filter(|f| !f.is_empty()) else {
             return Err(format!("unexpected argument {arg:?}"));
         };
@@ -87,13 +91,25 @@ fn main() -> ExitCode {
     if o.modules {
         info::modules::report(ctx.modules(), &mut out);
     }
+    let mut failed = false;
     if o.devices {
-        info::devices::report(&ctx, o.tl.as_deref(), &mut out);
+        if let Err(e) = info::devices::report(&ctx, o.tl.as_deref(), &mut out) {
+            eprintln!("rucx-info: {e}");
+            failed = true;
+        }
     }
     if o.config {
-        info::config::report(&mut out);
+        let invalid = info::config::report(&mut out);
+        if invalid > 0 {
+            eprintln!("rucx-info: {invalid} configuration variable(s) have invalid values (marked INVALID)");
+            failed = true;
+        }
     }
     // A closed pipe (`rucx-info -d | head`) is not an error worth a panic.
     let _ = std::io::stdout().lock().write_all(out.as_bytes());
-    ExitCode::SUCCESS
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }

@@ -1,5 +1,5 @@
 //! `rucx-perftest`: UCX's `ucx_perftest` (UCT tests) for rucx. See `rucx-perftest -h`.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 #[path = "../perftest/mod.rs"]
 mod perftest;

@@ -17,11 +17,14 @@ pub fn entry(e: &ConfigEntry, out: &mut String) {
         String::new()
     };
     let _ = writeln!(out, "# syntax: {}{set}", e.syntax);
+    if let Some(err) = &e.error {
+        let _ = writeln!(out, "# INVALID: {err}");
+    }
     let _ = writeln!(out, "{}={}\n", e.full_name, e.value);
 }
 
-/// Writes every variable from [`ucs::config::dump`].
-pub fn report(out: &mut String) {
+/// Writes every variable from [`ucs::config::dump`]; returns how many have invalid values.
+pub fn report(out: &mut String) -> usize {
     let all = ucs::config::dump();
     if all.is_empty() {
         let _ = writeln!(out, "# < no configuration variables registered >");
@@ -29,6 +32,7 @@ pub fn report(out: &mut String) {
     for e in &all {
         entry(e, out);
     }
+    all.iter().filter(|e| e.error.is_some()).count()
 }
 
 #[cfg(test)]
@@ -45,6 +49,7 @@ mod tests {
             doc: "Size of a send segment.\nLarger values use more memory.",
             syntax: "memory units".into(),
             is_set: true,
+            error: None,
         };
         let mut s = String::new();
         entry(&e, &mut s);

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use uct::{
     AsyncMode, AtomicCaps, AtomicOps, Context, Iface, IfaceAttr, IfaceFlags, IfaceParams, Md, OpCaps,
-    ThreadMode, TlResource, Worker,
+    ProgressFlags, TlResource, Worker,
 };
 
 use super::units::{linear_nsec, mbps, nsec, size};
@@ -17,8 +17,34 @@ fn line(out: &mut String, label: &str, value: impl std::fmt::Display) {
 }
 
 /// Writes the report; `tl` keeps only that transport (`-t`).
-pub fn report(ctx: &Context, tl: Option<&str>, out: &mut String) {
-    let worker = match Worker::new(AsyncMode::Poll, ThreadMode::Single) {
+/// Writes the report; `Err` names the transport `tl` when no module offers it (and what does).
+/// A limit as `ucx_info` prints it (`<= 8K`), or `unlimited`.
+fn upto(n: usize) -> String {
+    match size(n) {
+        s if s == "unlimited" => s,
+        s => format!("<= {s}"),
+    }
+}
+
+pub fn report(ctx: &Context, tl: Option<&str>, out: &mut String) -> Result<(), String> {
+    if let Some(t) = tl {
+        let all: Vec<&str> = ctx
+            .components()
+            .iter()
+            .flat_map(|c| c.transport_names())
+            .collect();
+        if !all.contains(&t) {
+            return Err(format!(
+                "no transport {t:?} in the modules loaded (transports: {}; modules: rucx-info -m)",
+                if all.is_empty() {
+                    "none".to_string()
+                } else {
+                    all.join(", ")
+                }
+            ));
+        }
+    }
+    let worker = match Worker::with_async_mode(AsyncMode::Poll) {
         Ok(w) => Some(w),
         Err(e) => {
             let _ = writeln!(
@@ -68,6 +94,7 @@ pub fn report(ctx: &Context, tl: Option<&str>, out: &mut String) {
             }
         }
     }
+    Ok(())
 }
 
 fn md_report(md: &Md, worker: Option<&Worker>, tl: Option<&str>, out: &mut String) {
@@ -102,14 +129,12 @@ fn md_report(md: &Md, worker: Option<&Worker>, tl: Option<&str>, out: &mut Strin
         let _ = writeln!(out, "#         Device: {}", r.dev_name);
         let _ = writeln!(out, "#           Type: {}", r.device_type().name());
         let Some(worker) = worker else { continue };
-        match Iface::open(
-            md,
-            worker,
-            IfaceParams::new(r.tl_name.as_str(), r.dev_name.as_str()),
-        ) {
+        // Only the attributes are read: no progress (as ucx_info).
+        let params = IfaceParams::new(r.tl_name.as_str(), r.dev_name.as_str()).progress(ProgressFlags::EMPTY);
+        match Iface::open(md, worker, params) {
             Ok(iface) => iface_report(iface.attr(), out),
             Err(e) => {
-                let _ = writeln!(out, "#   < failed to open interface: {e} ({}) >", e.name());
+                let _ = writeln!(out, "#   < failed to open interface: {e} >");
             }
         }
     }
@@ -127,14 +152,14 @@ fn op_lines(
         line(
             out,
             &format!("{op}_short"),
-            format_args!("<= {}", size(caps.max_short)),
+            format_args!("{}", upto(caps.max_short)),
         );
     }
     if flags.contains(bcopy) {
         line(
             out,
             &format!("{op}_bcopy"),
-            format_args!("<= {}", size(caps.max_bcopy)),
+            format_args!("{}", upto(caps.max_bcopy)),
         );
     }
     if flags.contains(zcopy) {
@@ -146,7 +171,7 @@ fn op_lines(
         line(
             out,
             &format!("{op}_zcopy"),
-            format_args!("{min}<= {}, up to {} iov", size(caps.max_zcopy), caps.max_iov),
+            format_args!("{min}{}, up to {} iov", upto(caps.max_zcopy), caps.max_iov),
         );
     }
 }
@@ -215,7 +240,7 @@ pub fn iface_report(a: &IfaceAttr, out: &mut String) {
     op_lines(out, "get", &a.get, f, [F::GET_SHORT, F::GET_BCOPY, F::GET_ZCOPY]);
     op_lines(out, "am", &a.am, f, [F::AM_SHORT, F::AM_BCOPY, F::AM_ZCOPY]);
     if f.contains(F::AM_ZCOPY) {
-        line(out, "am header", format_args!("<= {}", size(a.am.max_hdr)));
+        line(out, "am header", format_args!("{}", upto(a.am.max_hdr)));
     }
     atomic_lines(out, &a.atomic32, &a.atomic64);
     let conn = names(

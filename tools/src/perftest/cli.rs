@@ -83,7 +83,7 @@ pub fn parse(args: &[String]) -> Result<Parsed> {
                     args[i - 1].clone()
                 } else {
                     tracing::error!("option requires an argument -- '{c}'");
-                    return Err(Status::InvalidParam);
+                    return Err(Status::InvalidParam.into());
                 };
                 match c {
                     'p' => port = num(c, &val)?,
@@ -91,15 +91,15 @@ pub fn parse(args: &[String]) -> Result<Parsed> {
                         tracing::error!(
                             "-c (CPU affinity) is not supported; pin with `taskset -c <cpus>` instead"
                         );
-                        return Err(Status::Unsupported);
+                        return Err(Status::Unsupported.into());
                     }
                     'b' => {
                         tracing::error!("-b (batch files) is not supported by rucx-perftest");
-                        return Err(Status::Unsupported);
+                        return Err(Status::Unsupported.into());
                     }
                     'T' | 'r' | 'E' => {
                         tracing::error!("-{c} is a UCP-only option; rucx-perftest runs UCT tests");
-                        return Err(Status::Unsupported);
+                        return Err(Status::Unsupported.into());
                     }
                     _ => p.apply(c, &val)?,
                 }
@@ -115,13 +115,13 @@ pub fn parse(args: &[String]) -> Result<Parsed> {
                     'h' => return Ok(Parsed::Help),
                     'S' | 'C' | 'U' | 'e' | 'B' | 'z' => {
                         tracing::error!("-{c} is a UCP-only option; rucx-perftest runs UCT tests");
-                        return Err(Status::Unsupported);
+                        return Err(Status::Unsupported.into());
                     }
                     _ => p.apply(c, "")?,
                 }
             } else {
                 tracing::error!("invalid option -- '{c}' (see -h)");
-                return Err(Status::InvalidParam);
+                return Err(Status::InvalidParam.into());
             }
         }
     }
@@ -130,7 +130,7 @@ pub fn parse(args: &[String]) -> Result<Parsed> {
             tracing::error!(
                 "conflicting arguments: server hostname argument is not allowed in loopback (-l) mode"
             );
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         }
         (Some(h), false) => Role::Client(h),
         (None, true) if threads_loopback => {

@@ -2,9 +2,6 @@
 //! iteration (`ucs_get_time()`: the time-stamp counter on x86_64 when it is invariant) for the
 //! percentile and the report interval, and an accurate clock (`ucs_get_accurate_time()`) read at
 //! the start, at each report and at the end, for averages, bandwidth and message rate.
-//!
-//! Unsafe: only the `rdtsc` intrinsic, which has no memory effects.
-#![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -63,15 +60,7 @@ fn measure_tsc_rate() -> f64 {
 
 #[inline(always)]
 fn raw_tsc() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: RDTSC reads a counter; it touches no memory and exists on every x86_64 CPU.
-        unsafe { core::arch::x86_64::_rdtsc() }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        0
-    }
+    ucs::arch::read_hres_clock()
 }
 
 /// Calibrates now (20 ms), so that it does not happen inside a measurement.
@@ -105,9 +94,9 @@ fn ticks_slow() -> u64 {
     }
 }
 
-/// CLOCK_MONOTONIC (what `Instant` reads) in nanoseconds, read straight: per iteration without
-/// an invariant TSC (e.g. in the soft-RoCE VM) `Instant::elapsed`'s checked arithmetic was a
-/// dozen extra code blocks on the ping-pong's critical path (docs/benchmarks.md).
+/// CLOCK_MONOTONIC (what `Instant` reads) in nanoseconds, read straight: without an invariant
+/// TSC this is read every iteration, and `Instant::elapsed`'s checked arithmetic would add a
+/// dozen code blocks to the ping-pong's critical path.
 #[inline(always)]
 fn mono_ns() -> Option<u64> {
     let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).ok()?;

@@ -40,8 +40,7 @@ pub struct PerfResult {
 ///
 /// `update` writes `current`, `prev_time` and `head` every iteration: they come first, in one
 /// cache line. After a long copy (bandwidth tests) each store waits for the store queue to
-/// drain, and stores spread over several lines drain slower than stores within one
-/// (docs/benchmarks.md, "self am_bw").
+/// drain, and stores spread over several lines drain slower than stores within one.
 #[repr(C, align(64))]
 pub struct Perf {
     pub current: Snapshot,

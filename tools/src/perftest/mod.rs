@@ -94,7 +94,7 @@ fn run(opts: Options) -> Result<()> {
             print.test = true;
             print.results = true;
             let client = run_test(opts.params, print, r);
-            let server = server.join().unwrap_or(Err(Status::IoError));
+            let server = server.join().unwrap_or(Err(Status::IoError.into()));
             client.and(server)
         }
     }
@@ -118,7 +118,7 @@ fn run_test(mut p: Params, print: PrintFlags, mut rte: Rte) -> Result<()> {
         let _ = out.flush();
     }
     let r = p.check().and_then(|()| perf_run(&p, print, &mut rte));
-    if let Err(e) = r {
+    if let Err(e) = &r {
         tracing::error!("Failed to run test: {e}");
     }
     r
@@ -149,7 +149,7 @@ fn perf_run(p: &Params, print: PrintFlags, rte: &mut Rte) -> Result<()> {
             let own = bench.validation_status(rte.group_index());
             match rte.exchange_status(own, &mut progress)? {
                 Status::Ok => {}
-                e => return Err(e),
+                e => return Err(rte::status_error(e)),
             }
         }
         Ok(())
@@ -185,7 +185,7 @@ fn warmup(
         match rte.exchange_status(own, progress)? {
             Status::InProgress => {}
             Status::Ok => return Ok(()),
-            e => return Err(e),
+            e => return Err(rte::status_error(e)),
         }
         total += chunk;
         chunk *= 2;

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use ucs::{Result, Status};
+use ucs::{Error, Result, Status};
 
 /// Which layer a test exercises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,7 +196,7 @@ impl Params {
     pub fn adjust(&mut self) -> Result<()> {
         let Some(i) = self.test else {
             tracing::error!("command line: missing test name (give one with -t, e.g. -t am_lat)");
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         };
         if self.max_outstanding == 0 {
             self.max_outstanding = TESTS[i].window;
@@ -211,15 +211,15 @@ impl Params {
                 test = self.desc().name,
                 "UCP tests are not implemented by rucx-perftest yet; run a UCT test (am_lat, am_bw, put_bw, ...)"
             );
-            return Err(Status::Unsupported);
+            return Err(Status::Unsupported.into());
         }
         if self.dev == NONE {
             tracing::error!("A device must be specified with -d flag for UCT test");
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         }
         if self.tl == NONE {
             tracing::error!("A transport must be specified with -x flag for UCT test");
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         }
         Ok(())
     }
@@ -274,7 +274,7 @@ impl Params {
                     return bad("UCT tests run single-threaded: -M single only");
                 }
             }
-            _ => return Err(Status::InvalidParam),
+            _ => return Err(Status::InvalidParam.into()),
         }
         Ok(())
     }
@@ -370,22 +370,22 @@ impl Params {
     }
 }
 
-fn proto(what: &str) -> Status {
+fn proto(what: &str) -> Error {
     tracing::error!(
         "out-of-band parameters from the client: {what}; use the same rucx-perftest on both sides"
     );
-    Status::InvalidParam
+    Status::InvalidParam.into()
 }
 
 fn bad<T>(msg: &str) -> Result<T> {
     tracing::error!("{msg}");
-    Err(Status::InvalidParam)
+    Err(Status::InvalidParam.into())
 }
 
 pub fn num<T: std::str::FromStr>(opt: char, arg: &str) -> Result<T> {
     arg.trim().parse().map_err(|_| {
         tracing::error!("Invalid option argument for -{opt}: {arg:?} is not a non-negative number");
-        Status::InvalidParam
+        Error::from(Status::InvalidParam)
     })
 }
 
@@ -395,7 +395,7 @@ fn sizes(arg: &str) -> Result<Vec<usize>> {
         .map(|(i, s)| {
             s.trim().parse().map_err(|_| {
                 tracing::error!("Invalid option substring argument at position {i} of -s {arg:?}");
-                Status::InvalidParam
+                Error::from(Status::InvalidParam)
             })
         })
         .collect()

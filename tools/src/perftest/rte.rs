@@ -14,7 +14,7 @@ use std::os::unix::net::UnixStream;
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use ucs::{Result, Status};
+use ucs::{Error, Result, Status};
 
 /// The connection to the peer.
 pub enum Link {
@@ -58,15 +58,32 @@ pub enum Rte {
     Sock { link: Link, is_server: bool },
 }
 
-fn io_err(what: &str, e: std::io::Error) -> Status {
+fn io_err(what: &str, e: std::io::Error) -> Error {
     tracing::error!("out-of-band connection: {what} failed: {e}");
     if matches!(
         e.kind(),
         ErrorKind::UnexpectedEof | ErrorKind::BrokenPipe | ErrorKind::ConnectionReset
     ) {
-        Status::ConnectionReset
+        Status::ConnectionReset.into()
     } else {
-        Status::IoError
+        Status::IoError.into()
+    }
+}
+
+/// The error for a collective status ([`Rte::exchange_status`]) that is not `Ok` where the
+/// run cannot go on: the status itself, or `IoError` for a status that is no error (a peer
+/// out of step with us sent `InProgress` where it should have sent `Ok`).
+pub fn status_error(st: Status) -> Error {
+    if st.is_err() {
+        st.into()
+    } else {
+        Error::new(
+            Status::IoError,
+            format!(
+                "the peer answered {} out of step: it is not a matching rucx-perftest",
+                st.name()
+            ),
+        )
     }
 }
 
@@ -116,7 +133,7 @@ pub fn connect(host: &str, port: u16, ipv6: bool) -> Result<TcpStream> {
             if ipv6 { "IPv6" } else { "IPv4" }
         ),
     }
-    Err(Status::IoError)
+    Err(Status::IoError.into())
 }
 
 impl Rte {
@@ -166,10 +183,9 @@ impl Rte {
     }
 
     /// Fills `buf`, calling `progress` about every millisecond while waiting: `poll()` with a
-    /// 1 ms timeout, as UCX's `sock_io`. (A socket receive timeout would not do: the kernel
-    /// rounds `SO_RCVTIMEO` up to scheduler ticks, 4-8 ms here, and a side in a barrier then
-    /// progressed so rarely that its peer's final flush, waiting for the last put's
-    /// acknowledgement, took 5-8 ms instead of ~1.)
+    /// 1 ms timeout, as UCX's `sock_io`. (Not a socket receive timeout: the kernel rounds
+    /// `SO_RCVTIMEO` up to scheduler ticks, and a side in a barrier would progress too rarely
+    /// for its peer's final flush, which waits for the last put's acknowledgement.)
     fn read_exact(link: &mut Link, buf: &mut [u8], progress: &mut dyn FnMut()) -> Result<()> {
         let mut off = 0;
         while off < buf.len() {
@@ -179,7 +195,7 @@ impl Rte {
                         tracing::error!(
                             "out-of-band connection closed by the peer (did it fail? see its output)"
                         );
-                        return Err(Status::ConnectionReset);
+                        return Err(Status::ConnectionReset.into());
                     }
                     Ok(n) => off += n,
                     Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
@@ -219,7 +235,7 @@ impl Rte {
                         max,
                         "out-of-band message too long: the peer is not a matching rucx-perftest"
                     );
-                    return Err(Status::MessageTruncated);
+                    return Err(Status::MessageTruncated.into());
                 }
                 let mut v = vec![0; len as usize];
                 Self::read_exact(link, &mut v, progress)?;
@@ -239,7 +255,7 @@ impl Rte {
                 Self::read_exact(link, &mut b, progress)?;
                 if u32::from_le_bytes(b) != MAGIC {
                     tracing::error!("out-of-band barrier out of step with the peer");
-                    return Err(Status::IoError);
+                    return Err(Status::IoError.into());
                 }
                 Ok(())
             }
@@ -345,13 +361,13 @@ mod tests {
             drop(w);
             let got = r.recv(max, &mut || {});
             if sent < 8 {
-                assert_eq!(got, Err(Status::ConnectionReset));
+                assert_eq!(got, Err(Status::ConnectionReset.into()));
             } else if len > max as u64 {
-                assert_eq!(got, Err(Status::MessageTruncated));
+                assert_eq!(got, Err(Status::MessageTruncated.into()));
             } else if (sent - 8) as u64 == len {
                 assert_eq!(got.unwrap(), &raw[8..]);
             } else {
-                assert_eq!(got, Err(Status::ConnectionReset));
+                assert_eq!(got, Err(Status::ConnectionReset.into()));
             }
         }
     }

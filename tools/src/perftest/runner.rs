@@ -9,7 +9,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use ucs::{Result, Status};
+use ucs::{Error, Outcome, Result, Status};
 use uct::{AtomicOp, AtomicResult, AtomicWidth, Completion, Ep, Mem, MemIov, Rkey, Worker, MAX_IOV};
 
 use super::clock;
@@ -123,12 +123,12 @@ impl<'s> Bench<'s> {
     pub fn new(p: &Params, setup: &'s Setup) -> Result<Bench<'s>> {
         let Some(peer) = setup.peer.as_ref() else {
             tracing::error!("not connected");
-            return Err(Status::NotConnected);
+            return Err(Status::NotConnected.into());
         };
         let t = p.desc();
         if t.cmd != cmd::AM && peer.rkey.is_none() {
             tracing::error!("the peer sent no remote key; this test needs one");
-            return Err(Status::Unsupported);
+            return Err(Status::Unsupported.into());
         }
         let size = buffer_size(p);
         let length = p.message_size();
@@ -145,7 +145,7 @@ impl<'s> Bench<'s> {
         }
         if ranges.len() > MAX_IOV && matches!(p.layout, layout::ZCOPY | layout::SHORT_IOV) {
             tracing::error!("at most {MAX_IOV} scatter-gather entries");
-            return Err(Status::Unsupported);
+            return Err(Status::Unsupported.into());
         }
         let mut iov = Vec::new();
         if p.layout == layout::ZCOPY {
@@ -219,7 +219,7 @@ impl<'s> Bench<'s> {
                     cmd::FADD => by_layout!(cmd::FADD, $o),
                     cmd::SWAP => by_layout!(cmd::SWAP, $o),
                     cmd::CSWAP => by_layout!(cmd::CSWAP, $o),
-                    _ => Err(Status::InvalidParam),
+                    _ => Err(Status::InvalidParam.into()),
                 }
             };
         }
@@ -305,17 +305,17 @@ impl<'s> Bench<'s> {
         write_byte(self.send_mem, 0, v);
     }
 
-    /// One operation (UCX's `send`), `Ok(InProgress)` when it completes later.
+    /// One operation (UCX's `send`), `Ok(Outcome::InProgress)` when it completes later.
     #[inline(always)]
     fn send<const CMD: u8, const DATA: u8>(
         &mut self,
         sn: u8,
         prev_sn: u8,
         with_comp: bool,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         let len = self.length;
         let comp = if with_comp { Some(&self.comp) } else { None };
-        let ok = |r: Result<()>| r.map(|()| Status::Ok);
+        let ok = |r: Result<()>| r.map(|()| Outcome::Done);
         // UCX passes `sn - prev_sn` computed in int: a negative step wraps in the atomic width.
         let step = (sn as i64 - prev_sn as i64) as u64;
         match CMD {
@@ -338,7 +338,7 @@ impl<'s> Bench<'s> {
                             buf[..n].copy_from_slice(&src[..n]);
                             n
                         })
-                        .map(|_| Status::Ok)
+                        .map(|_| Outcome::Done)
                 }
                 _ => {
                     self.host[0] = sn;
@@ -347,7 +347,7 @@ impl<'s> Bench<'s> {
             },
             cmd::PUT => {
                 let Some(rkey) = self.rkey else {
-                    return Err(Status::InvalidParam);
+                    return Err(Status::InvalidParam.into());
                 };
                 if self.ty == TestType::PingPong {
                     // The responder polls the last byte of the message.
@@ -369,7 +369,7 @@ impl<'s> Bench<'s> {
                                 self.remote_addr,
                                 rkey,
                             )
-                            .map(|_| Status::Ok)
+                            .map(|_| Outcome::Done)
                     }
                     layout::ZCOPY => self.ep.put_zcopy(&self.iov, self.remote_addr, rkey, comp),
                     _ => ok(self.ep.put_short(&self.host[..len], self.remote_addr, rkey)),
@@ -377,7 +377,7 @@ impl<'s> Bench<'s> {
             }
             cmd::GET => {
                 let Some(rkey) = self.rkey else {
-                    return Err(Status::InvalidParam);
+                    return Err(Status::InvalidParam.into());
                 };
                 match DATA {
                     layout::BCOPY => {
@@ -395,7 +395,7 @@ impl<'s> Bench<'s> {
             }
             _ => {
                 let Some(rkey) = self.rkey else {
-                    return Err(Status::InvalidParam);
+                    return Err(Status::InvalidParam.into());
                 };
                 let (w, a, r) = (self.width, self.remote_addr, &self.result);
                 match CMD {
@@ -424,10 +424,10 @@ impl<'s> Bench<'s> {
     /// After an accepted send: progress once the operation is in flight, and every
     /// [`SENDS_PER_PROGRESS`] sends that completed at once.
     #[inline(always)]
-    fn sent(&mut self, r: Result<Status>) -> Result<()> {
+    fn sent(&mut self, r: Result<Outcome>) -> Result<()> {
         match r? {
-            Status::InProgress => self.progress(),
-            _ => {
+            Outcome::InProgress => self.progress(),
+            Outcome::Done => {
                 let c = self.counters.send_b_count.get();
                 self.counters.send_b_count.set(c.wrapping_add(1));
                 if c.is_multiple_of(SENDS_PER_PROGRESS) {
@@ -445,7 +445,7 @@ impl<'s> Bench<'s> {
     #[inline(never)]
     fn send_b_retry<const CMD: u8, const DATA: u8>(
         &mut self,
-        mut err: Status,
+        mut err: Error,
         sn: u8,
         prev_sn: u8,
         with_comp: bool,
@@ -509,7 +509,7 @@ impl<'s> Bench<'s> {
             cmd::PUT => SnSrc::Recv(self.length - 1),
             _ => {
                 tracing::error!("Cannot run this test in ping-pong mode");
-                return Err(Status::InvalidParam);
+                return Err(Status::InvalidParam.into());
             }
         };
         self.prepare_buffers(false);
@@ -722,7 +722,7 @@ impl<'s> Bench<'s> {
 }
 
 #[cold]
-fn send_failed(e: Status) -> Status {
+fn send_failed(e: Error) -> Error {
     tracing::error!("Failed to send: {e}");
     e
 }

@@ -6,14 +6,14 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use ucs::{Result, Status};
+use ucs::{Outcome, Result, Status};
 use uct::{
     AmCbFlags, AsyncMode, Context, Ep, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, Md, MdFlags,
-    Mem, MemAccess, ProgressFlags, Rkey, ThreadMode, Worker,
+    Mem, MemAccess, Rkey, Worker,
 };
 
 use super::params::{cmd, layout, AsyncKind, Params, MAX_FC_WINDOW};
-use super::rte::Rte;
+use super::rte::{self, Rte};
 
 /// The AM id of the tests (UCX's `UCT_PERF_TEST_AM_ID`).
 pub const AM_ID: u8 = 5;
@@ -44,7 +44,7 @@ pub struct Setup {
 /// What the test loop writes every iteration besides its measurement, as UCX keeps both in
 /// its runner object: one allocation, so that the two stores share a cache line. In a
 /// bandwidth test each store after the message copy waits for the store queue to drain, and
-/// stores spread over lines drain slower (docs/benchmarks.md, "self am_bw").
+/// stores spread over lines drain slower.
 #[derive(Debug, Default)]
 pub struct LoopCounters {
     /// Set by the AM handler: the first byte of the last message (UCX's `m_last_recvd_sn`).
@@ -271,7 +271,7 @@ fn open(ctx: &Context, p: &Params) -> Result<(Worker, Md, Iface)> {
     } else {
         AsyncMode::Thread
     };
-    let worker = Worker::new(mode, ThreadMode::Single)?;
+    let worker = Worker::with_async_mode(mode)?;
     let (md, _) = ctx.find_resource(&p.tl, &p.dev).inspect_err(|_| {
         tracing::error!(
             "Cannot use {}/{} (list transports and devices with rucx-info -d)",
@@ -296,7 +296,7 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8]> {
     if b.len() < n {
         tracing::error!("peer address blob is truncated: the peer is not a matching rucx-perftest");
-        return Err(Status::InvalidParam);
+        return Err(Status::InvalidParam.into());
     }
     let (h, t) = b.split_at(n);
     *b = t;
@@ -314,13 +314,13 @@ impl Setup {
         let opened = open(ctx, p);
         let own = match &opened {
             Ok((_, md, iface)) => check_capabilities(p, iface.attr(), md),
-            Err(e) => *e,
+            Err(e) => e.status(),
         };
         let mut idle = || {};
         let st = rte.exchange_status(own, &mut idle)?;
         let (worker, md, iface) = opened?;
         if st != Status::Ok {
-            return Err(st);
+            return Err(rte::status_error(st));
         }
         let attr = *iface.attr();
         let size = buffer_size(p);
@@ -335,7 +335,6 @@ impl Setup {
         let counters = Rc::new(LoopCounters::default());
         let am_bad = Rc::new(Cell::new(0u64));
         install_am_handler(&iface, p, &counters, &am_bad)?;
-        iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
         let mut s = Setup {
             worker,
             md,
@@ -365,7 +364,7 @@ impl Setup {
                 "{}: the transport connects neither to an iface nor to an ep",
                 self.iface.tl_name()
             );
-            return Err(Status::Unsupported);
+            return Err(Status::Unsupported.into());
         }
         let ep = if to_ep {
             Some(self.iface.ep_create()?)
@@ -395,7 +394,7 @@ impl Setup {
         let ep_addr = take_bytes(&mut r)?;
         if !self.iface.is_reachable(dev, iface_addr) {
             tracing::error!("Destination is unreachable");
-            return Err(Status::Unreachable);
+            return Err(Status::Unreachable.into());
         }
         let rkey = if !rkey.is_empty() && self.md.attr().flags.contains(MdFlags::REG) {
             Some(self.md.component().rkey_unpack(rkey).inspect_err(|e| {
@@ -430,8 +429,9 @@ impl Setup {
             let st = self.iface.flush(FlushFlags::LOCAL, None);
             self.worker.progress();
             match st {
-                Ok(Status::InProgress) | Err(Status::NoResource) => continue,
-                Ok(_) => return,
+                Ok(Outcome::InProgress) => continue,
+                Err(e) if e == Status::NoResource => continue,
+                Ok(Outcome::Done) => return,
                 Err(e) => {
                     tracing::error!("uct_iface_flush() failed: {e}");
                     return;
@@ -518,6 +518,6 @@ mod tests {
             }
         }
         let mut huge = &[0xff, 0xff, 0xff, 0xff, 1, 2][..];
-        assert_eq!(take_bytes(&mut huge), Err(Status::InvalidParam));
+        assert_eq!(take_bytes(&mut huge), Err(Status::InvalidParam.into()));
     }
 }

@@ -1,18 +1,17 @@
-//! CPU-specific choices. For now one: the routine for bulk copies (UCX's built-in memcpy window
-//! in `ucs_memcpy_relaxed`).
+//! CPU-specific code: the routine for bulk copies (UCX's built-in memcpy window in
+//! `ucs_memcpy_relaxed`), and the high-resolution tick counter ([`read_hres_clock`], UCX's
+//! `ucs_arch_read_hres_clock`).
 //!
-//! glibc (2.36 in Debian 12, through 2.39) copies with `rep movsb` on AMD only below the L2 cache
-//! size and with a vector loop above it. On AMD Zen 5 (family 1Ah) `rep movsb` measured 2-37%
-//! faster from the L2 size (1 MiB) to 32 MiB, at 1 MiB for every alignment tried, and 3% slower
-//! in one case (32 MiB into a destination one byte off; docs/benchmarks.md, "self put_bw: the
-//! copy"). [`copy_maybe_overlapping`] uses `rep movsb` for lengths in
+//! glibc copies with `rep movsb` on AMD only below the L2 cache size and with a vector loop
+//! above it; on AMD Zen 5 (family 1Ah) `rep movsb` is the faster of the two above the L2 size.
+//! [`copy_maybe_overlapping`] uses `rep movsb` for lengths in
 //! `[RUCX_ARCH_BUILTIN_MEMCPY_MIN, RUCX_ARCH_BUILTIN_MEMCPY_MAX)` and libc's memcpy/memmove
 //! otherwise.
 //!
-//! `auto` opens the window only where it was measured to win: AMD family 1Ah and later with
-//! ERMS, from the L2 size up. Everywhere else both limits are `inf` (libc only): on Zen 3/4
-//! glibc measured `rep movsb` up to 20x slower for some alignments (glibc bug 30994), and on
-//! Intel glibc already uses `rep movsb` up to its non-temporal threshold.
+//! `auto` opens the window only on AMD family 1Ah and later with ERMS, from the L2 size up.
+//! Everywhere else both limits are `inf` (libc only): on Zen 3/4 `rep movsb` is very slow for
+//! some alignments (glibc bug 30994), and on Intel glibc already uses `rep movsb` up to its
+//! non-temporal threshold.
 
 mod small;
 #[cfg(target_arch = "x86_64")]
@@ -157,6 +156,20 @@ unsafe fn copy_in_window(src: *const u8, dst: *mut u8, len: usize) {
     } else {
         // SAFETY: the caller's contract; memmove allows overlap.
         unsafe { std::ptr::copy(src, dst, len) }
+    }
+}
+
+/// The CPU's tick counter (`rdtsc` on x86_64; 0 elsewhere): cheap, monotonic only where the
+/// kernel reports the TSC constant and non-stop (callers check `/proc/cpuinfo`, as UCX does).
+#[inline(always)]
+pub fn read_hres_clock() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86_64::rdtsc()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        0
     }
 }
 

@@ -63,3 +63,10 @@ pub(super) fn string_copy(dst: &mut [u8], src: &[u8]) {
         );
     }
 }
+
+/// The time-stamp counter.
+#[inline(always)]
+pub(super) fn rdtsc() -> u64 {
+    // SAFETY: RDTSC reads a counter; it touches no memory and exists on every x86_64 CPU.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}

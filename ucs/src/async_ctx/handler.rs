@@ -217,12 +217,12 @@ impl EventSink {
     /// stale readiness so the fd wakes the caller only for new events.
     pub fn arm(&self) -> Result<()> {
         if self.has_events() {
-            return Err(Status::Busy);
+            return Err(Status::Busy.into());
         }
         self.drain_fd();
         self.signaled.swap(false, Ordering::AcqRel);
         if self.has_events() {
-            return Err(Status::Busy);
+            return Err(Status::Busy.into());
         }
         Ok(())
     }
@@ -236,6 +236,10 @@ impl EventSink {
 
     pub fn fd(&self) -> RawFd {
         self.efd.as_raw_fd()
+    }
+
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.efd)
     }
 }
 

@@ -72,7 +72,7 @@ use std::time::{Duration, Instant};
 use thread::ThreadRef;
 
 use crate::callbackq::CallbackQueueHandle;
-use crate::{Result, Status};
+use crate::{Error, Result, Status};
 
 /// Where events are detected (see the [module documentation](self)).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -128,10 +128,10 @@ impl AsyncContext {
         self.inner.mode
     }
 
-    /// An fd that is readable while events are queued for [`dispatch`](Self::dispatch). Owned by
-    /// the context: do not close it.
-    pub fn event_fd(&self) -> RawFd {
-        self.inner.sink.fd()
+    /// An fd that is readable while events are queued for [`dispatch`](Self::dispatch)
+    /// (also through [`AsFd`](std::os::fd::AsFd)).
+    pub fn event_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.inner.sink.as_fd()
     }
 
     /// Prepares [`event_fd`](Self::event_fd) for sleeping: `Err(Busy)` if events are queued
@@ -211,7 +211,7 @@ impl AsyncContext {
     ) -> Result<HandlerId> {
         if fd < 0 {
             tracing::warn!(fd, "async: add_fd_handler with a negative fd; pass an open fd");
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         }
         let kind = Kind::Fd {
             fd,
@@ -237,7 +237,7 @@ impl AsyncContext {
                 id = id.0,
                 "async: modify_fd_handler on a timer; pass an fd handler id"
             );
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         };
         interest.store(events.bits(), Ordering::Relaxed);
         self.inner.reactor.modify_fd(&h)
@@ -252,7 +252,7 @@ impl AsyncContext {
     ) -> Result<HandlerId> {
         if interval.is_zero() || Instant::now().checked_add(interval).is_none() {
             tracing::warn!(?interval, "async: add_timer interval must be non-zero and finite");
-            return Err(Status::InvalidParam);
+            return Err(Status::InvalidParam.into());
         }
         let h = self.register(Kind::Timer, Box::new(move |_| handler()));
         self.inner.reactor.add_timer(&h, interval);
@@ -268,7 +268,7 @@ impl AsyncContext {
                 id = id.0,
                 "async: remove_handler of an unknown handler (removed twice?)"
             );
-            return Err(Status::NoElem);
+            return Err(Status::NoElem.into());
         };
         h.removed.store(true, Ordering::Release);
         let registered = match h.kind {
@@ -292,10 +292,10 @@ impl AsyncContext {
     }
 
     fn lookup(&self, id: HandlerId) -> Result<Arc<Handler>> {
-        self.handlers().get(&id.0).cloned().ok_or_else(|| {
-            tracing::warn!(id = id.0, "async: unknown handler id");
-            Status::NoElem
-        })
+        self.handlers()
+            .get(&id.0)
+            .cloned()
+            .ok_or_else(|| Error::new(Status::NoElem, format!("async: unknown handler id {}", id.0)))
     }
 
     fn handlers(&self) -> MutexGuard<'_, HashMap<u64, Arc<Handler>>> {
@@ -329,11 +329,17 @@ impl Drop for Inner {
     }
 }
 
+impl std::os::fd::AsFd for AsyncContext {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.event_fd()
+    }
+}
+
 impl fmt::Debug for AsyncContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AsyncContext")
             .field("mode", &self.inner.mode)
-            .field("event_fd", &self.event_fd())
+            .field("event_fd", &self.inner.sink.fd())
             .field("queued_events", &self.queued_events())
             .finish()
     }

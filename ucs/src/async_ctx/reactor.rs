@@ -16,7 +16,7 @@
 use super::events::Events;
 use super::handler::{errno_status, Handler, Kind, TIMER_BIT};
 use super::timerq::TimerQueue;
-use crate::{Result, Status};
+use crate::{Error, Result, Status};
 use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -90,7 +90,7 @@ impl Reactor {
     pub fn new(with_wake: bool) -> Result<Self> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| {
             tracing::error!("async: epoll_create failed: {e}; raise the open-files limit (ulimit -n)");
-            errno_status(e)
+            Error::from(errno_status(e))
         })?;
         let wake = if with_wake {
             let efd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
@@ -148,14 +148,15 @@ impl Reactor {
         // with our (stale) handler id.
         let fds = lock(&self.fds);
         if !fds.contains_key(&h.id) {
-            return Err(Status::NoElem);
+            return Err(Status::NoElem.into());
         }
         self.epoll.modify(borrow_fd(fd), &mut interest(h)).map_err(|e| {
-            tracing::warn!(
-                fd,
-                "async: cannot modify fd handler: {e}; was the fd closed before removal?"
-            );
-            errno_status(e)
+            Error::new(
+                errno_status(e),
+                format!(
+                    "async: cannot modify the handler of fd {fd}: {e}; was the fd closed before removal?"
+                ),
+            )
         })
     }
 

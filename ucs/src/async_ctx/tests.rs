@@ -34,9 +34,7 @@ fn wait_until(mut done: impl FnMut() -> bool) -> bool {
     false
 }
 
-fn readable(fd: RawFd, timeout_ms: u16) -> bool {
-    // SAFETY: `fd` is the event fd of a context that the caller keeps alive during this call.
-    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+fn readable(fd: BorrowedFd<'_>, timeout_ms: u16) -> bool {
     let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
     poll(&mut fds, PollTimeout::from(timeout_ms)).unwrap() == 1
 }
@@ -138,7 +136,7 @@ fn handler_removes_itself() {
     }
     assert_eq!(calls.load(Ordering::SeqCst), 3);
     assert_eq!(ctx.num_handlers(), 0);
-    assert_eq!(ctx.remove_handler(id, false), Err(Status::NoElem));
+    assert_eq!(ctx.remove_handler(id, false), Err(Status::NoElem.into()));
 }
 
 #[test]
@@ -241,7 +239,7 @@ fn event_fd_readable_while_events_queued() {
         readable(ctx.event_fd(), 5000),
         "event fd did not wake the sleeper"
     );
-    assert_eq!(ctx.arm(), Err(Status::Busy));
+    assert_eq!(ctx.arm(), Err(Status::Busy.into()));
     assert_eq!(ctx.dispatch(), 1);
     assert_eq!(ctx.arm(), Ok(()));
     assert!(!readable(ctx.event_fd(), 0));
@@ -324,26 +322,29 @@ fn bad_input_is_rejected() {
     let ctx = AsyncContext::new(AsyncMode::Poll).unwrap();
     assert_eq!(
         ctx.add_fd_handler(-1, Events::READ, |_| {}).err(),
-        Some(Status::InvalidParam)
+        Some(Status::InvalidParam.into())
     );
     assert_eq!(
         ctx.add_timer(Duration::ZERO, || {}).err(),
-        Some(Status::InvalidParam)
+        Some(Status::InvalidParam.into())
     );
     assert_eq!(
         ctx.add_timer(Duration::MAX, || {}).err(),
-        Some(Status::InvalidParam)
+        Some(Status::InvalidParam.into())
     );
-    assert_eq!(ctx.remove_handler(HandlerId(u64::MAX), true), Err(Status::NoElem));
+    assert_eq!(
+        ctx.remove_handler(HandlerId(u64::MAX), true),
+        Err(Status::NoElem.into())
+    );
     let (rd, _wr) = pipe().unwrap();
     let id = ctx.add_fd_handler(rd.as_raw_fd(), Events::READ, |_| {}).unwrap();
     let dup = ctx.add_fd_handler(rd.as_raw_fd(), Events::READ, |_| {});
-    assert_eq!(dup.err(), Some(Status::AlreadyExists));
+    assert_eq!(dup.err(), Some(Status::AlreadyExists.into()));
     assert_eq!(ctx.num_handlers(), 1, "a failed add must not stay registered");
     let timer = ctx.add_timer(Duration::from_secs(60), || {}).unwrap();
     assert_eq!(
         ctx.modify_fd_handler(timer, Events::READ),
-        Err(Status::InvalidParam)
+        Err(Status::InvalidParam.into())
     );
     ctx.remove_handler(id, true).unwrap();
     ctx.remove_handler(timer, true).unwrap();

@@ -40,44 +40,12 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// A [`CallbackQueue`]'s state, read at once ([`CallbackQueue::state`]).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct QueueState(u8);
-
-impl QueueState {
-    /// Nothing to do: no held work, no callback, no one-shot, no wake-up.
-    #[inline(always)]
-    pub fn is_idle(self) -> bool {
-        self.0 == 0
-    }
-
-    /// The owner holds work of its own ([`CallbackQueue::set_held`]).
-    #[inline(always)]
-    pub fn held(self) -> bool {
-        self.0 & HELD != 0
-    }
-
-    /// The queue's own dispatch has something to do (callbacks, one-shots, a wake-up).
-    #[inline(always)]
-    pub fn has_work(self) -> bool {
-        self.0 & (ACTIVE | PENDING) != 0
-    }
-
-    /// Only the owner's held work: the queue's dispatch would find nothing.
-    #[inline(always)]
-    pub fn held_only(self) -> bool {
-        self.0 == HELD
-    }
-}
-
 /// Identifies a callback added with `add` / `add_safe`. Ids are never reused.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct CallbackId(u64);
 
 const ACTIVE: u8 = 1;
 const PENDING: u8 = 2;
-/// Set by the owner for work of its own next to the queue (see [`CallbackQueue::set_held`]).
-const HELD: u8 = 4;
 
 type Callback = Box<dyn FnMut() -> u32>;
 type Oneshot = Box<dyn FnOnce()>;
@@ -313,7 +281,7 @@ impl CallbackQueue {
     /// plus one per one-shot run.
     #[inline(always)]
     pub fn dispatch(&self) -> u32 {
-        if !self.state().has_work() {
+        if self.is_idle() {
             0
         } else {
             self.dispatch_with(|| 0)
@@ -321,30 +289,10 @@ impl CallbackQueue {
     }
 
     /// True when a dispatch would do nothing: no callback, no one-shot, no change or wake-up
-    /// from another thread (see [`CallbackQueueHandle::wake`]), and the owner holds nothing
-    /// ([`set_held`](Self::set_held)). One load of one byte.
+    /// from another thread (see [`CallbackQueueHandle::wake`]). One load of one byte.
     #[inline(always)]
     pub fn is_idle(&self) -> bool {
         self.shared.state.load(Ordering::Acquire) == 0
-    }
-
-    /// The queue's state in one load: whether anything is to be done at all, whether the
-    /// owner's held work is, and whether the queue's own dispatch is.
-    #[inline(always)]
-    pub fn state(&self) -> QueueState {
-        QueueState(self.shared.state.load(Ordering::Acquire))
-    }
-
-    /// Marks work of the owner's own as present or not (owner thread only), so that one load
-    /// of [`state`](Self::state) answers for it and the queue together: a worker holds the
-    /// queue while transports' progress functions are registered, and its idle progress stays
-    /// one load and a branch.
-    pub fn set_held(&self, on: bool) {
-        if on {
-            self.shared.state.fetch_or(HELD, Ordering::Relaxed);
-        } else {
-            self.shared.state.fetch_and(!HELD, Ordering::Relaxed);
-        }
     }
 
     /// A dispatch that, when it finds a wake-up or change from another thread, runs `on_wake`

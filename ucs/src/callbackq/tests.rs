@@ -501,24 +501,3 @@ fn handle_is_send_sync() {
     fn check<T: Send + Sync + Clone>() {}
     check::<CallbackQueueHandle>();
 }
-
-/// Held work (a worker's transports) shows in the one-load state without making the queue's
-/// own dispatch run.
-#[test]
-fn held_work_is_in_the_state_but_not_in_the_queues_dispatch() {
-    let q = CallbackQueue::new();
-    assert!(q.state().is_idle());
-    q.set_held(true);
-    let st = q.state();
-    assert!(!st.is_idle() && st.held() && !st.has_work());
-    assert!(!q.is_idle());
-    assert_eq!(q.dispatch(), 0);
-    let id = q.add(|| 1);
-    let st = q.state();
-    assert!(st.held() && st.has_work());
-    assert_eq!(q.dispatch(), 1);
-    q.remove(id);
-    assert!(!q.state().has_work() && q.state().held());
-    q.set_held(false);
-    assert!(q.state().is_idle() && q.is_idle());
-}

@@ -4,13 +4,16 @@
 //! A component declares a static [`ConfigTable`] (name, variable prefix, [`ConfigField`]s with
 //! string defaults), [`register`]s it, and reads fields with the typed getters
 //! ([`ConfigTable::get_memunits`] ...). A field's value is the environment variable if set, else
-//! its default. Invalid values give `Err(Status::InvalidParam)` and one error log line naming the
+//! its default. Invalid values give `Err(Status::InvalidParam.into())` and one error log line naming the
 //! variable, the value and what is accepted; [`ConfigTable::read`] returns the same text as a
 //! [`ConfigError`]. Registered tables feed [`dump`] (`rucx-info -c`) and
 //! [`warn_unknown_env_vars`].
 
+mod overrides;
 mod parse;
 mod registry;
+
+pub use overrides::Overrides;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -21,11 +24,11 @@ pub use parse::{
     TimeValue,
 };
 pub use registry::{
-    dump, find_table, register, register_dynamic, tables, unknown_env_vars, warn_unknown_env_vars,
-    ConfigEntry, DynField, UnknownVar,
+    check_known, dump, find_table, register, register_dynamic, tables, unknown_env_vars,
+    warn_unknown_env_vars, ConfigEntry, DynField, UnknownVar,
 };
 
-use crate::{Result, Status};
+use crate::{Error, Result, Status};
 
 /// Prefix of every rucx environment variable.
 pub const ENV_PREFIX: &str = "RUCX_";
@@ -43,6 +46,8 @@ pub enum ConfigKind {
     Ternary,
     /// Unsigned integer (decimal or `0x` hex).
     Uint,
+    /// `auto` or an unsigned integer; read as a string (the reader resolves `auto`).
+    AutoUint,
     /// Signed integer.
     Int,
     /// Floating-point number.
@@ -70,6 +75,7 @@ impl ConfigKind {
             ConfigKind::Bool => "a boolean: y/n, yes/no, 1/0, on/off or true/false",
             ConfigKind::Ternary => "y, n or try",
             ConfigKind::Uint => "a non-negative integer (decimal or 0x hex)",
+            ConfigKind::AutoUint => "auto or a non-negative integer",
             ConfigKind::Int => "an integer",
             ConfigKind::Float => "a number like 1.5",
             ConfigKind::Str => "a string",
@@ -91,6 +97,7 @@ impl ConfigKind {
             ConfigKind::Bool => "bool",
             ConfigKind::Ternary => "ternary",
             ConfigKind::Uint => "uint",
+            ConfigKind::AutoUint => "autouint",
             ConfigKind::Int => "int",
             ConfigKind::Float => "float",
             ConfigKind::Str => "string",
@@ -110,6 +117,13 @@ impl ConfigKind {
             ConfigKind::Bool => ConfigValue::Bool(parse_bool(raw)?),
             ConfigKind::Ternary => ConfigValue::Ternary(parse_ternary(raw)?),
             ConfigKind::Uint => ConfigValue::Uint(parse_uint(raw)?),
+            ConfigKind::AutoUint => {
+                let r = raw.trim();
+                if !r.eq_ignore_ascii_case("auto") {
+                    parse_uint(r)?;
+                }
+                ConfigValue::Str(r.to_string())
+            }
             ConfigKind::Int => ConfigValue::Int(parse_int(raw)?),
             ConfigKind::Float => ConfigValue::Float(parse_f64(raw)?),
             ConfigKind::Str => ConfigValue::Str(raw.to_string()),
@@ -188,7 +202,7 @@ pub enum ConfigError {
         var: String,
         value: String,
         expected: String,
-        from_env: bool,
+        source: ValueSource,
     },
     /// The field is read with a getter of another type (a bug in the caller).
     WrongKind {
@@ -208,7 +222,7 @@ impl fmt::Display for ConfigError {
                 var,
                 value,
                 expected,
-                from_env: true,
+                source: ValueSource::Env,
             } => {
                 write!(f, "{var}={value} is invalid: expected {expected}")
             }
@@ -216,7 +230,15 @@ impl fmt::Display for ConfigError {
                 var,
                 value,
                 expected,
-                from_env: false,
+                source: ValueSource::Code,
+            } => {
+                write!(f, "{var}={value} (set in code) is invalid: expected {expected}")
+            }
+            ConfigError::Invalid {
+                var,
+                value,
+                expected,
+                source: ValueSource::Default,
             } => write!(
                 f,
                 "built-in default of {var} ({value}) is invalid: expected {expected}; set {var}"
@@ -240,12 +262,24 @@ impl From<ConfigError> for Status {
     }
 }
 
+/// Where a field's value came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueSource {
+    /// The field's built-in default.
+    Default,
+    /// The `RUCX_*` environment variable.
+    Env,
+    /// [`Overrides`] set in code.
+    Code,
+}
+
 /// A field's raw string and where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawValue {
     pub value: String,
-    /// True if taken from the environment, false for the default.
+    /// True if set (in the environment or in code), false for the default.
     pub is_set: bool,
+    pub source: ValueSource,
 }
 
 impl ConfigTable {
@@ -266,22 +300,112 @@ impl ConfigTable {
         })
     }
 
+    /// Reads this table from the environment (and defaults) only.
+    pub fn env(&self) -> ConfigReader<'_> {
+        ConfigReader {
+            table: self,
+            code: None,
+        }
+    }
+
+    /// Reads this table with `code` on top of the environment: a name set there wins over
+    /// `RUCX_<name>`, which wins over the default.
+    pub fn with<'a>(&'a self, code: &'a Overrides) -> ConfigReader<'a> {
+        ConfigReader {
+            table: self,
+            code: Some(code),
+        }
+    }
+
     /// The raw string of a field: the environment variable if set, else the default.
     pub fn raw(&self, name: &str) -> std::result::Result<RawValue, ConfigError> {
-        let field = self.lookup(name)?;
-        let var = self.env_name(name);
+        self.env().raw(name)
+    }
+
+    /// Reads and parses a field according to its kind (environment, else default).
+    pub fn read(&self, name: &str) -> std::result::Result<ConfigValue, ConfigError> {
+        self.env().read(name)
+    }
+}
+
+/// Generates a [`ConfigTable`] getter that reads the environment only, for each typed getter
+/// of [`ConfigReader`].
+macro_rules! env_getters {
+    ($($(#[$m:meta])* $name:ident -> $ty:ty;)*) => {
+        impl ConfigTable {
+            $($(#[$m])* pub fn $name(&self, name: &str) -> Result<$ty> {
+                self.env().$name(name)
+            })*
+        }
+    };
+}
+
+env_getters! {
+    /// Reads a [`ConfigKind::MemUnits`] field.
+    get_memunits -> MemUnits;
+    /// Reads a [`ConfigKind::Time`] field.
+    get_time -> TimeValue;
+    /// Reads a [`ConfigKind::Bool`] field.
+    get_bool -> bool;
+    /// Reads a [`ConfigKind::Ternary`] field.
+    get_ternary -> Ternary;
+    /// Reads a [`ConfigKind::Uint`] field.
+    get_uint -> u64;
+    /// Reads a [`ConfigKind::Int`] field.
+    get_int -> i64;
+    /// Reads a [`ConfigKind::Float`] field.
+    get_f64 -> f64;
+    /// The raw string of any field.
+    get_str -> String;
+    /// Reads a [`ConfigKind::List`] (comma) or [`ConfigKind::PathList`] (colon) field.
+    get_list -> Vec<String>;
+    /// Reads a [`ConfigKind::AllowList`] field.
+    get_allow_list -> AllowList;
+    /// Reads a [`ConfigKind::Enum`] field as the index of the chosen name.
+    get_enum -> usize;
+    /// Reads a [`ConfigKind::Bandwidth`] field.
+    get_bandwidth -> Bandwidth;
+}
+
+/// Reads a [`ConfigTable`]'s fields from one source stack: values set in code, then the
+/// environment, then the defaults. Invalid values give an [`Error`] naming the variable, the
+/// value and what is accepted (also logged once, for the operator).
+#[derive(Clone, Copy)]
+pub struct ConfigReader<'a> {
+    table: &'a ConfigTable,
+    code: Option<&'a Overrides>,
+}
+
+impl ConfigReader<'_> {
+    /// The raw string of a field and where it came from.
+    pub fn raw(&self, name: &str) -> std::result::Result<RawValue, ConfigError> {
+        let t = self.table;
+        let field = t.lookup(name)?;
+        let var = t.env_name(name);
+        if let Some(v) = self.code.and_then(|c| c.get(&format!("{}{name}", t.prefix))) {
+            return Ok(RawValue {
+                value: v.to_owned(),
+                is_set: true,
+                source: ValueSource::Code,
+            });
+        }
         match std::env::var_os(&var) {
             None => Ok(RawValue {
                 value: field.default.to_string(),
                 is_set: false,
+                source: ValueSource::Default,
             }),
             Some(v) => match v.into_string() {
-                Ok(value) => Ok(RawValue { value, is_set: true }),
+                Ok(value) => Ok(RawValue {
+                    value,
+                    is_set: true,
+                    source: ValueSource::Env,
+                }),
                 Err(v) => Err(ConfigError::Invalid {
                     var,
                     value: v.to_string_lossy().into_owned(),
                     expected: format!("UTF-8 text: {}", field.kind.expected()),
-                    from_env: true,
+                    source: ValueSource::Env,
                 }),
             },
         }
@@ -289,17 +413,17 @@ impl ConfigTable {
 
     /// Reads and parses a field according to its kind.
     pub fn read(&self, name: &str) -> std::result::Result<ConfigValue, ConfigError> {
-        let field = self.lookup(name)?;
+        let field = self.table.lookup(name)?;
         let raw = self.raw(name)?;
         field.kind.parse(&raw.value).ok_or_else(|| ConfigError::Invalid {
-            var: self.env_name(name),
+            var: self.table.env_name(name),
             value: raw.value,
             expected: field.kind.expected().into_owned(),
-            from_env: raw.is_set,
+            source: raw.source,
         })
     }
 
-    /// Reads a field and extracts one variant; errors are logged and become `InvalidParam`.
+    /// Reads a field and extracts one variant; errors are logged and returned with their text.
     fn typed<R>(
         &self,
         name: &str,
@@ -308,8 +432,9 @@ impl ConfigTable {
     ) -> Result<R> {
         let res = self.read(name).and_then(|v| {
             extract(v).ok_or_else(|| ConfigError::WrongKind {
-                var: self.env_name(name),
+                var: self.table.env_name(name),
                 declared: self
+                    .table
                     .field(name)
                     .map(|f| f.kind.spec().into_owned())
                     .unwrap_or_default(),
@@ -318,7 +443,7 @@ impl ConfigTable {
         });
         res.map_err(|e| {
             tracing::error!("{e}");
-            Status::InvalidParam
+            Error::from(e)
         })
     }
 
@@ -382,7 +507,7 @@ impl ConfigTable {
     pub fn get_str(&self, name: &str) -> Result<String> {
         self.raw(name).map(|r| r.value).map_err(|e| {
             tracing::error!("{e}");
-            Status::InvalidParam
+            Error::from(e)
         })
     }
 
@@ -511,10 +636,28 @@ mod tests {
             t.raw("COUNT").unwrap(),
             RawValue {
                 value: "0x20".into(),
-                is_set: true
+                is_set: true,
+                source: ValueSource::Env,
             }
         );
-        assert_eq!(t.get_memunits("SEG_SIZE"), Err(Status::InvalidParam));
+        // Values set in code win over the environment, and say so when invalid.
+        let mut code = Overrides::new();
+        code.set("CFGENV_COUNT", "7");
+        code.set("CFGENV_SEG_SIZE", "4k");
+        assert_eq!(t.with(&code).get_uint("COUNT"), Ok(7));
+        assert_eq!(t.with(&code).raw("COUNT").unwrap().source, ValueSource::Code);
+        assert_eq!(t.with(&code).get_memunits("SEG_SIZE"), Ok(MemUnits::Bytes(4096)));
+        assert_eq!(t.with(&code).get_enum("FLAVOR"), Ok(1));
+        code.set("RUCX_CFGENV_COUNT", "many");
+        let e = t.with(&code).get_uint("COUNT").unwrap_err();
+        assert_eq!(e, Status::InvalidParam);
+        assert!(
+            e.context()
+                .unwrap()
+                .contains("RUCX_CFGENV_COUNT=many (set in code) is invalid"),
+            "{e}"
+        );
+        assert_eq!(t.get_memunits("SEG_SIZE"), Err(Status::InvalidParam.into()));
         let err = t.read("SEG_SIZE").unwrap_err();
         assert_eq!(
             err.to_string(),
@@ -538,7 +681,11 @@ mod tests {
                 field: "NOPE".into()
             }
         );
-        assert_eq!(t.get_bool("COUNT"), Err(Status::InvalidParam), "wrong getter");
+        assert_eq!(
+            t.get_bool("COUNT"),
+            Err(Status::InvalidParam.into()),
+            "wrong getter"
+        );
         assert_eq!(t.get_str("COUNT"), Ok("0x20".to_string()));
         for v in ["RUCX_CFGENV_COUNT", "RUCX_CFGENV_FLAVOR", "RUCX_CFGENV_SEG_SIZE"] {
             std::env::remove_var(v);

@@ -68,6 +68,7 @@ pub(super) fn kind_from_spec(spec: &str) -> Option<ConfigKind> {
         "bool" => ConfigKind::Bool,
         "ternary" => ConfigKind::Ternary,
         "uint" => ConfigKind::Uint,
+        "autouint" => ConfigKind::AutoUint,
         "int" => ConfigKind::Int,
         "float" => ConfigKind::Float,
         "string" | "str" => ConfigKind::Str,
@@ -114,7 +115,7 @@ pub fn register_dynamic(name: &str, prefix: &str, fields: Vec<DynField>) -> Resu
                     f.name,
                     f.kind
                 );
-                return Err(Status::InvalidParam);
+                return Err(Status::InvalidParam.into());
             }
         }
     }
@@ -157,6 +158,8 @@ pub struct ConfigEntry {
     pub syntax: String,
     /// True if set in the environment.
     pub is_set: bool,
+    /// Why the value is invalid (what a reader of it would get as its error), if it is.
+    pub error: Option<String>,
 }
 
 /// Every registered variable with its current value, sorted by table name (fields in table
@@ -169,6 +172,7 @@ pub fn dump() -> Vec<ConfigEntry> {
         for f in t.fields {
             let full_name = t.env_name(f.name);
             let env = std::env::var_os(&full_name);
+            let error = t.read(f.name).err().map(|e| e.to_string());
             out.push(ConfigEntry {
                 table: t.name,
                 value: env
@@ -180,6 +184,7 @@ pub fn dump() -> Vec<ConfigEntry> {
                 default: f.default,
                 doc: f.doc,
                 syntax: f.kind.expected().into_owned(),
+                error,
             });
         }
     }
@@ -210,6 +215,29 @@ pub fn unknown_env_vars() -> Vec<UnknownVar> {
         .collect();
     unknown.sort_by(|a, b| a.name.cmp(&b.name));
     unknown
+}
+
+/// Checks that every name in `code` is declared by a registered table: `Err` names the first
+/// unknown one, with the closest known name when it looks like a typo.
+pub fn check_known(code: &super::Overrides) -> Result<()> {
+    let known: Vec<String> = tables()
+        .iter()
+        .flat_map(|t| t.fields.iter().map(|f| t.env_name(f.name)))
+        .collect();
+    for (name, _) in code.iter() {
+        let full = format!("{ENV_PREFIX}{name}");
+        if !known.contains(&full) {
+            let hint = match closest(&full, &known) {
+                Some(s) => format!("did you mean {}?", &s[ENV_PREFIX.len()..]),
+                None => "`rucx-info -c` lists the valid ones".to_string(),
+            };
+            return Err(crate::Error::new(
+                Status::InvalidParam,
+                format!("unknown configuration variable {name} set in code; {hint}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Warns once per process about each unknown `RUCX_*` variable (call it after the tables of the

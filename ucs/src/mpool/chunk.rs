@@ -42,7 +42,7 @@ impl RawChunk {
             Ok(l) => l,
             Err(_) => {
                 tracing::error!(size, "memory pool chunk size is too large for the allocator");
-                return Err(Status::NoMemory);
+                return Err(Status::NoMemory.into());
             }
         };
         // SAFETY: `layout` has a non-zero size (at least 1 byte).
@@ -56,7 +56,7 @@ impl RawChunk {
             }),
             None => {
                 tracing::error!(size, "out of memory allocating a memory pool chunk");
-                Err(Status::NoMemory)
+                Err(Status::NoMemory.into())
             }
         }
     }

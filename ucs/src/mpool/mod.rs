@@ -17,7 +17,7 @@ use std::rc::Rc;
 pub use chunk::{thp_size, ChunkAllocator, ChunkInfo, HeapAllocator, RawChunk};
 pub use pool::PoolBuf;
 
-use crate::{Result, Status};
+use crate::{Error, Result, Status};
 use pool::{PoolInner, Slow, HDR};
 
 /// Per-element initializer, called once for every element when its chunk is allocated.
@@ -130,9 +130,11 @@ pub struct MemPool {
     reported: Cell<bool>,
 }
 
-fn invalid(name: &str, what: &str) -> Status {
-    tracing::error!(pool = name, "invalid memory pool parameters: {what}");
-    Status::InvalidParam
+fn invalid(name: &str, what: &str) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!("memory pool {name}: invalid parameters: {what}"),
+    )
 }
 
 impl MemPool {

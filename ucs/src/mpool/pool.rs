@@ -104,7 +104,7 @@ impl PoolInner {
         let s = &mut *guard;
         let quota = s.max_elems - s.allocated;
         if quota == 0 {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         let slack = s.alignment - 1;
         let by_size = (s.max_chunk_size - slack) / s.stride; // >= 1, checked by MemPool::new
@@ -113,9 +113,10 @@ impl PoolInner {
         let chunk = match s.allocator.alloc(size) {
             Ok(c) => c,
             Err(e) => {
-                tracing::error!(pool = %self.name, size, status = %e.name(),
-                    "memory pool chunk allocation failed");
-                return Err(e);
+                return Err(e.context_with(format_args!(
+                    "memory pool {}: allocating a chunk of {size} bytes",
+                    self.name
+                )));
             }
         };
         let base = chunk.as_ptr();
@@ -126,7 +127,7 @@ impl PoolInner {
             tracing::error!(pool = %self.name, size, got = chunk.len(),
                 "memory pool chunk allocator returned a chunk too small for one element");
             s.allocator.release(chunk);
-            return Err(Status::NoMemory);
+            return Err(Status::NoMemory.into());
         }
         let info = ChunkInfo {
             base,

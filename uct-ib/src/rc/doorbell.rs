@@ -9,9 +9,8 @@
 //! failure handling see no difference.
 //!
 //! Why: every `ibv_post_send` rings the doorbell once. On Soft-RoCE that is a `write()` to
-//! the uverbs device, in whose context the kernel runs the requester for all queued requests;
-//! measured in the soft-RoCE VM, 8000-byte SENDs cost 3-4% less per message in chains of 4
-//! (docs/benchmarks.md, "rc_verbs am_bw: doorbells").
+//! the uverbs device, in whose context the kernel runs the requester for all queued requests,
+//! so a chain pays the system call once for all of them.
 
 use std::cell::{Cell, RefCell};
 
@@ -114,7 +113,7 @@ impl EpState {
             if db.batch.borrow_mut().push(sn, sge, SendOp::Send, flags) {
                 Ok(())
             } else {
-                Err(Status::NoResource)
+                Err(Status::NoResource.into())
             }
         })?;
         self.tx.push_op(op);

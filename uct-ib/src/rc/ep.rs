@@ -5,7 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use ucs::{Result, Status};
+use ucs::{Error, Outcome, Result, Status};
 use uct_transport::callbacks::{Comp, PackCb, PendingReq, PurgeCb, ResultPtr, UnpackCb};
 use uct_transport::iov::Iov;
 use uct_transport::traits::{AtomicSize, EpHandle, TransportEp};
@@ -113,10 +113,12 @@ impl EpState {
         match self.conn.get() {
             Conn::Idle => {}
             Conn::Connected => {
-                tracing::error!("rc_verbs connect_to_ep: the endpoint is already connected");
-                return Err(Status::InvalidParam);
+                return Err(Error::new(
+                    Status::InvalidParam,
+                    "rc_verbs connect_to_ep: the endpoint is already connected",
+                ));
             }
-            Conn::Failed(st) => return Err(st),
+            Conn::Failed(st) => return Err(st.into()),
         }
         let remote = DeviceAddr::unpack(dev)?;
         if !s.port.can_reach(&remote) {
@@ -124,7 +126,7 @@ impl EpState {
                 ?remote,
                 "rc_verbs connect_to_ep: peer device unreachable from this port"
             );
-            return Err(Status::Unreachable);
+            return Err(Status::Unreachable.into());
         }
         let dest_qp_num = unpack_ep_addr(ep_addr)?;
         let cfg = &s.cfg;
@@ -209,6 +211,15 @@ impl TransportEp for RcEp {
         self.st.handle.set(handle);
     }
 
+    /// Connected once `connect_to_ep` wired the QP. The peer's limits are not in its address:
+    /// both sides are expected to run with the same configuration (as in UCX).
+    fn query(&self) -> uct_transport::types::EpAttr {
+        uct_transport::types::EpAttr {
+            peer_am_max: 0,
+            connected: matches!(self.st.conn.get(), Conn::Connected),
+        }
+    }
+
     fn get_address(&self, buf: &mut [u8]) -> Result<()> {
         pack_ep_addr(self.st.qp.qp_num(), buf)
     }
@@ -235,7 +246,7 @@ impl TransportEp for RcEp {
         self.st.am_bcopy(id, pack)
     }
 
-    fn am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], _flags: u32, comp: Comp) -> Result<Status> {
+    fn am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], _flags: u32, comp: Comp) -> Result<Outcome> {
         self.st.am_zcopy(id, header, iov, comp)
     }
 
@@ -248,15 +259,15 @@ impl TransportEp for RcEp {
         self.st.put_bcopy(pack, raddr, rkey)
     }
 
-    fn put_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Status> {
+    fn put_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Outcome> {
         self.st.rdma_zcopy(iov, raddr, rkey, comp, false)
     }
 
-    fn get_bcopy(&self, unpack: UnpackCb, len: usize, raddr: u64, rkey: u64, comp: Comp) -> Result<Status> {
+    fn get_bcopy(&self, unpack: UnpackCb, len: usize, raddr: u64, rkey: u64, comp: Comp) -> Result<Outcome> {
         self.st.get_bcopy(unpack, len, raddr, rkey, comp)
     }
 
-    fn get_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Status> {
+    fn get_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Outcome> {
         self.st.rdma_zcopy(iov, raddr, rkey, comp, true)
     }
 
@@ -275,10 +286,12 @@ impl TransportEp for RcEp {
         raddr: u64,
         rkey: u64,
         comp: Comp,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         if op == AtomicOp::Cswap {
-            tracing::error!("atomic_fetch: use atomic_cswap for compare-and-swap");
-            return Err(Status::InvalidParam);
+            return Err(Error::new(
+                Status::InvalidParam,
+                "rc_verbs atomic_fetch: use atomic_cswap for compare-and-swap",
+            ));
         }
         self.st
             .atomic(size, op, value, 0, Some(result), raddr, rkey, comp)
@@ -293,7 +306,7 @@ impl TransportEp for RcEp {
         raddr: u64,
         rkey: u64,
         comp: Comp,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         self.st.atomic(
             size,
             AtomicOp::Cswap,
@@ -309,10 +322,10 @@ impl TransportEp for RcEp {
     fn pending_add(&self, req: PendingReq, _flags: u32) -> Result<()> {
         let st = &self.st;
         if let Conn::Failed(s) = st.conn.get() {
-            return Err(s);
+            return Err(s.into());
         }
         if st.pending.is_empty() && st.has_tx_resources() && st.fc.get().can_send(&st.iface.fc) {
-            return Err(Status::Busy);
+            return Err(Status::Busy.into());
         }
         st.pending.push_back(req);
         if st.conn.get() == Conn::Connected {
@@ -329,7 +342,7 @@ impl TransportEp for RcEp {
         }
     }
 
-    fn flush(&self, flags: FlushFlags, comp: Comp) -> Result<Status> {
+    fn flush(&self, flags: FlushFlags, comp: Comp) -> Result<Outcome> {
         self.st.flush(flags, TxOp::Comp(comp))
     }
 

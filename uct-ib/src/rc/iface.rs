@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use ucs::mpool::MemPool;
-use ucs::{Result, Status};
+use ucs::{Outcome, Result, Status};
 use uct_transport::am::AmTable;
 use uct_transport::callbacks::{Comp, ErrHandler};
 use uct_transport::traits::{IfaceOpenParams, Transport, TransportIface};
@@ -49,7 +49,7 @@ impl Transport for RcTransport {
     }
 
     fn iface_open(md: &IbMd, params: IfaceOpenParams) -> Result<RcIface> {
-        let cfg = IbConfig::read()?;
+        let cfg = IbConfig::read_with(&params.config)?;
         let port = open_port(md, &params.dev_name, &cfg)?;
         IfaceShared::open(md, port, cfg, params).map(|shared| RcIface { shared })
     }
@@ -413,7 +413,7 @@ impl TransportIface for RcIface {
         self.shared.progress()
     }
 
-    fn flush(&self, flags: FlushFlags, comp: Comp) -> Result<Status> {
+    fn flush(&self, flags: FlushFlags, comp: Comp) -> Result<Outcome> {
         self.shared.flush_all(flags, comp)
     }
 

@@ -1,7 +1,7 @@
 //! The send fast path: resource checks, posting with moderation, and every operation
 //! (AMs, RDMA WRITE/READ, atomics, flush, pure grants).
 
-use ucs::{Result, Status};
+use ucs::{Error, Outcome, Result, Status};
 use uct_transport::callbacks::{Comp, PackCb, ResultPtr, UnpackCb};
 use uct_transport::iov::Iov;
 use uct_transport::traits::AtomicSize;
@@ -18,10 +18,10 @@ use uct_ib_verbs::{SendFlags, SendOp, SendRequest, Sge};
 /// Most SGEs of one work request (stack arrays).
 pub(crate) const MAX_SGE: usize = uct_ib_verbs::MAX_INLINE_PIECES;
 
+/// API misuse: `InvalidParam` saying what was wrong (allocates, but only on this error path).
 #[cold]
-fn invalid(what: std::fmt::Arguments<'_>) -> Status {
-    tracing::error!("rc_verbs: {what}");
-    Status::InvalidParam
+fn invalid(what: std::fmt::Arguments<'_>) -> Error {
+    Error::new(Status::InvalidParam, format!("rc_verbs: {what}"))
 }
 
 #[inline]
@@ -47,13 +47,13 @@ impl EpState {
     fn check(&self) -> Result<()> {
         match self.conn.get() {
             Conn::Connected => {}
-            Conn::Failed(s) => return Err(s),
-            Conn::Idle => return Err(Status::NoResource),
+            Conn::Failed(s) => return Err(s.into()),
+            Conn::Idle => return Err(Status::NoResource.into()),
         }
         // `|`, not `||`: Cell reads only, one branch
         if self.pending_blocks() | !self.tx.has_room() | (self.iface.cq_available.get() == 0) {
             self.iface.tx_wanted.set(true);
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         Ok(())
     }
@@ -64,7 +64,7 @@ impl EpState {
         self.check()?;
         let fc = self.fc.get();
         if !fc.can_send(&self.iface.fc) {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         Ok(fc)
     }
@@ -81,7 +81,7 @@ impl EpState {
             // collected sends go first (order on this QP; prompt delivery on another)
             self.iface.ring();
             if let Conn::Failed(st) = self.conn.get() {
-                return Err(st);
+                return Err(st.into());
             }
         }
         self.post_accounted(force, extra, post)
@@ -242,7 +242,7 @@ impl EpState {
         Ok(n)
     }
 
-    pub fn am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], comp: Comp) -> Result<Status> {
+    pub fn am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], comp: Comp) -> Result<Outcome> {
         let fc = self.check_am()?;
         check_id(id)?;
         let s = &self.iface;
@@ -273,7 +273,7 @@ impl EpState {
         })?;
         self.push_op(TxOp::BufComp(buf, comp));
         self.fc_sent(flags);
-        Ok(Status::InProgress)
+        Ok(Outcome::InProgress)
     }
 
     #[inline]
@@ -326,7 +326,7 @@ impl EpState {
     }
 
     /// put_zcopy (`read` false: RDMA WRITE) or get_zcopy (RDMA READ) of registered memory.
-    pub fn rdma_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp, read: bool) -> Result<Status> {
+    pub fn rdma_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp, read: bool) -> Result<Outcome> {
         self.check()?;
         let s = &self.iface;
         let total: usize = iov.iter().map(|e| e.len()).sum();
@@ -359,7 +359,7 @@ impl EpState {
             })
         })?;
         self.push_op(TxOp::Comp(comp));
-        Ok(Status::InProgress)
+        Ok(Outcome::InProgress)
     }
 
     pub fn get_bcopy(
@@ -369,7 +369,7 @@ impl EpState {
         raddr: u64,
         rkey: u64,
         comp: Comp,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         let s = &self.iface;
         let r = (|| {
             self.check()?;
@@ -404,7 +404,7 @@ impl EpState {
                     unpack,
                     comp,
                 });
-                Ok(Status::InProgress)
+                Ok(Outcome::InProgress)
             }
             Err(e) => {
                 unpack.cancel();
@@ -426,7 +426,7 @@ impl EpState {
         raddr: u64,
         rkey: u64,
         comp: Comp,
-    ) -> Result<Status> {
+    ) -> Result<Outcome> {
         let s = &self.iface;
         let ok_op = match op {
             AtomicOp::Add => true,
@@ -439,7 +439,7 @@ impl EpState {
                 ?op,
                 "rc_verbs atomics: 64-bit add (post, fetch) and cswap only"
             );
-            return Err(Status::Unsupported);
+            return Err(Status::Unsupported.into());
         }
         if !raddr.is_multiple_of(8) {
             return Err(invalid(format_args!(
@@ -475,46 +475,46 @@ impl EpState {
         match result {
             Some(result) => {
                 self.push_op(TxOp::Fetch { buf, result, comp });
-                Ok(Status::InProgress)
+                Ok(Outcome::InProgress)
             }
             None => {
                 self.push_op(TxOp::Buf(buf));
-                Ok(Status::Ok)
+                Ok(Outcome::Done)
             }
         }
     }
 
     /// Flush: `op` completes once everything posted so far completed.
-    pub fn flush(&self, flags: FlushFlags, op: TxOp) -> Result<Status> {
+    pub fn flush(&self, flags: FlushFlags, op: TxOp) -> Result<Outcome> {
         // collected sends are posted (and counted below as outstanding)
         self.iface.ring();
         match self.conn.get() {
-            Conn::Failed(st) => return Err(st),
-            Conn::Idle if self.pending.is_empty() => return Ok(Status::Ok),
-            Conn::Idle => return Err(Status::NoResource),
+            Conn::Failed(st) => return Err(st.into()),
+            Conn::Idle if self.pending.is_empty() => return Ok(Outcome::Done),
+            Conn::Idle => return Err(Status::NoResource.into()),
             Conn::Connected => {}
         }
         if flags.contains(FlushFlags::CANCEL) {
             if self.tx.outstanding() == 0 {
-                return Ok(Status::Ok);
+                return Ok(Outcome::Done);
             }
             self.canceled.set(true);
             self.conn.set(Conn::Failed(Status::Canceled));
             let _ = self.qp.modify_to_error();
             self.push_op(op);
-            return Ok(Status::InProgress);
+            return Ok(Outcome::InProgress);
         }
         if self.pending_blocks() {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         let (outstanding, unsignaled) = (self.tx.outstanding(), self.tx.unsignaled());
         if outstanding == 0 {
-            return Ok(Status::Ok);
+            return Ok(Outcome::Done);
         }
         if unsignaled > 0 {
             // a signaled zero-length RDMA WRITE: its completion covers everything before it
             if !self.has_tx_resources() {
-                return Err(Status::NoResource);
+                return Err(Status::NoResource.into());
             }
             let op = SendOp::RdmaWrite {
                 remote_addr: 0,
@@ -531,13 +531,13 @@ impl EpState {
             })?;
         }
         self.push_op(op);
-        Ok(Status::InProgress)
+        Ok(Outcome::InProgress)
     }
 
     /// Sends a grant without an AM (the peer asked for one now). Not flow-controlled.
     pub fn send_pure_grant(&self) -> Result<()> {
         if !self.has_tx_resources() {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         let hdr = [am_hdr(0, FC_PURE_GRANT)];
         self.post(false, SendFlags::NONE, |wr_id, f| {

@@ -5,7 +5,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use ucs::mpool::PoolBuf;
-use ucs::{Result, Status};
+use ucs::{Outcome, Result, Status};
 use uct_transport::callbacks::{Comp, PendingResult, ResultPtr, UnpackCb};
 use uct_transport::types::FlushFlags;
 
@@ -228,7 +228,7 @@ impl IfaceShared {
     }
 
     /// Flushes every endpoint; `comp` completes when all of them are done.
-    pub fn flush_all(&self, flags: FlushFlags, comp: Comp) -> Result<Status> {
+    pub fn flush_all(&self, flags: FlushFlags, comp: Comp) -> Result<Outcome> {
         let eps: Vec<Rc<EpState>> = self
             .eps
             .borrow()
@@ -245,25 +245,25 @@ impl IfaceShared {
         let mut no_resource = false;
         for ep in &eps {
             match ep.flush(flags, TxOp::Group(group.clone())) {
-                Ok(Status::InProgress) => waiting += 1,
-                Ok(_) | Err(Status::Canceled) => {}
-                Err(Status::NoResource) => no_resource = true,
-                // a failed endpoint has nothing left to flush
+                Ok(Outcome::InProgress) => waiting += 1,
+                Ok(Outcome::Done) => {}
+                Err(e) if e == Status::NoResource => no_resource = true,
+                // a canceled or failed endpoint has nothing left to flush
                 Err(_) => {}
             }
         }
         if no_resource {
             // the caller retries the whole flush; the parts already queued complete nothing
             group.comp.set(Comp::NONE);
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         if waiting == 0 {
-            return Ok(Status::Ok);
+            return Ok(Outcome::Done);
         }
         // the count taken at creation kept the group from completing while parts were added
         group.remaining.set(group.remaining.get() + waiting);
         group.done(Status::Ok);
-        Ok(Status::InProgress)
+        Ok(Outcome::InProgress)
     }
 }
 

@@ -7,7 +7,7 @@
 //!
 //! Endpoint address, 4 bytes: `[u8 version = 1][u24 QP number, LE]`.
 
-use ucs::{Result, Status};
+use ucs::{Error, Result, Status};
 
 /// Bytes of the AM header.
 pub const AM_HDR_LEN: usize = 1;
@@ -48,11 +48,14 @@ pub fn pack_ep_addr(qp_num: u32, buf: &mut [u8]) -> Result<()> {
 /// The QP number of an endpoint address.
 pub fn unpack_ep_addr(buf: &[u8]) -> Result<u32> {
     if buf.len() < EP_ADDR_LEN || buf[0] != EP_ADDR_VERSION {
-        tracing::error!(
-            len = buf.len(),
-            "rc_verbs: not an rc_verbs endpoint address (expected {EP_ADDR_LEN} bytes, version {EP_ADDR_VERSION})"
-        );
-        return Err(Status::InvalidAddr);
+        return Err(Error::new(
+            Status::InvalidAddr,
+            format!(
+                "rc_verbs: not an rc_verbs endpoint address ({} bytes; expected {EP_ADDR_LEN} bytes, \
+                 version {EP_ADDR_VERSION})",
+                buf.len()
+            ),
+        ));
     }
     Ok(u32::from_le_bytes([buf[1], buf[2], buf[3], 0]))
 }
@@ -76,8 +79,8 @@ mod tests {
         pack_ep_addr(0x00ab_cdef, &mut b).unwrap();
         assert_eq!(b, [1, 0xef, 0xcd, 0xab]);
         assert_eq!(unpack_ep_addr(&b), Ok(0xab_cdef));
-        assert_eq!(unpack_ep_addr(&b[..3]), Err(Status::InvalidAddr));
-        assert_eq!(unpack_ep_addr(&[2, 0, 0, 0]), Err(Status::InvalidAddr));
-        assert_eq!(pack_ep_addr(1, &mut [0u8; 2]), Err(Status::BufferTooSmall));
+        assert_eq!(unpack_ep_addr(&b[..3]), Err(Status::InvalidAddr.into()));
+        assert_eq!(unpack_ep_addr(&[2, 0, 0, 0]), Err(Status::InvalidAddr.into()));
+        assert_eq!(pack_ep_addr(1, &mut [0u8; 2]), Err(Status::BufferTooSmall.into()));
     }
 }

@@ -48,11 +48,11 @@ fn ring_refills_in_batches_and_finds_buffers_by_wr_id() {
         move |_: &mut RecvChain| {
             Err(RecvPostError {
                 posted,
-                status: Status::NoResource,
+                error: Status::NoResource.into(),
             })
         }
     };
-    assert_eq!(ring.refill(fail_at(0)), Err(Status::NoResource));
+    assert_eq!(ring.refill(fail_at(0)), Err(Status::NoResource.into()));
     assert_eq!(ring.posted(), 5);
     // one that fails part way counts the requests the provider took
     let taken = RefCell::new(Vec::new());
@@ -60,7 +60,7 @@ fn ring_refills_in_batches_and_finds_buffers_by_wr_id() {
         taken.borrow_mut().extend((0..2).map(|i| chain.wr_id(i)));
         fail_at(2)(chain)
     });
-    assert_eq!(r, Err(Status::NoResource));
+    assert_eq!(r, Err(Status::NoResource.into()));
     assert_eq!(ring.posted(), 7);
     for id in taken.borrow().iter() {
         assert!(ring.take_buf(*id).is_some(), "a posted request keeps its buffer");

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use ucs::config::{ConfigField, ConfigKind, ConfigTable};
-use ucs::{Result, Status};
+use ucs::config::{ConfigField, ConfigKind, ConfigReader, ConfigTable, Overrides};
+use ucs::{Error, Result, Status};
 
 use super::inject::FaultConfig;
 use super::reliability::{RelConfig, MAX_WINDOW_LIMIT, MIN_WINDOW};
@@ -86,21 +86,24 @@ pub struct UdConfig {
     pub faults: FaultConfig,
 }
 
-fn bad(var: &str, why: &str) -> Status {
-    tracing::error!("RUCX_UD_{var}: {why}");
-    Status::InvalidParam
+/// An invalid variable: logged for the operator, and returned to the caller as the context.
+#[cold]
+fn bad(var: &str, why: &str) -> Error {
+    let msg = format!("RUCX_UD_{var}: {why}");
+    tracing::error!("{msg}");
+    Error::new(Status::InvalidParam, msg)
 }
 
-fn time(var: &str, min: Duration) -> Result<Duration> {
-    let d = UD_CONFIG.get_time(var)?.duration_or(min);
+fn time(t: ConfigReader<'_>, var: &str, min: Duration) -> Result<Duration> {
+    let d = t.get_time(var)?.duration_or(min);
     if d < min {
         return Err(bad(var, &format!("{d:?} is too short; use at least {min:?}")));
     }
     Ok(d)
 }
 
-fn percent(var: &str) -> Result<f64> {
-    let v = UD_CONFIG.get_f64(var)?;
+fn percent(t: ConfigReader<'_>, var: &str) -> Result<f64> {
+    let v = t.get_f64(var)?;
     if !(0.0..=100.0).contains(&v) {
         return Err(bad(var, &format!("{v}; use a percentage between 0 and 100")));
     }
@@ -112,31 +115,38 @@ fn nanos(d: Duration) -> u64 {
 }
 
 impl UdConfig {
-    /// Reads and checks every variable; an invalid one gives `InvalidParam` and one log line.
+    /// Reads and checks every variable; an invalid one gives `InvalidParam` saying which and why,
+    /// and one log line.
     pub fn read() -> Result<UdConfig> {
-        let timeout = time("TIMEOUT", Duration::from_millis(1))?;
-        let tick = time("TIMER_TICK", Duration::from_micros(100))?;
-        let max_rto = time("MAX_RESEND_TIMEOUT", tick)?;
-        let backoff = UD_CONFIG.get_f64("TIMER_BACKOFF")?;
+        Self::read_with(&Overrides::new())
+    }
+
+    /// [`UdConfig::read`] with `code` (set in code) on top of the environment.
+    pub fn read_with(code: &Overrides) -> Result<UdConfig> {
+        let t = UD_CONFIG.with(code);
+        let timeout = time(t, "TIMEOUT", Duration::from_millis(1))?;
+        let tick = time(t, "TIMER_TICK", Duration::from_micros(100))?;
+        let max_rto = time(t, "MAX_RESEND_TIMEOUT", tick)?;
+        let backoff = t.get_f64("TIMER_BACKOFF")?;
         if !(1.0..=100.0).contains(&backoff) {
             return Err(bad("TIMER_BACKOFF", &format!("{backoff}; use 1.0 .. 100")));
         }
-        let win = UD_CONFIG.get_uint("MAX_WINDOW")?;
+        let win = t.get_uint("MAX_WINDOW")?;
         if !(MIN_WINDOW as u64..=MAX_WINDOW_LIMIT as u64).contains(&win) {
             return Err(bad(
                 "MAX_WINDOW",
                 &format!("{win}; use {MIN_WINDOW}..={MAX_WINDOW_LIMIT}"),
             ));
         }
-        let tx_bufs = UD_CONFIG.get_uint("TX_BUFS")?;
+        let tx_bufs = t.get_uint("TX_BUFS")?;
         if !(16..=1 << 20).contains(&tx_bufs) {
             return Err(bad("TX_BUFS", &format!("{tx_bufs}; use 16..=1048576")));
         }
         let faults = FaultConfig {
-            loss: percent("TEST_LOSS")?,
-            dup: percent("TEST_DUP")?,
-            reorder: percent("TEST_REORDER")?,
-            seed: UD_CONFIG.get_uint("TEST_SEED")?,
+            loss: percent(t, "TEST_LOSS")?,
+            dup: percent(t, "TEST_DUP")?,
+            reorder: percent(t, "TEST_REORDER")?,
+            seed: t.get_uint("TEST_SEED")?,
         };
         if faults.loss + faults.dup + faults.reorder > 0.9 {
             return Err(bad(

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use ucs::{Result, Status};
+use ucs::{Error, Result, Status};
 
 use super::ep::{ctl, EpCell, EpState, Peer};
 use super::iface::UdShared;
@@ -18,18 +18,18 @@ use uct_ib_verbs::AddressHandle;
 impl UdShared {
     /// The address handle for a peer's device address (cached per interface).
     pub(crate) fn get_ah(&self, dev: &[u8]) -> Result<Arc<AddressHandle>> {
-        let d = DeviceAddr::unpack(dev).inspect_err(|_| {
-            tracing::error!(
-                len = dev.len(),
-                "ud_verbs: not an ib device address; pass the peer's iface device address"
-            )
+        let d = DeviceAddr::unpack(dev).map_err(|e| {
+            e.context_with(format_args!(
+                "ud_verbs: not an ib device address ({} bytes); pass the peer's iface device address",
+                dev.len()
+            ))
         })?;
         if !self.port.can_reach(&d) {
             tracing::error!(
                 ?d,
                 "ud_verbs: peer unreachable from this port (other link layer or address family)"
             );
-            return Err(Status::Unreachable);
+            return Err(Status::Unreachable.into());
         }
         let mut key = [0u8; DEV_ADDR_LEN];
         key.copy_from_slice(&dev[..DEV_ADDR_LEN]);
@@ -62,11 +62,12 @@ impl UdShared {
             user_gone: false,
         });
         let Some(id) = self.eps.borrow_mut().insert(ep.clone()) else {
-            tracing::error!(
+            let msg = format!(
                 "ud_verbs: too many endpoints on this interface (max {})",
                 super::ep_table::MAX_EPS
             );
-            return Err(Status::ExceedsLimit);
+            tracing::error!("{msg}");
+            return Err(Error::new(Status::ExceedsLimit, msg));
         };
         ep.st.borrow_mut().id = id;
         Ok(ep)
@@ -76,11 +77,13 @@ impl UdShared {
     /// Sends return `NoResource` until the reply arrives.
     pub(crate) fn connect_to_iface(&self, dev: &[u8], iface: &[u8]) -> Result<Rc<EpCell>> {
         let Some(qpn) = get_u24(iface) else {
-            tracing::error!(
-                len = iface.len(),
-                "ud_verbs: interface address too short (3 bytes: the QP number)"
-            );
-            return Err(Status::InvalidAddr);
+            return Err(Error::new(
+                Status::InvalidAddr,
+                format!(
+                    "ud_verbs: interface address of {} bytes too short (3 bytes: the QP number)",
+                    iface.len()
+                ),
+            ));
         };
         let ah = self.get_ah(dev)?;
         let ep = self.new_ep(
@@ -105,27 +108,31 @@ impl UdShared {
     pub(crate) fn connect_to_ep(&self, ep: &Rc<EpCell>, dev: &[u8], ep_addr: &[u8]) -> Result<()> {
         let (Some(qpn), Some(peer_ep)) = (get_u24(ep_addr), ep_addr.get(3..EP_ADDR_LEN).and_then(get_u24))
         else {
-            tracing::error!(
-                len = ep_addr.len(),
-                "ud_verbs: endpoint address too short ({EP_ADDR_LEN} bytes)"
-            );
-            return Err(Status::InvalidAddr);
+            return Err(Error::new(
+                Status::InvalidAddr,
+                format!(
+                    "ud_verbs: endpoint address of {} bytes too short ({EP_ADDR_LEN} bytes)",
+                    ep_addr.len()
+                ),
+            ));
         };
         let ah = self.get_ah(dev)?;
         let mut g = ep.st.borrow_mut();
         let st = &mut *g;
         if let Some(s) = st.failed {
-            return Err(s);
+            return Err(s.into());
         }
         if let Some(p) = &st.peer {
             if p.qpn == qpn && p.ep_id == peer_ep {
                 return Ok(());
             }
-            tracing::error!(
-                ep = st.id,
-                "ud_verbs: endpoint already connected to another peer; create a new one"
-            );
-            return Err(Status::InvalidParam);
+            return Err(Error::new(
+                Status::InvalidParam,
+                format!(
+                    "ud_verbs: endpoint {} already connected to another peer; create a new one",
+                    st.id
+                ),
+            ));
         }
         st.peer = Some(Peer {
             ah,

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use ucs::{Result, Status};
+use ucs::{Error, Outcome, Result, Status};
 use uct_transport::callbacks::{Comp, PackCb, PendingReq, PurgeCb};
 use uct_transport::iov::{gather, total_len, Iov};
 use uct_transport::traits::{EpHandle, TransportEp};
@@ -98,10 +98,10 @@ impl EpState {
     #[inline]
     pub fn check_send(&self, queued: bool) -> Result<()> {
         if let Some(s) = self.failed {
-            return Err(s);
+            return Err(s.into());
         }
         if !self.connected() || (queued && !self.dispatching) || !self.rel.can_send() {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         Ok(())
     }
@@ -144,26 +144,39 @@ fn check_id(id: u8) -> Result<()> {
 }
 
 #[cold]
-fn bad_id(id: u8) -> Status {
-    tracing::error!(id, "ud_verbs: AM id out of range 0..{}", AM_ID_MAX - 1);
-    Status::InvalidParam
+fn bad_id(id: u8) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!("ud_verbs: AM id {id} out of range 0..{}", AM_ID_MAX - 1),
+    )
 }
 
 impl UdEp {
     #[cold]
-    fn too_long(&self, len: usize) -> Status {
-        tracing::error!(
-            len,
-            max = self.sh.max_am(),
-            "ud_verbs: AM longer than one packet (path MTU minus the 12-byte header); use a shorter message"
-        );
-        Status::InvalidParam
+    fn too_long(&self, len: usize) -> Error {
+        Error::new(
+            Status::InvalidParam,
+            format!(
+                "ud_verbs: AM of {len} bytes longer than one packet ({} bytes: the path MTU minus the \
+                 12-byte header); use a shorter message",
+                self.sh.max_am()
+            ),
+        )
     }
 }
 
 impl TransportEp for UdEp {
     fn on_created(&self, handle: EpHandle) {
         self.ep.st.borrow_mut().handle = Some(handle);
+    }
+
+    /// Connected once the peer's endpoint is known. The peer's limits are not in its address:
+    /// both sides are expected to run with the same configuration (as in UCX).
+    fn query(&self) -> uct_transport::types::EpAttr {
+        uct_transport::types::EpAttr {
+            peer_am_max: 0,
+            connected: self.ep.st.borrow().connected(),
+        }
     }
 
     fn get_address(&self, buf: &mut [u8]) -> Result<()> {
@@ -208,18 +221,20 @@ impl TransportEp for UdEp {
         self.sh.send_am(&self.ep, id, |b| pack.pack(b))
     }
 
-    fn am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], _flags: u32, comp: Comp) -> Result<Status> {
+    fn am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], _flags: u32, comp: Comp) -> Result<Outcome> {
         check_id(id)?;
         if self.sh.max_zcopy_iov == 0 {
-            return Err(Status::Unsupported);
+            return Err(Status::Unsupported.into());
         }
         if iov.len() > self.sh.max_zcopy_iov {
-            tracing::error!(
-                n = iov.len(),
-                max = self.sh.max_zcopy_iov,
-                "ud_verbs: am_zcopy with too many iov entries"
-            );
-            return Err(Status::InvalidParam);
+            return Err(Error::new(
+                Status::InvalidParam,
+                format!(
+                    "ud_verbs: am_zcopy with {} iov entries; at most {}",
+                    iov.len(),
+                    self.sh.max_zcopy_iov
+                ),
+            ));
         }
         let len = header.len() + total_len(iov);
         if len > self.sh.max_am() {
@@ -229,8 +244,11 @@ impl TransportEp for UdEp {
         let mut n = 0;
         for e in iov.iter().filter(|e| !e.is_empty()) {
             let Some(lkey) = lkey_of_memh(e.memh() as usize) else {
-                tracing::error!("ud_verbs: am_zcopy of memory not registered with this memory domain (use Mem::alloc or mem_reg)");
-                return Err(Status::InvalidParam);
+                return Err(Error::new(
+                    Status::InvalidParam,
+                    "ud_verbs: am_zcopy of memory not registered with this memory domain (use Mem::alloc or \
+                     mem_reg)",
+                ));
             };
             sges[n] = Sge::new(e.addr() as u64, e.len() as u32, lkey);
             n += 1;
@@ -241,20 +259,20 @@ impl TransportEp for UdEp {
                 b[..header.len()].copy_from_slice(header);
                 header.len()
             })?;
-            return Ok(Status::Ok);
+            return Ok(Outcome::Done);
         }
         self.sh.send_zcopy(&self.ep, id, header, &sges[..n], comp)?;
-        Ok(Status::InProgress)
+        Ok(Outcome::InProgress)
     }
 
     fn pending_add(&self, req: PendingReq, _flags: u32) -> Result<()> {
         {
             let st = self.ep.st.borrow();
             if let Some(s) = st.failed {
-                return Err(s);
+                return Err(s.into());
             }
             if !self.ep.has_pending() && st.check_send(false).is_ok() && self.sh.tx.borrow().has_room() {
-                return Err(Status::Busy);
+                return Err(Status::Busy.into());
             }
         }
         self.ep.pending.borrow_mut().push_back(req);
@@ -270,7 +288,7 @@ impl TransportEp for UdEp {
         }
     }
 
-    fn flush(&self, _flags: FlushFlags, comp: Comp) -> Result<Status> {
+    fn flush(&self, _flags: FlushFlags, comp: Comp) -> Result<Outcome> {
         self.sh.flush_ep(&self.ep, comp)
     }
 }

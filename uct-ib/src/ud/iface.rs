@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ucs::{Result, Status};
+use ucs::{Outcome, Result, Status};
 use uct_transport::am::AmTable;
 use uct_transport::callbacks::{Comp, ErrHandler};
 use uct_transport::traits::{EpHandle, IfaceOpenParams, Transport, TransportIface};
@@ -110,8 +110,8 @@ pub struct UdShared {
 
 impl UdShared {
     fn open(md: &IbMd, params: IfaceOpenParams) -> Result<UdShared> {
-        let ibcfg = IbConfig::read()?;
-        let cfg = UdConfig::read()?;
+        let ibcfg = IbConfig::read_with(&params.config)?;
+        let cfg = UdConfig::read_with(&params.config)?;
         let port = open_port(md, &params.dev_name, &ibcfg)?;
         let dev = md.device().clone();
         let seg = (port.path_mtu(ibcfg.path_mtu).bytes() as usize).min(ibcfg.seg_size);
@@ -443,7 +443,7 @@ impl TransportIface for UdIface {
         self.sh.progress()
     }
 
-    fn flush(&self, _flags: FlushFlags, comp: Comp) -> Result<Status> {
+    fn flush(&self, _flags: FlushFlags, comp: Comp) -> Result<Outcome> {
         self.sh.flush_iface(comp)
     }
 
@@ -460,7 +460,7 @@ impl TransportIface for UdIface {
         sh.tx.borrow_mut().ring(&sh.qp);
         sh.apply_acks();
         if sh.has_work() || !sh.settle_for_sleep() {
-            return Err(Status::Busy);
+            return Err(Status::Busy.into());
         }
         // acknowledgements (which complete sends and flushes) arrive as receives
         let mut ev = events;

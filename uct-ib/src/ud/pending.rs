@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use ucs::{Result, Status};
+use ucs::{Outcome, Result, Status};
 use uct_transport::callbacks::{Comp, PendingResult};
 
 use super::ep::{ctl, EpCell, EpState};
@@ -90,16 +90,16 @@ impl UdShared {
         work
     }
 
-    /// `Ep::flush`: `Ok(Ok)` when nothing is unacknowledged, else `Ok(InProgress)` and `comp`
+    /// `Ep::flush`: `Ok(Done)` when nothing is unacknowledged, else `Ok(InProgress)` and `comp`
     /// completes once everything sent so far is acknowledged (an ACK is requested at once).
-    pub(crate) fn flush_ep(&self, ep: &Rc<EpCell>, comp: Comp) -> Result<Status> {
+    pub(crate) fn flush_ep(&self, ep: &Rc<EpCell>, comp: Comp) -> Result<Outcome> {
         let mut g = ep.st.borrow_mut();
         let st = &mut *g;
         if let Some(s) = st.failed {
-            return Err(s);
+            return Err(s.into());
         }
         if ep.has_pending() {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         // (an ACK kept for the next progress round leaves its packets outstanding until then:
         // their operations have not completed yet, so the flush has not either)
@@ -110,14 +110,14 @@ impl UdShared {
             st.flushes.push_back((st.rel.last_sent(), comp));
         }
         self.ask_ack_for_flush(ep, st);
-        Ok(Status::InProgress)
+        Ok(Outcome::InProgress)
     }
 
     /// `Iface::flush`: every endpoint's flush.
-    pub(crate) fn flush_iface(&self, comp: Comp) -> Result<Status> {
+    pub(crate) fn flush_iface(&self, comp: Comp) -> Result<Outcome> {
         let eps: Vec<Rc<EpCell>> = self.eps.borrow().values().cloned().collect();
         if eps.iter().any(|ep| ep.has_pending()) {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         if self.tx.borrow().in_windows() == 0 {
             return self.flush_done(comp);
@@ -131,7 +131,7 @@ impl UdShared {
                 self.ask_ack_for_flush(ep, &mut st);
             }
         }
-        Ok(Status::InProgress)
+        Ok(Outcome::InProgress)
     }
 
     /// A flush waits for the peer's ACK of everything sent: asks for it with a control
@@ -147,21 +147,21 @@ impl UdShared {
         self.schedule_ctl(ep, st);
     }
 
-    /// A flush with nothing unacknowledged: `Ok` once the operations it covers have completed.
+    /// A flush with nothing unacknowledged: `Ok(Done)` once the operations it covers have completed.
     /// An acknowledged am_zcopy completes with its send completion, and completions fire at
     /// the end of a progress round: until then the flush is `InProgress` (its `comp` queued
     /// after those completions), or `NoResource` while a send completion has not arrived.
-    fn flush_done(&self, comp: Comp) -> Result<Status> {
+    fn flush_done(&self, comp: Comp) -> Result<Outcome> {
         if !self.poll_awaited_sends() {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         if self.completions.borrow().is_empty() {
-            return Ok(Status::Ok);
+            return Ok(Outcome::Done);
         }
         if !comp.is_none() {
             self.completions.borrow_mut().push_back((comp, Status::Ok));
         }
-        Ok(Status::InProgress)
+        Ok(Outcome::InProgress)
     }
 
     /// Completes the interface flushes once nothing is unacknowledged. (The test for waiting

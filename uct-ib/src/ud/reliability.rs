@@ -8,8 +8,8 @@
 //!   side has a hole (an out-of-order packet was dropped, until the next in-order delivery),
 //!   and the first one after a duplicate, carry `FLAG_GAP`; only such packets count as
 //!   duplicate ACKs. Every data packet repeats the peer's last `ack_psn`, and counting those
-//!   made a stream in one direction resend the other direction's packets (perftest's
-//!   flow-control replies were resent about once per reply).
+//!   would make a stream in one direction resend the other direction's packets (e.g. the
+//!   flow-control replies of a one-way stream).
 //! - **Send window** with AIMD congestion control: at most `cwnd` packets unacknowledged;
 //!   `cwnd` grows by one per ACK that acknowledges something new and halves on every resend,
 //!   within `MIN_WINDOW..=max_window`. Sent packets stay in the window (the caller's buffer

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use ucs::mpool::{MemPool, PoolBuf};
-use ucs::{Result, Status};
+use ucs::{Error, Result, Status};
 use uct_transport::callbacks::Comp;
 
 use super::ep::QKEY;
@@ -176,12 +176,12 @@ impl TxPool {
             self.ring(qp);
         }
         if !self.sq.has_room() {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         let (wr_id, signaled, flags) = self.next_wr(false);
         let skb = &mut self.skbs[slot as usize];
         let Some(buf) = skb.buf.as_ref() else {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         };
         let sge = buf_sge(buf, PKT_OFF, skb.len as usize);
         if !self.batch.push_ud(wr_id, sge, flags, ah, remote_qpn, QKEY) {
@@ -268,7 +268,7 @@ impl TxPool {
     #[inline]
     pub fn take_slot(&mut self) -> Result<u32> {
         if !self.sq.has_room() {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         let slot = match self.free.pop() {
             Some(s) => s,
@@ -308,7 +308,7 @@ impl TxPool {
     #[cold]
     fn grow(&mut self) -> Result<u32> {
         if self.skbs.len() >= self.max {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         let buf = self.pool.get().map_err(|_| Status::NoResource)?;
         self.skbs.push(Skb {
@@ -402,7 +402,7 @@ impl TxPool {
             self.ring(qp);
         }
         if !self.sq.has_room() {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         }
         Ok(())
     }
@@ -426,7 +426,7 @@ impl TxPool {
             .and_then(|s| s.buf.as_ref())
             .and_then(|b| b.get(PKT_OFF..PKT_OFF + len));
         let Some(pkt) = pkt else {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         };
         let r = qp.post_ud_inline_prepared(&mut self.inline_wr, wr_id, pkt, flags, dest);
         self.posted(r, signaled, None)
@@ -465,7 +465,7 @@ impl TxPool {
         let (wr_id, signaled, flags) = self.next_wr(force || zcopy);
         let skb = &mut self.skbs[slot as usize];
         let Some(buf) = skb.buf.as_ref() else {
-            return Err(Status::NoResource);
+            return Err(Status::NoResource.into());
         };
         let r = if zcopy {
             let mut sges = [Sge::new(0, 0, 0); MAX_ZCOPY_IOV + 1];
@@ -514,7 +514,7 @@ impl TxPool {
     }
 
     #[cold]
-    fn post_failed(&mut self, e: Status) -> Status {
+    fn post_failed(&mut self, e: Error) -> Error {
         self.post_errors += 1;
         if self.post_errors.is_power_of_two() {
             tracing::warn!(errors = self.post_errors, "ud_verbs: posting a send failed: {e}");
@@ -699,7 +699,11 @@ mod tests {
         let a = tx.take().unwrap();
         let b = tx.take().unwrap();
         let c = tx.take().unwrap();
-        assert_eq!(tx.take().err(), Some(Status::NoResource), "at most 3 buffers");
+        assert_eq!(
+            tx.take().err(),
+            Some(Status::NoResource.into()),
+            "at most 3 buffers"
+        );
         assert!(!tx.has_room());
         tx.abandon(c.0, c.1);
         assert!(tx.has_room());
@@ -729,7 +733,7 @@ mod tests {
         assert!(signaled, "an am_zcopy is always signaled");
         // acknowledged while the send is still in the queue: neither freed nor completed
         assert_eq!(tx.release(slot, Status::Ok), None);
-        assert_eq!(tx.take().err(), Some(Status::NoResource));
+        assert_eq!(tx.take().err(), Some(Status::NoResource.into()));
         let mut done = VecDeque::new();
         tx.completed(wr_id, &mut done);
         assert_eq!(done, [(comp, Status::Ok)], "zcopy completes with the send");
@@ -752,7 +756,11 @@ mod tests {
         let (wr_id, signaled) = tx.mark_posted(slot);
         assert!(signaled, "a one-slot queue signals every send");
         assert!(!tx.can_post() && !tx.has_room());
-        assert_eq!(tx.take().err(), Some(Status::NoResource), "send queue full");
+        assert_eq!(
+            tx.take().err(),
+            Some(Status::NoResource.into()),
+            "send queue full"
+        );
         let mut done = VecDeque::new();
         tx.completed(wr_id, &mut done);
         assert!(done.is_empty());

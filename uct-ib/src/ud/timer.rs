@@ -14,8 +14,8 @@ const CLOCK_EVERY: u8 = 16;
 impl UdShared {
     /// Runs the timers when a tick has passed. Reads the clock only while endpoints exist, and
     /// then every [`CLOCK_EVERY`]th call: where the clock is a system call (VMs without a
-    /// vDSO clock) it was most of an idle progress call, so a message arriving while a
-    /// ping-pong side spins waited for it, and after a delivery it delayed the return to the
+    /// vDSO clock) it is most of an idle progress call, so a message arriving while a
+    /// ping-pong side spins waits for it, and after a delivery it delays the return to the
     /// caller waiting for that message. UCX's progress reads no clock (its timers run on the
     /// async thread). Progress runs far more often than a tick (`RUCX_UD_TIMER_TICK`, 10 ms),
     /// and while packets are unacknowledged `event_arm` keeps callers progressing.

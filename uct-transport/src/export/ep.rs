@@ -40,7 +40,7 @@ pub(super) unsafe extern "C" fn ep_am_bcopy<E: TransportEp>(
         // SAFETY: valid handle.
         match unsafe { ep_ref::<E>(ep) }.am_bcopy(id, PackCb { func: pack, arg }, flags) {
             Ok(n) => n as isize,
-            Err(e) => e.as_raw() as isize,
+            Err(e) => err(e) as isize,
         }
     }))
     .unwrap_or(PANIC as isize)
@@ -98,7 +98,7 @@ pub(super) unsafe extern "C" fn ep_put_bcopy<E: TransportEp>(
         // SAFETY: valid handle.
         match unsafe { ep_ref::<E>(ep) }.put_bcopy(PackCb { func: pack, arg }, raddr, rkey) {
             Ok(n) => n as isize,
-            Err(e) => e.as_raw() as isize,
+            Err(e) => err(e) as isize,
         }
     }))
     .unwrap_or(PANIC as isize)

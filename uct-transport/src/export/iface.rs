@@ -40,7 +40,7 @@ unsafe extern "C" fn query_devices<T: Transport>(
             }
             0
         }
-        Err(e) => e.as_raw(),
+        Err(e) => err(e),
     })
 }
 
@@ -66,6 +66,8 @@ unsafe extern "C" fn iface_open<T: Transport>(
                 arg: p.err_handler_arg,
             },
             rx_headroom: p.rx_headroom,
+            // SAFETY: the host passes `num_config` valid pairs.
+            config: unsafe { read_config_pairs(p.config, p.num_config) },
         };
         match T::iface_open(md, params) {
             Ok(i) => {
@@ -80,7 +82,7 @@ unsafe extern "C" fn iface_open<T: Transport>(
                 unsafe { *iface = Box::into_raw(Box::new(b)) as *mut c_void };
                 0
             }
-            Err(e) => e.as_raw(),
+            Err(e) => err(e),
         }
     })
 }
@@ -248,7 +250,7 @@ unsafe extern "C" fn iface_event_fd<I: TransportIface>(iface: *mut c_void, fd: *
             unsafe { *fd = f };
             0
         }
-        Err(e) => e.as_raw(),
+        Err(e) => err(e),
     })
 }
 
@@ -274,7 +276,7 @@ fn box_ep<E: TransportEp>(r: ucs::Result<E>, out: *mut *mut c_void) -> RawStatus
             }
             0
         }
-        Err(e) => e.as_raw(),
+        Err(e) => err(e),
     }
 }
 
@@ -317,6 +319,16 @@ unsafe extern "C" fn ep_destroy<E: TransportEp>(ep: *mut c_void) {
 
 /// # Safety
 /// The [boundary contract](super).
+unsafe extern "C" fn ep_query<E: TransportEp>(ep: *mut c_void, attr: *mut crate::types::EpAttr) -> RawStatus {
+    // SAFETY: valid handle and out-pointer.
+    guard(|| unsafe {
+        *attr = ep_ref::<E>(ep).query();
+        0
+    })
+}
+
+/// # Safety
+/// The [boundary contract](super).
 unsafe extern "C" fn ep_get_address<E: TransportEp>(ep: *mut c_void, buf: *mut u8, len: usize) -> RawStatus {
     // SAFETY: valid handle and buffer.
     guard(|| st(unsafe { ep_ref::<E>(ep).get_address(bytes_mut(buf, len)) }))
@@ -353,6 +365,7 @@ pub const fn iface_ops<I: TransportIface>() -> RawIfaceOps {
         ep_create: ep_create::<I>,
         ep_create_connected: ep_create_connected::<I>,
         ep_destroy: ep_destroy::<I::Ep>,
+        ep_query: ep_query::<I::Ep>,
         ep_get_address: ep_get_address::<I::Ep>,
         ep_connect_to_ep: ep_connect_to_ep::<I::Ep>,
         ep_am_short: ep_am_short::<I::Ep>,

@@ -20,23 +20,33 @@ unsafe extern "C" fn query_md_resources<C: TransportComponent>(
             }
             0
         }
-        Err(e) => e.as_raw(),
+        Err(e) => err(e),
     })
 }
 
 /// # Safety
 /// The [boundary contract](super).
-unsafe extern "C" fn md_open<C: TransportComponent>(name: *const c_char, md: *mut *mut c_void) -> RawStatus {
+unsafe extern "C" fn md_open<C: TransportComponent>(
+    name: *const c_char,
+    config: *const RawConfigPair,
+    num_config: usize,
+    md: *mut *mut c_void,
+) -> RawStatus {
     guard(|| {
-        // SAFETY: the host passes a NUL-terminated string.
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        match C::md_open(&name) {
+        // SAFETY: the host passes a NUL-terminated string and `num_config` valid pairs.
+        let (name, config) = unsafe {
+            (
+                CStr::from_ptr(name).to_string_lossy(),
+                read_config_pairs(config, num_config),
+            )
+        };
+        match C::md_open(&name, &config) {
             Ok(m) => {
                 // SAFETY: `md` is a valid out-pointer.
                 unsafe { *md = Box::into_raw(Box::new(m)) as *mut c_void };
                 0
             }
-            Err(e) => e.as_raw(),
+            Err(e) => err(e),
         }
     })
 }
@@ -75,7 +85,7 @@ unsafe extern "C" fn md_mem_reg<M: TransportMd>(
                 unsafe { *memh = h as *mut c_void };
                 0
             }
-            Err(e) => e.as_raw(),
+            Err(e) => err(e),
         },
     )
 }
@@ -117,7 +127,7 @@ unsafe extern "C" fn rkey_unpack<C: TransportComponent>(
             }
             0
         }
-        Err(e) => e.as_raw(),
+        Err(e) => err(e),
     })
 }
 

@@ -38,7 +38,7 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 
-use ucs::Status;
+use ucs::{Error, Outcome, Status};
 
 use crate::abi::*;
 use crate::am::AmTable;
@@ -63,19 +63,26 @@ fn guard(f: impl FnOnce() -> RawStatus) -> RawStatus {
     })
 }
 
+/// An error's raw status, its context left for the host.
+#[inline(always)]
+fn err(e: Error) -> RawStatus {
+    crate::error_context::to_raw(e)
+}
+
 #[inline(always)]
 fn st(r: ucs::Result<()>) -> RawStatus {
     match r {
         Ok(()) => 0,
-        Err(e) => e.as_raw(),
+        Err(e) => err(e),
     }
 }
 
 #[inline(always)]
-fn st2(r: ucs::Result<Status>) -> RawStatus {
+fn st2(r: ucs::Result<Outcome>) -> RawStatus {
     match r {
-        Ok(s) => s.as_raw(),
-        Err(e) => e.as_raw(),
+        Ok(Outcome::Done) => 0,
+        Ok(Outcome::InProgress) => Status::InProgress.as_raw(),
+        Err(e) => err(e),
     }
 }
 
@@ -103,16 +110,27 @@ unsafe fn bytes_mut<'a>(p: *mut u8, n: usize) -> &'a mut [u8] {
     }
 }
 
-fn atomic_size(size: u8) -> std::result::Result<AtomicSize, Status> {
+#[inline(always)]
+fn atomic_size(size: u8) -> ucs::Result<AtomicSize> {
     match size {
         4 => Ok(AtomicSize::U32),
         8 => Ok(AtomicSize::U64),
-        _ => Err(Status::InvalidParam),
+        _ => Err(bad_atomic("operand size", size)),
     }
 }
 
-fn atomic_op(op: u8) -> std::result::Result<AtomicOp, Status> {
-    AtomicOp::from_raw(op).ok_or(Status::InvalidParam)
+#[inline(always)]
+fn atomic_op(op: u8) -> ucs::Result<AtomicOp> {
+    match AtomicOp::from_raw(op) {
+        Some(op) => Ok(op),
+        None => Err(bad_atomic("operation", op)),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn bad_atomic(what: &str, v: u8) -> Error {
+    Error::new(Status::InvalidParam, format!("unknown atomic {what} {v}"))
 }
 
 /// # Safety

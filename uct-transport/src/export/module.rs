@@ -60,6 +60,7 @@ pub unsafe extern "C" fn plugin_init(host: *const RawHostApi) -> RawStatus {
             return Status::Unsupported.as_raw();
         }
         let _ = HOST_LOG.set((host.log, host.log_level));
+        crate::error_context::set_host(host.set_error);
         crate::log_bridge::install_forwarding(forward_log, host.log_level);
         0
     })

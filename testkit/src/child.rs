@@ -1,0 +1,86 @@
+//! This test binary run again as a child process, running one (ignored) test of its own, with
+//! its output read line by line while the parent keeps progressing.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::time::{Duration, Instant};
+
+use crate::wait::Progress;
+
+/// A child process killed (SIGKILL) and reaped when dropped.
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts this test binary again as a child process running only the (ignored) test `test`,
+/// with `env` added; stdin, stdout and stderr are pipes (the child notices our exit through
+/// its stdin).
+pub fn spawn_self(test: &str, env: &[(&str, &str)]) -> ChildGuard {
+    let exe = std::env::current_exe().expect("path of the test executable");
+    let mut cmd = Command::new(exe);
+    cmd.args([test, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    ChildGuard(cmd.spawn().expect("start a child copy of the test binary"))
+}
+
+/// Collects a child's stdout lines in the background; [`Lines::wait`] lets a test wait for one.
+pub struct Lines {
+    rx: Receiver<String>,
+    pub seen: Vec<String>,
+}
+
+impl Lines {
+    pub fn new(out: impl std::io::Read + Send + 'static) -> Lines {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for l in std::io::BufReader::new(out).lines() {
+                let Ok(l) = l else { break };
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines { rx, seen: Vec::new() }
+    }
+
+    /// The rest of the first line (seen or arriving within `limit`) that contains `prefix`
+    /// (the test harness of a child may print its own text in front), progressing `p`
+    /// meanwhile (a peer may be waiting for it).
+    pub fn wait(&mut self, prefix: &str, limit: Duration, p: &(impl Progress + ?Sized)) -> Option<String> {
+        let start = Instant::now();
+        let mut closed = false;
+        loop {
+            if let Some(l) = self
+                .seen
+                .iter()
+                .find_map(|l| l.find(prefix).map(|i| &l[i + prefix.len()..]))
+            {
+                return Some(l.trim().to_string());
+            }
+            if closed || start.elapsed() > limit {
+                return None;
+            }
+            match self.rx.try_recv() {
+                Ok(l) => self.seen.push(l),
+                Err(TryRecvError::Empty) => {
+                    if p.progress() == 0 {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+                // The child closed stdout: only what was seen counts.
+                Err(TryRecvError::Disconnected) => closed = true,
+            }
+        }
+    }
+}

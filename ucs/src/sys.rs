@@ -1,0 +1,32 @@
+//! Process facts from the C library that measurement tools compare with UCX's.
+#![allow(unsafe_code)]
+
+/// Heap bytes in use as glibc counts them (`mallinfo2`: main-arena chunks in use plus mmap'd
+/// blocks), allocations of C libraries such as libibverbs included; `None` off glibc.
+pub fn heap_in_use() -> Option<usize> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 (glibc >= 2.33) only reads the allocator's statistics and returns
+        // them by value.
+        let m = unsafe { nix::libc::mallinfo2() };
+        Some(m.uordblks + m.hblkhd)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn heap_grows_with_an_allocation() {
+        let Some(before) = super::heap_in_use() else {
+            return;
+        };
+        let v = vec![1u8; 1 << 20];
+        let after = super::heap_in_use().unwrap();
+        assert!(after >= before + (1 << 20), "{before} -> {after}");
+        drop(v);
+    }
+}
