@@ -25,6 +25,14 @@ pub struct SelfEp {
 }
 
 #[cold]
+fn bad_id(id: u8) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!("self: AM id {id} out of range 0..{}", AM_ID_MAX - 1),
+    )
+}
+
+#[cold]
 fn too_long(len: usize, max: usize) -> Error {
     Error::new(
         Status::InvalidParam,
@@ -48,10 +56,12 @@ impl SelfEp {
         Ok(&self.target)
     }
 
-    /// Checks the total length, then delivers what `fill` writes into a buffer (the AM id is
-    /// checked by `AmTable::invoke`).
+    /// Checks the AM id and the total length, then delivers what `fill` writes into a buffer.
     #[inline]
     fn deliver(&self, id: u8, len: usize, fill: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result<usize> {
+        if id >= AM_ID_MAX {
+            return Err(bad_id(id));
+        }
         let t = self.target()?;
         if len > t.seg_size {
             return Err(too_long(len, t.seg_size));
