@@ -60,7 +60,7 @@ step test cargo test --workspace --no-fail-fast
 step plugins bash -c 'for f in bench/vm/tcg-count.c bench/vm/tcg-syscall-times.c; do
   cc -O2 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden -o /dev/null "$f" -lpthread || exit 1; done'
 if [ $EXTRA = 1 ]; then
-  step demo cargo run --release --example uct_hello_world -- -l
+  step demo cargo run --release --example ucp_hello_world
   [ -f scripts/netns-test.sh ] && step netns bash scripts/netns-test.sh
 fi
 if [ $VM = 1 ]; then

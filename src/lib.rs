@@ -13,6 +13,8 @@ pub fn builtin_modules() -> Vec<&'static uct::Module> {
 /// A context builder with every built-in module ([`builtin_modules`]) and plugin discovery on;
 /// adjust it (e.g. `.plugins(false)`) before `build()`.
 pub fn context_builder() -> uct::ContextBuilder {
+    // Before the uct context warns about unknown RUCX_* variables: the UCP ones are known.
+    ucp::config::register();
     builtin_modules()
         .into_iter()
         .fold(uct::Context::builder(), |b, m| b.builtin(m))

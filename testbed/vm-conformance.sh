@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# vm-conformance.sh - the transport conformance suite (tests/conformance) on the verbs
-# transports, through the ib plugin, inside one Soft-RoCE VM boot.
+# vm-conformance.sh - the transport-parametrized suites (tests/conformance for uct, tests/ucp
+# for ucp) on the verbs transports, through the ib plugin, inside one Soft-RoCE VM boot.
 #
 # Usage: testbed/vm-conformance.sh [--timeout S] [FILTER]   (default filter: verbs)
-# Builds the plugins (libuct_ib.so among them: a target whose module is missing fails) and the
-# conformance test binary (tests/conformance/main.rs) on the host, then runs the binary in the
-# VM with RUCX_MODULE_DIR pointing at the plugins. Exit status: the test binary's (124/125 from
-# rxe-vm.sh on timeout / VM failure).
+# Builds the plugins (libuct_ib.so among them: a target whose module is missing fails) and both
+# test binaries on the host, then runs each in the VM with RUCX_MODULE_DIR pointing at the
+# plugins. Exit status: 0 when both passed, 1 when either failed (124/125 from rxe-vm.sh on
+# timeout / VM failure).
 set -euo pipefail
 TB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd "$TB_DIR/.." && pwd -P)
@@ -17,11 +17,21 @@ cd "$ROOT"
 cargo build -q -p uct-ib-plugin -p uct-self-plugin -p uct-tcp-plugin
 JSON=$(mktemp /tmp/vm-conformance.XXXXXX)
 trap 'rm -f "$JSON"' EXIT
-cargo test -q -p rucx --test conformance --no-run --message-format=json >"$JSON"
-BIN=$(grep -o '"executable":"[^"]*conformance[^"]*"' "$JSON" | cut -d'"' -f4 | tail -1)
-[ -x "$BIN" ] || { echo "vm-conformance.sh: conformance binary not built" >&2; exit 1; }
-PLUGINS=$(dirname "$(dirname "$BIN")")
+cargo test -q -p rucx --test conformance --test ucp --no-run --message-format=json >"$JSON"
+bin_of() { grep -o "\"executable\":\"[^\"]*/$1-[^\"]*\"" "$JSON" | cut -d'"' -f4 | tail -1; }
+CONF=$(bin_of conformance)
+UCP=$(bin_of ucp)
+for b in "$CONF" "$UCP"; do
+  [ -x "$b" ] || { echo "vm-conformance.sh: a test binary was not built ($b)" >&2; exit 1; }
+done
+PLUGINS=$(dirname "$(dirname "$CONF")")
 # Short failure timeouts so the peer-failure tests finish quickly on rxe.
+RUNNER='f=$1; rc=0; shift
+for t in "$@"; do
+  echo "=== ${t##*/}"
+  "$t" "$f" --test-threads=1 || { echo "=== FAILED: ${t##*/}"; rc=1; }
+done
+exit $rc'
 exec bash "$TB_DIR/rxe-vm.sh" --timeout "$TIMEOUT" -- \
   env RUCX_MODULE_DIR="$PLUGINS" RUCX_IB_TIMEOUT="${RUCX_IB_TIMEOUT:-100ms}" \
-  "$BIN" "$FILTER" --test-threads=1
+  bash -c "$RUNNER" runner "$FILTER" "$CONF" "$UCP"

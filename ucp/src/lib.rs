@@ -1,3 +1,32 @@
-//! The protocol layer (UCP): workers, wireup, lane selection and protocols over `uct` (the UCP
-//! issues fill it).
+//! `ucp` — the protocol layer: what applications use to move data without picking transports,
+//! devices or protocols by hand (UCX's UCP).
+//!
+//! Objects: [`Context`] (the usable transport resources, filtered by `RUCX_TLS` and
+//! `RUCX_NET_DEVICES`) → [`Worker`] (one thread's progress engine: an interface per resource,
+//! a packed [`WorkerAddress`]) → [`Ep`] (an endpoint to a peer worker, on the lanes chosen from
+//! both workers' addresses). Active messages: [`Worker::set_am_handler`], [`Ep::am_send`];
+//! the protocol (short, bcopy, zcopy, fragmented) is picked by size and lane.
 #![forbid(unsafe_code)]
+
+pub mod address;
+mod am;
+pub mod config;
+mod context;
+mod ep;
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;
+pub mod lanes;
+pub mod proto;
+mod request;
+pub mod tl;
+pub mod wire;
+mod wireup;
+mod worker;
+
+pub use address::{AddressEntry, WorkerAddress};
+pub use am::{AmData, AmFlags, AmMsg, AmProto};
+pub use context::{Context, ContextBuilder, Features};
+pub use ep::Ep;
+pub use request::{Issued, Request};
+pub use ucs::{Error, Outcome, Result, Status};
+pub use worker::Worker;

@@ -153,17 +153,9 @@ pub static TCP_CONFIG: ConfigTable = ConfigTable {
     ],
 };
 
-/// Device selection shared by network transports (`RUCX_NET_DEVICES`).
-pub static NET_CONFIG: ConfigTable = ConfigTable {
-    name: "net",
-    prefix: "",
-    fields: &[ConfigField::new(
-        "NET_DEVICES",
-        "all",
-        ConfigKind::AllowList,
-        "Network devices to use: a comma list of names (globs allowed), ^list to exclude them, or all.",
-    )],
-};
+/// `RUCX_NET_DEVICES` now lives in ucs (shared with the other network transports and UCP, and
+/// registered by ucs itself); this name is kept for existing users.
+pub use ucs::config::NET_TABLE as NET_CONFIG;
 
 /// Largest am_short payload copied behind the header (larger values of SENDV_THRESH act as this).
 pub const SENDV_THRESH_MAX: usize = 8192;
@@ -427,9 +419,9 @@ impl TcpConfig {
     }
 }
 
-/// The device allow/deny list: `(items, deny)`.
+/// The device allow/deny list (`RUCX_NET_DEVICES`, [`ucs::config::NET_TABLE`]): `(items, deny)`.
 pub fn net_devices(code: &Overrides) -> Result<(Vec<String>, bool)> {
-    let l = NET_CONFIG.with(code).get_allow_list("NET_DEVICES")?;
+    let l = ucs::config::NET_TABLE.with(code).get_allow_list("NET_DEVICES")?;
     Ok((l.items, l.deny))
 }
 

@@ -1,7 +1,8 @@
 //! `uct-tcp` — the rucx TCP transport (component, memory domain and transport `tcp`).
 //!
 //! One resource per network device that is up and has an IPv4/IPv6 address (`lo`, `eth0`...),
-//! selected by `RUCX_NET_DEVICES`; tuning through `RUCX_TCP_*` ([`TCP_CONFIG`]). An interface
+//! selected by `RUCX_NET_DEVICES` (`ucs::config::NET_TABLE`, shared with UCP and the other
+//! network transports); tuning through `RUCX_TCP_*` ([`TCP_CONFIG`]). An interface
 //! listens on its device's address; endpoints connect to an interface or to a peer endpoint,
 //! and each pair of endpoints shares one non-blocking socket, driven by the interface's
 //! progress (`epoll`). See docs/wire-tcp.md for the protocol and `connect.rs` for how sockets
@@ -59,4 +60,6 @@ static IFACE_OPS: RawIfaceOps = export::iface_ops::<iface::TcpIface>();
 static TRANSPORTS: [RawTransport; 1] = [export::transport::<iface::TcpTransport>(&IFACE_OPS)];
 static COMPONENTS: [RawComponent; 1] = [export::component::<md::TcpComponent>(&MD_OPS, &TRANSPORTS)];
 
-uct_transport::declare_module!(tcp, COMPONENTS, [&TCP_CONFIG, &NET_CONFIG]);
+// RUCX_NET_DEVICES (ucs::config::NET_TABLE) is registered by ucs, not listed here, so that
+// `rucx-info -c` shows it once whichever network modules are loaded.
+uct_transport::declare_module!(tcp, COMPONENTS, [&TCP_CONFIG]);

@@ -264,15 +264,15 @@ fn default_route_devices() -> Vec<String> {
 }
 
 /// Whether `name` passes a device list such as `RUCX_NET_DEVICES`: entries are exact names,
-/// `prefix*` patterns, or `all`. With `deny` the list names the devices to leave out.
+/// globs (`eth*`), or `all`. With `deny` the list names the devices to leave out.
 pub fn name_selected(name: &str, list: &[String], deny: bool) -> bool {
     let hit = list.iter().any(|p| pattern_matches(p, name));
     hit != deny
 }
 
+/// The same matching as UCP's device filter (`ucs::config::device_matches`).
 fn pattern_matches(pattern: &str, name: &str) -> bool {
-    let p = pattern.trim();
-    p == "all" || p == name || p.strip_suffix('*').is_some_and(|pre| name.starts_with(pre))
+    ucs::config::device_matches(pattern, name)
 }
 
 /// Keeps the devices selected by `list` (see [`name_selected`]); an empty allow list means

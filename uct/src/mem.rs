@@ -18,22 +18,42 @@ use uct_transport::types::MemAccess;
 /// Alignment of registered buffers (a cache line; RDMA wants at least 8 for atomics).
 pub const MEM_ALIGN: usize = 64;
 
+/// Who owns the bytes: rucx's own allocation, or a vector the application handed over.
+enum Storage {
+    Alloc(Layout),
+    /// Never touched while registered (its heap buffer is what `ptr` points to); taken back by
+    /// [`Mem::into_vec`] after deregistration.
+    Vec(Option<Vec<u8>>),
+}
+
 pub(crate) struct MemInner {
     ptr: *mut u8,
-    layout: Layout,
+    storage: Storage,
     len: usize,
     memh: *mut c_void,
     md: Md,
 }
 
-impl Drop for MemInner {
-    fn drop(&mut self) {
-        // Deregister first: after this no transport may access the memory.
+impl MemInner {
+    /// Deregisters (after this no transport may access the memory); idempotent.
+    fn deregister(&mut self) {
+        if self.memh.is_null() {
+            return;
+        }
         if let Err(e) = self.md.mem_dereg_raw(self.memh) {
             tracing::warn!("memory deregistration failed: {e}");
         }
-        // SAFETY: `ptr` was allocated with `layout` in `Mem::alloc` and is freed once.
-        unsafe { dealloc(self.ptr, self.layout) };
+        self.memh = std::ptr::null_mut();
+    }
+}
+
+impl Drop for MemInner {
+    fn drop(&mut self) {
+        self.deregister();
+        if let Storage::Alloc(layout) = self.storage {
+            // SAFETY: `ptr` was allocated with `layout` in `Mem::alloc` and is freed once.
+            unsafe { dealloc(self.ptr, layout) };
+        }
     }
 }
 
@@ -65,12 +85,68 @@ impl Mem {
         Ok(Mem {
             inner: Rc::new(MemInner {
                 ptr,
-                layout,
+                storage: Storage::Alloc(layout),
                 len,
                 memh,
                 md: md.clone(),
             }),
         })
+    }
+
+    /// Registers the application's buffer `data` with `md` (for zero-copy sends from it). The
+    /// buffer is owned by the `Mem` until [`Mem::into_vec`] gives it back; an empty one is
+    /// `InvalidParam`.
+    ///
+    /// ```
+    /// let ctx = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
+    /// let (md, _) = ctx.find_resource("self", "memory0")?;
+    /// let m = uct::Mem::register(&md, b"hello".to_vec(), uct::MemAccess::ALL)?;
+    /// let again = m.clone();
+    /// let m = m.into_vec().unwrap_err(); // a clone is still alive
+    /// drop(again);
+    /// assert_eq!(m.into_vec().unwrap(), b"hello");
+    /// # Ok::<(), uct::Error>(())
+    /// ```
+    pub fn register(md: &Md, mut data: Vec<u8>, access: MemAccess) -> Result<Mem> {
+        if data.is_empty() {
+            return Err(ucs::Error::new(
+                Status::InvalidParam,
+                "cannot register an empty buffer",
+            ));
+        }
+        let (ptr, len) = (data.as_mut_ptr(), data.len());
+        let memh = md.mem_reg_raw(ptr, len, access)?;
+        Ok(Mem {
+            inner: Rc::new(MemInner {
+                ptr,
+                storage: Storage::Vec(Some(data)),
+                len,
+                memh,
+                md: md.clone(),
+            }),
+        })
+    }
+
+    /// The registered application buffer back, deregistered, when this is the last reference
+    /// to it (no clone, no operation outstanding); otherwise `Err(self)`. A `Mem` from
+    /// [`Mem::alloc`] gives its contents as a new vector.
+    pub fn into_vec(self) -> std::result::Result<Vec<u8>, Mem> {
+        match Rc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                inner.deregister();
+                match &mut inner.storage {
+                    Storage::Vec(v) => Ok(v.take().expect("vector present until taken")),
+                    Storage::Alloc(_) => {
+                        let mut v = vec![0; inner.len];
+                        // SAFETY: `ptr` holds `len` bytes of our allocation, deregistered: no
+                        // transport touches it any more.
+                        unsafe { std::ptr::copy_nonoverlapping(inner.ptr, v.as_mut_ptr(), inner.len) };
+                        Ok(v)
+                    }
+                }
+            }
+            Err(inner) => Err(Mem { inner }),
+        }
     }
 
     /// Length in bytes.

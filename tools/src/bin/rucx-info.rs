@@ -83,6 +83,7 @@ fn main() -> ExitCode {
         }
     };
     ucs::log::init();
+    rucx::ucp::config::register();
     let ctx = rucx::context();
     let mut out = String::new();
     if o.version {

@@ -9,10 +9,12 @@
 //! [`ConfigError`]. Registered tables feed [`dump`] (`rucx-info -c`) and
 //! [`warn_unknown_env_vars`].
 
+mod net;
 mod overrides;
 mod parse;
 mod registry;
 
+pub use net::{device_allowed, device_matches, NET_TABLE};
 pub use overrides::Overrides;
 
 use std::borrow::Cow;
@@ -548,7 +550,8 @@ impl ConfigReader<'_> {
 pub const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
 
 /// Process-wide settings (prefix `""`): `RUCX_LOG_LEVEL`, `RUCX_MODULE_DIR`, `RUCX_MODULES`.
-/// Always registered. Other global variables can be added as further tables with prefix `""`.
+/// Always registered. Other global variables can be added as further tables with prefix `""`
+/// (e.g. [`NET_TABLE`], `RUCX_NET_DEVICES`).
 pub static GLOBAL_TABLE: ConfigTable = ConfigTable {
     name: "global",
     prefix: "",

@@ -5,11 +5,13 @@ use std::sync::RwLock;
 
 use once_cell::sync::{Lazy, OnceCell};
 
-use super::{ConfigField, ConfigKind, ConfigTable, ENV_PREFIX, GLOBAL_TABLE};
+use super::{ConfigField, ConfigKind, ConfigTable, ENV_PREFIX, GLOBAL_TABLE, NET_TABLE};
 use crate::{Result, Status};
 
+/// Tables every process has, whichever components it loads: the globals, the CPU copy
+/// tuning and the network-device list shared by all network transports and UCP.
 static TABLES: Lazy<RwLock<Vec<&'static ConfigTable>>> =
-    Lazy::new(|| RwLock::new(vec![&GLOBAL_TABLE, &crate::arch::ARCH_TABLE]));
+    Lazy::new(|| RwLock::new(vec![&GLOBAL_TABLE, &crate::arch::ARCH_TABLE, &NET_TABLE]));
 
 fn same(a: &ConfigTable, b: &ConfigTable) -> bool {
     std::ptr::eq(a, b) || (a.name == b.name && a.prefix == b.prefix)

@@ -71,7 +71,7 @@ pub unsafe extern "C" fn plugin_init(host: *const RawHostApi) -> RawStatus {
 /// [`export_plugin!`](crate::export_plugin).
 ///
 /// ```ignore
-/// uct_transport::declare_module!(tcp, COMPONENTS, [&TCP_CONFIG, &NET_CONFIG]);
+/// uct_transport::declare_module!(tcp, COMPONENTS, [&TCP_CONFIG]);
 /// ```
 #[macro_export]
 macro_rules! declare_module {

@@ -1,0 +1,208 @@
+//! Active messages: every size class (short, bcopy, zcopy, fragmented; the thresholds forced
+//! too), borrowed and owned buffers, headers, order, reply endpoints.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use ucp::{AmFlags, Issued};
+
+use crate::harness::{pattern, Setup};
+use crate::ucp_test;
+
+/// Sizes around every limit of the usual lanes, up to 8 MiB (64 MiB in `am_large`).
+const SIZES: &[usize] = &[
+    0,
+    1,
+    7,
+    8,
+    100,
+    900,
+    1000,
+    1024,
+    2000,
+    4000,
+    8100,
+    8192,
+    8193,
+    9000,
+    16384,
+    65536,
+    65537,
+    200_000,
+    1 << 20,
+    (8 << 20) + 3,
+];
+
+fn sizes(s: &Setup) {
+    let Some(p) = s.pair() else { return };
+    let inbox = p.inbox(7);
+    for (i, &n) in SIZES.iter().enumerate() {
+        let data = pattern(n, i);
+        let hdr = pattern(i % 3 * 8, 100 + i);
+        p.send(7, &hdr, &data, AmFlags::default());
+        p.wait_for(&format!("{n}-byte message"), || inbox.borrow().len() > i);
+        let got = &inbox.borrow()[i];
+        assert_eq!(got.0, hdr, "[{}] header of the {n}-byte message", p.name);
+        assert!(
+            got.1 == data,
+            "[{}] {n}-byte message arrived different ({} bytes)",
+            p.name,
+            got.1.len()
+        );
+    }
+}
+
+/// Owned buffers come back after the send, whatever protocol took them (zero-copy from the
+/// threshold up).
+fn owned(s: &Setup) {
+    for thresh in ["auto", "0"] {
+        let Some(p) = s.with("ZCOPY_THRESH", thresh).pair() else {
+            return;
+        };
+        let inbox = p.inbox(3);
+        for (i, &n) in SIZES.iter().enumerate() {
+            let data = pattern(n, i);
+            let back = match p.ep.am_send_owned(3, b"hdr", data.clone(), AmFlags::default()) {
+                Ok(Issued::Done(v)) => v,
+                Ok(Issued::Pending(mut r)) => {
+                    p.wait_for("an owned send", || r.is_done());
+                    r.take()
+                        .unwrap()
+                        .unwrap_or_else(|e| panic!("[{}] owned send of {n}: {e}", p.name))
+                }
+                Err(e) => panic!("[{}] owned send of {n}: {e}", p.name),
+            };
+            assert_eq!(
+                back, data,
+                "[{}] the buffer came back changed ({n} bytes)",
+                p.name
+            );
+            p.wait_for(&format!("owned {n}-byte message"), || inbox.borrow().len() > i);
+            assert!(
+                inbox.borrow()[i].1 == data,
+                "[{}] owned {n}-byte message (ZCOPY_THRESH={thresh})",
+                p.name
+            );
+        }
+    }
+}
+
+/// Messages sent without waiting (many in flight, fragments among them) arrive complete and
+/// in order.
+fn order(s: &Setup) {
+    let Some(p) = s.pair() else { return };
+    let inbox = p.inbox(1);
+    let n = 300;
+    let mut reqs = Vec::new();
+    for i in 0..n {
+        let len = [8, 3000, 20_000][i % 3];
+        let mut d = pattern(len, i);
+        d[..4].copy_from_slice(&(i as u32).to_le_bytes()[..4.min(len)]);
+        match p.ep.am_send(1, &[], &d, AmFlags::default()).unwrap() {
+            Issued::Done(()) => {}
+            Issued::Pending(r) => reqs.push(r),
+        }
+    }
+    p.wait_for("every message", || inbox.borrow().len() == n);
+    for (i, (_, d, _)) in inbox.borrow().iter().enumerate() {
+        assert_eq!(
+            u32::from_le_bytes(d[..4].try_into().unwrap()) as usize,
+            i,
+            "[{}] message {i} out of order",
+            p.name
+        );
+    }
+    for mut r in reqs {
+        p.wait_for("requests", || r.is_done());
+        r.take().unwrap().unwrap();
+    }
+}
+
+/// The handler answers through the reply endpoint; the sender's handler gets the answer.
+fn reply(s: &Setup) {
+    let Some(p) = s.pair() else { return };
+    let answers = p_inbox_a(&p, 2);
+    p.b.set_am_handler(1, |m| {
+        let ep = m.reply_ep().expect("sent with REPLY: a reply endpoint");
+        let mut d = m.data().to_vec();
+        d.reverse();
+        let r = ep.am_send(2, m.header(), &d, AmFlags::default()).expect("reply");
+        r.on_complete(|r| r.expect("reply sent"));
+    });
+    for (i, n) in [5usize, 5000, 70_000].into_iter().enumerate() {
+        let d = pattern(n, i);
+        p.send(1, b"q", &d, AmFlags::REPLY);
+        p.wait_for("the answer", || answers.borrow().len() > i);
+        let mut rev = d.clone();
+        rev.reverse();
+        assert!(
+            answers.borrow()[i].1 == rev,
+            "[{}] answer to a {n}-byte question",
+            p.name
+        );
+    }
+    // Without REPLY there is no endpoint back.
+    let got = p.inbox(4);
+    p.send(4, &[], b"x", AmFlags::default());
+    p.wait_for("a message", || !got.borrow().is_empty());
+    assert!(!got.borrow()[0].2, "[{}] a reply endpoint without REPLY", p.name);
+}
+
+fn p_inbox_a(p: &crate::harness::Pair, id: u16) -> crate::harness::Inbox {
+    let inbox: crate::harness::Inbox = Rc::default();
+    let i = inbox.clone();
+    p.a.set_am_handler(id, move |m| {
+        i.borrow_mut()
+            .push((m.header().to_vec(), m.data().to_vec(), false))
+    });
+    inbox
+}
+
+/// A handler keeps a message's data beyond its call.
+fn keep(s: &Setup) {
+    let Some(p) = s.pair() else { return };
+    let kept = Rc::new(RefCell::new(Vec::new()));
+    let k = kept.clone();
+    p.b.set_am_handler(9, move |m| k.borrow_mut().push(m.keep()));
+    let msgs: Vec<Vec<u8>> = [10usize, 4000, 100_000]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| pattern(n, i))
+        .collect();
+    for m in &msgs {
+        p.send(9, &[], m, AmFlags::default());
+    }
+    p.wait_for("three kept messages", || kept.borrow().len() == 3);
+    for _ in 0..50 {
+        p.progress();
+    }
+    for (m, k) in msgs.iter().zip(kept.borrow().iter()) {
+        assert!(k[..] == m[..], "[{}] kept data changed", p.name);
+    }
+}
+
+/// Rendezvous is refused, saying so.
+fn rndv_unsupported(s: &Setup) {
+    let Some(p) = s.pair() else { return };
+    let e = p.ep.am_send(1, &[], b"x", AmFlags::RNDV).unwrap_err();
+    assert_eq!(e, ucs::Status::Unsupported);
+    assert!(e.context().is_some());
+}
+
+/// 64 MiB in one message (fragmented everywhere).
+fn large(s: &Setup) {
+    let Some(p) = s.pair() else { return };
+    let inbox = p.inbox(5);
+    let data = pattern(64 << 20, 9);
+    let back = match p.ep.am_send_owned(5, &[], data, AmFlags::default()).unwrap() {
+        Issued::Done(v) => v,
+        Issued::Pending(mut r) => {
+            p.wait_for("the 64 MiB send", || r.is_done());
+            r.take().unwrap().unwrap()
+        }
+    };
+    p.wait_for("64 MiB", || !inbox.borrow().is_empty());
+    assert!(inbox.borrow()[0].1 == back, "[{}] 64 MiB message", p.name);
+}
+
+ucp_test!(sizes, owned, order, reply, keep, rndv_unsupported, large);

@@ -1,0 +1,182 @@
+//! Hostile bytes: a raw uct endpoint sends malformed UCP messages (headers, fragments, wireup)
+//! to a worker's interface. Each is dropped with a log line; the worker keeps serving its real
+//! peer, and messages it was reassembling from that peer are not disturbed.
+
+use ucp::{AmFlags, WorkerAddress};
+
+use crate::harness::{pattern, uct_context, Setup};
+use crate::ucp_test;
+
+/// UCP's uct AM ids (docs/wire-ucp.md).
+const WIREUP: u8 = 1;
+const SINGLE: u8 = 2;
+const FIRST: u8 = 3;
+const MIDDLE: u8 = 4;
+
+fn le(v: u64) -> [u8; 8] {
+    v.to_le_bytes()
+}
+
+/// Malformed messages, by uct AM id.
+fn garbage(victim_uuid: u64) -> Vec<(u8, Vec<u8>)> {
+    let word = |id: u64, flags: u64, uh: u64| le(id | flags << 16 | uh << 32);
+    let mut v = vec![
+        (SINGLE, vec![]),
+        (SINGLE, vec![1, 2, 3]),
+        (SINGLE, word(2, 0x80, 0).to_vec()),                 // unknown flag
+        (SINGLE, le(2 | 1 << 24).to_vec()),                  // reserved bits
+        (SINGLE, word(2, 0, 1 << 30).to_vec()),              // header longer than message
+        (SINGLE, [&word(2, 1, 0)[..], &le(7)[..]].concat()), // truncated reply fields
+        (FIRST, word(2, 0, 0).to_vec()),
+        // a 1 TiB message: refused, nothing reserved for it
+        (
+            FIRST,
+            [
+                &word(2, 0, 0)[..],
+                &le(victim_uuid)[..],
+                &le(1)[..],
+                &le(1 << 40)[..],
+            ]
+            .concat(),
+        ),
+        // 1 GiB claimed: reassembly starts and must not disturb the real peer's messages
+        (
+            FIRST,
+            [
+                &word(2, 0, 0)[..],
+                &le(99)[..],
+                &le(1)[..],
+                &le(1 << 30)[..],
+                b"x",
+            ]
+            .concat(),
+        ),
+        (
+            FIRST,
+            [
+                &word(2, 0, 0)[..],
+                &le(99)[..],
+                &le(2)[..],
+                &le(1)[..],
+                b"too long",
+            ]
+            .concat(),
+        ),
+        (MIDDLE, vec![9; 10]),
+        (
+            MIDDLE,
+            [&le(99)[..], &le(1)[..], &le(12345)[..], b"wrong offset"].concat(),
+        ),
+        (
+            MIDDLE,
+            [&le(99)[..], &le(77)[..], &le(0)[..], b"unknown message"].concat(),
+        ),
+        (WIREUP, vec![]),
+        (WIREUP, vec![2; 39]),
+        (
+            WIREUP,
+            [&[1u8, 1, 0, 0][..], &100u32.to_le_bytes()[..], &[0; 32][..]].concat(),
+        ),
+        (
+            WIREUP,
+            [
+                &[1u8, 2, 0, 0, 0, 0, 0, 0][..],
+                &le(1)[..],
+                &le(2)[..],
+                &le(3)[..],
+                &le(0)[..],
+            ]
+            .concat(),
+        ),
+        (
+            WIREUP,
+            [
+                &[1u8, 3, 0, 0, 0, 0, 0, 0][..],
+                &le(1)[..],
+                &le(2)[..],
+                &le(3)[..],
+                &le(0)[..],
+            ]
+            .concat(),
+        ),
+        // a REQUEST whose address is garbage
+        (
+            WIREUP,
+            [
+                &[1u8, 1, 0, 0, 4, 0, 0, 0][..],
+                &le(1)[..],
+                &le(2)[..],
+                &le(0)[..],
+                &le(0)[..],
+                b"RXWA",
+            ]
+            .concat(),
+        ),
+        (9, b"an AM id UCP does not use".to_vec()),
+    ];
+    v.push((WIREUP, [&[7u8][..], &[0; 60][..]].concat())); // another version
+    v
+}
+
+fn hostile_bytes_are_dropped(s: &Setup) {
+    let Some(p) = s.pair() else { return };
+    let victim = WorkerAddress::unpack(p.b.address()).unwrap();
+    let Some(entry) = victim.entries.iter().find(|e| e.tl.tl_name == s.t.tl_name) else {
+        panic!("[{}] no {} entry in the worker address", p.name, s.t.tl_name)
+    };
+    if entry.iface_addr.is_empty() {
+        return; // connects endpoint to endpoint only (rc_verbs): no raw way in
+    }
+    // The attacker: an interface of the same transport on the victim's own uct worker (the
+    // self transport reaches only its worker), connected to the victim's interface.
+    let uct = uct_context(s.t);
+    let (md, _) = uct.find_resource(&entry.tl.tl_name, &entry.tl.dev_name).unwrap();
+    let iface = uct::Iface::open(
+        &md,
+        p.b.uct(),
+        uct::IfaceParams::new(&entry.tl.tl_name, &entry.tl.dev_name),
+    )
+    .unwrap();
+    let raw = iface
+        .ep_create_connected(&entry.dev_addr, &entry.iface_addr)
+        .unwrap();
+
+    // A real fragmented message in flight from the real peer while the garbage arrives.
+    let inbox = p.inbox(2);
+    let big = pattern(1 << 20, 5);
+    let _ = p.ep.am_send(2, b"real", &big, AmFlags::default()).unwrap();
+    for (id, bytes) in garbage(victim.uuid) {
+        p.wait_for("the raw endpoint to take a message", || {
+            match raw.am_bcopy(id, |b| {
+                let n = bytes.len().min(b.len());
+                b[..n].copy_from_slice(&bytes[..n]);
+                n
+            }) {
+                Ok(_) => true,
+                Err(e) if e == ucs::Status::NoResource => false,
+                Err(e) => panic!("[{}] raw am_bcopy: {e}", p.name),
+            }
+        });
+        p.progress();
+    }
+    let _ =
+        p.ep.am_send(2, b"after", b"still here", AmFlags::default())
+            .unwrap();
+    p.wait_for("the real messages", || inbox.borrow().len() >= 2);
+    let got = inbox.borrow();
+    assert_eq!(got.len(), 2, "[{}] a malformed message was delivered", p.name);
+    assert_eq!(
+        (got[0].0.as_slice(), got[0].1 == big),
+        (&b"real"[..], true),
+        "[{}]",
+        p.name
+    );
+    assert_eq!(
+        (got[1].0.as_slice(), got[1].1.as_slice()),
+        (&b"after"[..], &b"still here"[..]),
+        "[{}]",
+        p.name
+    );
+}
+
+ucp_test!(hostile_bytes_are_dropped);

@@ -1,0 +1,8 @@
+//! The UCP conformance suite: every test once per target (a transport chosen with `RUCX_TLS`
+//! set in code). Names read `<module>::<test>::<target>`; `cargo test --test ucp tcp` runs the
+//! tcp target. The verbs targets skip on a host without RDMA (they run in the soft-RoCE VM).
+
+mod am;
+mod harness;
+mod hostile;
+mod wireup;

@@ -1,0 +1,755 @@
+//! Active messages: the application's handlers, the send protocols (short, bcopy, zcopy,
+//! fragmented) and the receive side (delivery, reassembly).
+//!
+//! A message is `(id, header, data)`. It goes as one transport message when it fits the AM
+//! lane (short, then bcopy; zero-copy for an owned buffer from the zcopy threshold up), else
+//! as fragments on the AM lane: a first fragment with the total length and the header, then
+//! middles with their offsets, reassembled by the receiver in one buffer. All fragments take
+//! the same lane, so they arrive in order; anything else is a protocol violation (the partial
+//! message is dropped, with a log line).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use ucs::{Error, Result, Status};
+use uct::{AmMessage, Completion, MemAccess, RxDesc};
+
+use crate::ep::{Ep, EpInner};
+use crate::request::{request, Completer, Issued};
+use crate::wire::{self, am_id, AmHeader, ReplyTo, FLAG_REPLY};
+use crate::worker::WorkerInner;
+
+/// Largest message a receiver reassembles.
+const MAX_MESSAGE: u64 = 1 << 36;
+
+// ------------------------------------------------------------------------------ handlers
+
+type HandlerFn = dyn FnMut(&mut AmMsg<'_>);
+
+/// An application handler (shared, so one may be replaced while it runs).
+pub(crate) struct AmHandler(Rc<RefCell<Box<HandlerFn>>>);
+
+impl AmHandler {
+    pub fn new(f: impl FnMut(&mut AmMsg<'_>) + 'static) -> AmHandler {
+        AmHandler(Rc::new(RefCell::new(Box::new(f))))
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct AmHandlers {
+    map: HashMap<u16, AmHandler>,
+    warned: Vec<u16>,
+}
+
+impl AmHandlers {
+    pub fn set(&mut self, id: u16, h: AmHandler) {
+        self.map.insert(id, h);
+    }
+
+    pub fn clear(&mut self, id: u16) {
+        self.map.remove(&id);
+    }
+}
+
+/// Send flags of [`Ep::am_send`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AmFlags(u8);
+
+impl AmFlags {
+    /// The receiver's handler gets an endpoint back to the sender ([`AmMsg::reply_ep`]).
+    pub const REPLY: AmFlags = AmFlags(1);
+    /// Eager protocols only (never rendezvous).
+    pub const EAGER: AmFlags = AmFlags(2);
+    /// Rendezvous (the receiver fetches the data): not supported yet, `Unsupported`.
+    pub const RNDV: AmFlags = AmFlags(4);
+
+    pub fn contains(self, o: AmFlags) -> bool {
+        self.0 & o.0 == o.0
+    }
+}
+
+impl std::ops::BitOr for AmFlags {
+    type Output = AmFlags;
+    fn bitor(self, o: AmFlags) -> AmFlags {
+        AmFlags(self.0 | o.0)
+    }
+}
+
+/// The protocol an active message goes with ([`Ep::am_protocol`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AmProto {
+    /// Inline in one `am_short` (header and data copied into the send itself).
+    Short,
+    /// Copied into one transport buffer (`am_bcopy`).
+    Bcopy,
+    /// Sent from the application's buffer, registered for the send (`am_zcopy`; owned sends).
+    Zcopy,
+    /// Split into this many segments, each copied (`am_bcopy`) and reassembled by the receiver.
+    Fragments(usize),
+}
+
+impl std::fmt::Display for AmProto {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AmProto::Short => f.write_str("eager short"),
+            AmProto::Bcopy => f.write_str("eager bcopy"),
+            AmProto::Zcopy => f.write_str("eager zcopy"),
+            AmProto::Fragments(n) => write!(f, "eager bcopy, {n} fragments"),
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------ received messages
+
+enum Body<'a> {
+    /// In the transport's buffer, valid during the handler: `keep` takes its descriptor.
+    Lent {
+        bytes: &'a [u8],
+        msg: &'a AmMessage<'a>,
+        start: usize,
+    },
+    /// Reassembled into a buffer of our own (empty once kept).
+    Owned(Vec<u8>),
+}
+
+/// An active message as its handler sees it.
+pub struct AmMsg<'a> {
+    id: u16,
+    header: &'a [u8],
+    body: Body<'a>,
+    reply: Option<Ep>,
+}
+
+/// Message data kept beyond the handler ([`AmMsg::keep`]).
+pub struct AmData(Kept);
+
+enum Kept {
+    Desc { desc: RxDesc, start: usize, len: usize },
+    Vec(Vec<u8>),
+}
+
+impl std::ops::Deref for AmData {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            Kept::Desc { desc, start, len } => &desc[*start..*start + *len],
+            Kept::Vec(v) => v,
+        }
+    }
+}
+
+impl std::fmt::Debug for AmData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AmData({} bytes)", self.len())
+    }
+}
+
+impl<'a> AmMsg<'a> {
+    /// The application's AM id.
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// The sender's header (valid during the handler).
+    pub fn header(&self) -> &[u8] {
+        self.header
+    }
+
+    /// The data (valid during the handler; [`AmMsg::keep`] keeps it).
+    pub fn data(&self) -> &[u8] {
+        match &self.body {
+            Body::Lent { bytes, .. } => bytes,
+            Body::Owned(v) => v,
+        }
+    }
+
+    /// Length of the data.
+    pub fn len(&self) -> usize {
+        self.data().len()
+    }
+
+    /// True for a message without data.
+    pub fn is_empty(&self) -> bool {
+        self.data().is_empty()
+    }
+
+    /// Keeps the data beyond the handler: the transport's buffer itself where it lends it, the
+    /// reassembled buffer of a fragmented message, else a copy. Afterwards [`AmMsg::data`] is
+    /// empty for a reassembled message.
+    pub fn keep(&mut self) -> AmData {
+        match &mut self.body {
+            Body::Lent { bytes, msg, start } => {
+                let desc = msg.keep();
+                if desc.is_zero_copy() {
+                    AmData(Kept::Desc {
+                        desc,
+                        start: *start,
+                        len: bytes.len(),
+                    })
+                } else {
+                    AmData(Kept::Vec(bytes.to_vec()))
+                }
+            }
+            Body::Owned(v) => AmData(Kept::Vec(std::mem::take(v))),
+        }
+    }
+
+    /// An endpoint back to the sender, when it sent with [`AmFlags::REPLY`].
+    pub fn reply_ep(&self) -> Option<&Ep> {
+        self.reply.as_ref()
+    }
+}
+
+fn deliver(w: &Rc<WorkerInner>, msg: &mut AmMsg<'_>) {
+    let h = w.am.borrow().map.get(&msg.id).map(|h| h.0.clone());
+    let Some(h) = h else {
+        let mut am = w.am.borrow_mut();
+        if !am.warned.contains(&msg.id) {
+            am.warned.push(msg.id);
+            tracing::warn!(
+                "ucp: active message id {} has no handler (Worker::set_am_handler): dropped",
+                msg.id
+            );
+        }
+        return;
+    };
+    let Ok(mut f) = h.try_borrow_mut() else {
+        tracing::error!(
+            "ucp: active message id {} arrived while its handler runs (progress called from inside \
+             the handler?): dropped",
+            msg.id
+        );
+        return;
+    };
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(msg))).is_err() {
+        tracing::error!(
+            "ucp: panic in the handler of active message id {} (caught)",
+            msg.id
+        );
+    }
+}
+
+fn reply_ep(w: &WorkerInner, worker: u64, ep: u64) -> Option<Ep> {
+    let t = w.eps.borrow();
+    let id = t.by_remote.get(&(worker, ep))?;
+    t.get(*id).map(|inner| Ep { inner })
+}
+
+fn violation(what: &str, e: &Error) {
+    tracing::warn!("ucp: {what} dropped: {e}");
+}
+
+pub(crate) fn on_single(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
+    let bytes = m.data();
+    let s = match wire::decode_single(bytes) {
+        Ok(s) => s,
+        Err(e) => return violation("active message", &e),
+    };
+    let reply = s.reply.and_then(|r| reply_ep(w, r.worker, r.ep));
+    let start = bytes.len() - s.data.len();
+    let mut msg = AmMsg {
+        id: s.hdr.id,
+        header: s.user_hdr,
+        body: Body::Lent {
+            bytes: s.data,
+            msg: m,
+            start,
+        },
+        reply,
+    };
+    deliver(w, &mut msg);
+}
+
+/// A message being reassembled.
+struct Partial {
+    id: u16,
+    header: Vec<u8>,
+    reply: Option<ReplyTo>,
+    data: Vec<u8>,
+    total: usize,
+}
+
+/// Messages being reassembled, by (sender worker, message id).
+#[derive(Default)]
+pub(crate) struct Reassembly {
+    map: HashMap<(u64, u64), Partial>,
+}
+
+pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
+    let f = match wire::decode_first(m.data()) {
+        Ok(f) => f,
+        Err(e) => return violation("first fragment", &e),
+    };
+    if f.total > MAX_MESSAGE {
+        let e = Error::new(
+            Status::ExceedsLimit,
+            format!("a {}-byte message exceeds {MAX_MESSAGE}", f.total),
+        );
+        return violation("first fragment", &e);
+    }
+    let total = f.total as usize;
+    // Room for what has arrived, growing with the fragments: a peer's claimed total alone
+    // never reserves more than 1 MiB.
+    let mut data = Vec::new();
+    if data
+        .try_reserve_exact(total.min(f.data.len().max(1 << 20)))
+        .is_err()
+    {
+        let e = Error::new(Status::NoMemory, format!("no memory for a {total}-byte message"));
+        return violation("first fragment", &e);
+    }
+    data.extend_from_slice(f.data);
+    let p = Partial {
+        id: f.hdr.id,
+        header: f.user_hdr.to_vec(),
+        reply: f.reply_ep.map(|ep| ReplyTo { worker: f.worker, ep }),
+        data,
+        total,
+    };
+    if p.data.len() == total {
+        return deliver_whole(w, p);
+    }
+    let old = w.reasm.borrow_mut().map.insert((f.worker, f.msg_id), p);
+    if old.is_some() {
+        let e = Error::new(Status::InvalidParam, format!("message id {} restarted", f.msg_id));
+        violation("partial message", &e);
+    }
+}
+
+pub(crate) fn on_middle(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
+    let d = match wire::decode_middle(m.data()) {
+        Ok(d) => d,
+        Err(e) => return violation("fragment", &e),
+    };
+    let key = (d.worker, d.msg_id);
+    let done = {
+        let mut r = w.reasm.borrow_mut();
+        let Some(p) = r.map.get_mut(&key) else {
+            let e = Error::new(
+                Status::InvalidParam,
+                format!("no message {} is being reassembled", d.msg_id),
+            );
+            return violation("fragment", &e);
+        };
+        if d.offset != p.data.len() as u64 || p.data.len() + d.data.len() > p.total {
+            let e = Error::new(
+                Status::InvalidParam,
+                format!(
+                    "fragment at {} with {} bytes, expected offset {} of {}",
+                    d.offset,
+                    d.data.len(),
+                    p.data.len(),
+                    p.total
+                ),
+            );
+            r.map.remove(&key);
+            return violation("fragmented message", &e);
+        }
+        p.data.extend_from_slice(d.data);
+        if p.data.len() == p.total {
+            r.map.remove(&key)
+        } else {
+            None
+        }
+    };
+    if let Some(p) = done {
+        deliver_whole(w, p);
+    }
+}
+
+fn deliver_whole(w: &Rc<WorkerInner>, p: Partial) {
+    let reply = p.reply.and_then(|r| reply_ep(w, r.worker, r.ep));
+    let mut msg = AmMsg {
+        id: p.id,
+        header: &p.header,
+        body: Body::Owned(p.data),
+        reply,
+    };
+    deliver(w, &mut msg);
+}
+
+// ------------------------------------------------------------------------------ sending
+
+/// What to tell when a queued send finishes.
+pub(crate) enum Done {
+    Unit(Completer<()>),
+    /// Gives the application's buffer back.
+    Buf(Completer<Vec<u8>>),
+}
+
+/// A send that waits in an endpoint's queue (or is being sent in pieces).
+pub(crate) struct SendOp {
+    kind: OpKind,
+    done: Done,
+}
+
+enum OpKind {
+    /// One whole transport message, encoded (sent with bcopy).
+    Whole { uct_id: u8, bytes: Vec<u8> },
+    /// A fragmented message: the first fragment carries `prefix` and the header.
+    Frags {
+        prefix: Vec<u8>,
+        header: Vec<u8>,
+        data: Vec<u8>,
+        msg_id: u64,
+        worker: u64,
+        sent: usize,
+        first_sent: bool,
+    },
+}
+
+impl SendOp {
+    /// Sends what it can: `Ok(true)` when all of it went, `Ok(false)` when the lane is out of
+    /// resources (call again later).
+    pub fn progress(&mut self, ep: &EpInner) -> Result<bool> {
+        let lane = ep.am_ep();
+        let max = ep.limits.max_bcopy;
+        match &mut self.kind {
+            OpKind::Whole { uct_id, bytes } => match lane.am_bcopy(*uct_id, |b| copy(b, &[bytes])) {
+                Ok(_) => Ok(true),
+                Err(e) if e == Status::NoResource => Ok(false),
+                Err(e) => Err(e),
+            },
+            OpKind::Frags {
+                prefix,
+                header,
+                data,
+                msg_id,
+                worker,
+                sent,
+                first_sent,
+            } => {
+                while !*first_sent || *sent < data.len() {
+                    let r = if !*first_sent {
+                        let room = max.saturating_sub(prefix.len() + header.len());
+                        let n = room.min(data.len());
+                        lane.am_bcopy(am_id::FIRST, |b| copy(b, &[prefix, header, &data[..n]]))
+                            .map(|_| n)
+                    } else {
+                        let n = (max - wire::MIDDLE_PREFIX_LEN).min(data.len() - *sent);
+                        let mut mp = [0u8; wire::MIDDLE_PREFIX_LEN];
+                        wire::put_middle_prefix(&mut mp, *worker, *msg_id, *sent as u64);
+                        let chunk = &data[*sent..*sent + n];
+                        lane.am_bcopy(am_id::MIDDLE, |b| copy(b, &[&mp, chunk]))
+                            .map(|_| n)
+                    };
+                    match r {
+                        Ok(n) => {
+                            *first_sent = true;
+                            *sent += n;
+                        }
+                        Err(e) if e == Status::NoResource => return Ok(false),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Completes the send's request (with the buffer, for owned sends).
+    pub fn finish(self, r: Result<()>) {
+        match self.done {
+            Done::Unit(c) => c.complete(r),
+            Done::Buf(c) => {
+                let data = match self.kind {
+                    OpKind::Frags { data, .. } => data,
+                    OpKind::Whole { .. } => Vec::new(),
+                };
+                c.complete(r.map(|_| data));
+            }
+        }
+    }
+}
+
+/// Concatenates `parts` into `b` (a bcopy pack); returns the length.
+fn copy(b: &mut [u8], parts: &[&[u8]]) -> usize {
+    let mut at = 0;
+    for p in parts {
+        b[at..at + p.len()].copy_from_slice(p);
+        at += p.len();
+    }
+    at
+}
+
+/// The first bytes of a single message.
+fn single_prefix(ep: &EpInner, id: u16, header: &[u8], flags: AmFlags) -> Result<([u8; 24], usize)> {
+    let reply = flags.contains(AmFlags::REPLY).then(|| ReplyTo {
+        worker: ep.remote_self_id(),
+        ep: ep.id.get(),
+    });
+    let hdr = AmHeader {
+        id,
+        flags: if reply.is_some() { FLAG_REPLY } else { 0 },
+        user_hdr_len: u32::try_from(header.len())
+            .map_err(|_| Error::new(Status::InvalidParam, "ucp: AM header longer than 4 GiB"))?,
+    };
+    let mut p = [0u8; 24];
+    let n = wire::put_single_prefix(&mut p, hdr, reply);
+    Ok((p, n))
+}
+
+impl EpInner {
+    /// Our worker's id (the sender's, in reply fields).
+    pub(crate) fn remote_self_id(&self) -> u64 {
+        self.worker.upgrade().map_or(0, |w| w.uuid)
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        match self.wired.get() {
+            crate::ep::Wired::Failed(s) => Err(Error::new(s, "ucp: the endpoint failed")),
+            _ => Ok(()),
+        }
+    }
+
+    fn fragments(&self, id: u16, header: &[u8], data: Vec<u8>, flags: AmFlags, done: Done) -> Result<SendOp> {
+        let w = self
+            .worker
+            .upgrade()
+            .ok_or_else(|| Error::new(Status::NotConnected, "ucp: the worker is gone"))?;
+        let reply = flags.contains(AmFlags::REPLY);
+        let prefix_len = wire::first_prefix_len(reply);
+        if prefix_len + header.len() >= self.limits.max_bcopy {
+            return Err(Error::new(
+                Status::InvalidParam,
+                format!(
+                    "ucp: AM header of {} bytes does not fit the {}-byte segment of the AM lane",
+                    header.len(),
+                    self.limits.max_bcopy
+                ),
+            ));
+        }
+        let msg_id = w.next_msg_id.get();
+        w.next_msg_id.set(msg_id + 1);
+        let hdr = AmHeader {
+            id,
+            flags: if reply { FLAG_REPLY } else { 0 },
+            user_hdr_len: header.len() as u32,
+        };
+        let mut prefix = vec![0u8; prefix_len];
+        wire::put_first_prefix(
+            &mut prefix,
+            hdr,
+            w.uuid,
+            msg_id,
+            data.len() as u64,
+            reply.then(|| self.id.get()),
+        );
+        Ok(SendOp {
+            kind: OpKind::Frags {
+                prefix,
+                header: header.to_vec(),
+                data,
+                msg_id,
+                worker: w.uuid,
+                sent: 0,
+                first_sent: false,
+            },
+            done,
+        })
+    }
+}
+
+impl Ep {
+    /// The protocol a message with a `header_len`-byte header and `len` bytes of data takes on
+    /// this endpoint with `flags` ([`Ep::am_send`]; `owned`: [`Ep::am_send_owned`]), when the
+    /// lane has room for it at once.
+    pub fn am_protocol(&self, header_len: usize, len: usize, flags: AmFlags, owned: bool) -> AmProto {
+        let l = self.inner.limits;
+        let reply = flags.contains(AmFlags::REPLY);
+        let pn = wire::single_prefix_len(reply);
+        let total = pn + header_len + len;
+        if owned
+            && len > 0
+            && len >= l.zcopy_thresh
+            && total <= l.max_zcopy
+            && pn + header_len <= l.max_zcopy_hdr
+        {
+            return AmProto::Zcopy;
+        }
+        if total <= l.max_short {
+            return AmProto::Short;
+        }
+        if total <= l.max_bcopy {
+            return AmProto::Bcopy;
+        }
+        let first = wire::first_prefix_len(reply) + header_len;
+        let first_room = l.max_bcopy.saturating_sub(first).max(1);
+        let per = l.max_bcopy.saturating_sub(wire::MIDDLE_PREFIX_LEN).max(1);
+        AmProto::Fragments(1 + len.saturating_sub(first_room).div_ceil(per))
+    }
+
+    /// Sends active message `id` with `header` and `data` (copied: the buffers are free again
+    /// when the call returns). `Done` when it went out in the call; `Pending` when it waits for
+    /// the lanes (queued in order; the request completes when it is sent). Any size works:
+    /// messages larger than the lane's segment go in fragments.
+    pub fn am_send(&self, id: u16, header: &[u8], data: &[u8], flags: AmFlags) -> Result<Issued<()>> {
+        let ep = &self.inner;
+        ep.check_usable()?;
+        check_flags(flags)?;
+        let (prefix, pn) = single_prefix(ep, id, header, flags)?;
+        let prefix = &prefix[..pn];
+        let total = pn + header.len() + data.len();
+        if total > ep.limits.max_bcopy {
+            let (req, c) = request();
+            let op = ep.fragments(id, header, data.to_vec(), flags, Done::Unit(c))?;
+            return self.send_op(op, req);
+        }
+        if ep.can_send_now() {
+            let lane = ep.am_ep();
+            let r = if total <= ep.limits.max_short {
+                lane.am_short_iov(am_id::SINGLE, &[prefix, header, data])
+            } else {
+                lane.am_bcopy(am_id::SINGLE, |b| copy(b, &[prefix, header, data]))
+                    .map(|_| ())
+            };
+            match r {
+                Ok(()) => return Ok(Issued::Done(())),
+                Err(e) if e == Status::NoResource => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let (req, c) = request();
+        self.enqueue(SendOp {
+            kind: OpKind::Whole {
+                uct_id: am_id::SINGLE,
+                bytes: [prefix, header, data].concat(),
+            },
+            done: Done::Unit(c),
+        });
+        Ok(Issued::Pending(req))
+    }
+
+    /// Sends active message `id` from a buffer the caller hands over: zero-copy where the lane
+    /// allows (from the zcopy threshold up), and the buffer comes back when the send finished.
+    pub fn am_send_owned(
+        &self,
+        id: u16,
+        header: &[u8],
+        data: Vec<u8>,
+        flags: AmFlags,
+    ) -> Result<Issued<Vec<u8>>> {
+        let ep = &self.inner;
+        ep.check_usable()?;
+        check_flags(flags)?;
+        let (prefix, pn) = single_prefix(ep, id, header, flags)?;
+        let total = pn + header.len() + data.len();
+        let l = ep.limits;
+        let data = if !data.is_empty()
+            && data.len() >= l.zcopy_thresh
+            && total <= l.max_zcopy
+            && pn + header.len() <= l.max_zcopy_hdr
+            && ep.can_send_now()
+        {
+            match self.zcopy(&[&prefix[..pn], header].concat(), data)? {
+                Ok(issued) => return Ok(issued),
+                Err(data) => data,
+            }
+        } else {
+            data
+        };
+        if total <= l.max_bcopy {
+            return Ok(match self.am_send(id, header, &data, flags)? {
+                Issued::Done(()) => Issued::Done(data),
+                Issued::Pending(r) => {
+                    let (req, c) = request();
+                    r.on_complete(move |res| c.complete(res.map(|_| data)));
+                    Issued::Pending(req)
+                }
+            });
+        }
+        let (req, c) = request();
+        let op = ep.fragments(id, header, data, flags, Done::Buf(c))?;
+        self.send_op(op, req)
+    }
+
+    /// One zero-copy send of the application's buffer (registered for it, deregistered after).
+    /// `Err(data)` inside: the lane had no resources; the buffer comes back.
+    fn zcopy(&self, hdr: &[u8], data: Vec<u8>) -> Result<std::result::Result<Issued<Vec<u8>>, Vec<u8>>> {
+        let ep = &self.inner;
+        let w = ep
+            .worker
+            .upgrade()
+            .ok_or_else(|| Error::new(Status::NotConnected, "ucp: the worker is gone"))?;
+        let md = &w.ifaces[ep.lanes.lanes[ep.lanes.am].local].md;
+        let mem = uct::Mem::register(md, data, MemAccess::LOCAL_READ)?;
+        let (req, c) = request();
+        let keep = RefCell::new(Some(mem.clone()));
+        let c = RefCell::new(Some(c));
+        let comp = Completion::new(move |st| {
+            if let (Some(c), Some(m)) = (c.borrow_mut().take(), keep.borrow_mut().take()) {
+                let v = give_back(m);
+                c.complete(if st.is_err() { Err(st.into()) } else { Ok(v) });
+            }
+        });
+        // Bound first: the iov's hold on `mem` must end before the buffer is given back.
+        let sent = ep
+            .am_ep()
+            .am_zcopy(am_id::SINGLE, hdr, &[mem.whole()], Some(&comp));
+        match sent {
+            Ok(ucs::Outcome::InProgress) => Ok(Ok(Issued::Pending(req))),
+            Ok(ucs::Outcome::Done) => {
+                drop(comp);
+                Ok(Ok(Issued::Done(give_back(mem))))
+            }
+            Err(e) if e == Status::NoResource => {
+                drop(comp);
+                Ok(Err(give_back(mem)))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sends `op` now as far as it goes, queueing the rest; `Done` when all of it went.
+    fn send_op<T>(&self, mut op: SendOp, mut req: crate::Request<T>) -> Result<Issued<T>> {
+        let ep = &self.inner;
+        if !ep.can_send_now() {
+            self.enqueue(op);
+            return Ok(Issued::Pending(req));
+        }
+        // Sends a handler makes meanwhile (self delivers inside the call) queue behind this.
+        ep.dispatching.set(true);
+        let r = op.progress(ep);
+        ep.dispatching.set(false);
+        match r {
+            Ok(true) => {
+                op.finish(Ok(()));
+                ep.dispatch();
+                match req.take() {
+                    Some(r) => r.map(Issued::Done),
+                    None => Ok(Issued::Pending(req)),
+                }
+            }
+            Ok(false) => {
+                ep.queue.borrow_mut().push_front(op);
+                ep.dispatch();
+                Ok(Issued::Pending(req))
+            }
+            Err(e) => {
+                ep.dispatch();
+                Err(e)
+            }
+        }
+    }
+
+    fn enqueue(&self, op: SendOp) {
+        self.inner.queue.borrow_mut().push_back(op);
+        self.inner.dispatch();
+    }
+}
+
+fn check_flags(flags: AmFlags) -> Result<()> {
+    if flags.contains(AmFlags::RNDV) {
+        return Err(Error::new(
+            Status::Unsupported,
+            "ucp: rendezvous active messages are not supported yet (AmFlags::RNDV)",
+        ));
+    }
+    Ok(())
+}
+
+/// The application's buffer back from a `Mem` no operation holds any more.
+fn give_back(mem: uct::Mem) -> Vec<u8> {
+    mem.into_vec().unwrap_or_default()
+}

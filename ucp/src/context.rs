@@ -1,0 +1,196 @@
+//! The UCP context: the features an application wants, and the transport resources it may
+//! use — every resource of the uct context's modules (built-in and plugins alike) that
+//! `RUCX_TLS` and `RUCX_NET_DEVICES` allow.
+//!
+//! `Send + Sync`: it holds names and the uct context (static module tables) only; each worker
+//! opens its own memory domains and interfaces.
+
+use std::sync::Arc;
+
+use ucs::config::Overrides;
+use ucs::{Error, Result, Status};
+use uct::DeviceType;
+
+use crate::config::{self, Allowed, TlsFilter, UcpConfig};
+
+/// What the application will use (`UCP_FEATURE_*`). Resources that cannot serve a wanted
+/// feature are still opened; lane selection picks the ones that can.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Features(u32);
+
+impl Features {
+    pub const AM: Features = Features(1);
+    pub const TAG: Features = Features(2);
+    pub const RMA: Features = Features(4);
+    pub const AMO32: Features = Features(8);
+    pub const AMO64: Features = Features(16);
+    pub const WAKEUP: Features = Features(32);
+    pub const STREAM: Features = Features(64);
+
+    /// True when every feature of `other` is in `self`.
+    pub fn contains(self, other: Features) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Features {
+    type Output = Features;
+    fn bitor(self, o: Features) -> Features {
+        Features(self.0 | o.0)
+    }
+}
+
+/// One usable transport resource: where to open it, and whether it may carry only wireup.
+#[derive(Clone, Debug)]
+pub(crate) struct Resource {
+    pub component: uct::Component,
+    pub md_name: String,
+    pub tl_name: String,
+    pub dev_name: String,
+    pub dev_type: DeviceType,
+    /// Allowed by `RUCX_TLS` only as an auxiliary transport (wireup), e.g. ud_verbs under `rc`.
+    pub aux_only: bool,
+}
+
+pub(crate) struct ContextInner {
+    /// The modules the resources come from (kept loaded with the context).
+    pub _uct: uct::Context,
+    pub features: Features,
+    pub cfg: UcpConfig,
+    /// Configuration set in code, for the memory domains and interfaces the workers open.
+    pub settings: Overrides,
+    pub resources: Vec<Resource>,
+}
+
+/// A UCP context. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+/// Builds a [`Context`] over a uct context (e.g. `rucx::context()`).
+pub struct ContextBuilder {
+    uct: uct::Context,
+    features: Features,
+    settings: Overrides,
+}
+
+impl ContextBuilder {
+    /// The features the application uses (default: AM).
+    pub fn features(mut self, f: Features) -> Self {
+        self.features = f;
+        self
+    }
+
+    /// Sets configuration variable `name` (e.g. `TLS`, `RNDV_THRESH`, `TCP_SNDBUF`; with or
+    /// without `RUCX_`) for this context: it wins over the environment for the context, its
+    /// workers and their interfaces (UCX's `ucp_config_modify`).
+    pub fn config(mut self, name: &str, value: &str) -> Self {
+        self.settings.set(name, value);
+        self
+    }
+
+    /// Reads the configuration and finds the usable resources. `NoDevice` (naming `RUCX_TLS`
+    /// and the resources seen) when none is left.
+    pub fn build(self) -> Result<Context> {
+        config::register();
+        ucs::config::check_known(&self.settings)?;
+        let cfg = UcpConfig::read(&self.settings)?;
+        let tls = TlsFilter::parse(&cfg.tls)?;
+        let net = ucs::config::NET_TABLE
+            .with(&self.settings)
+            .get_allow_list("NET_DEVICES")?;
+        let mut resources = Vec::new();
+        let mut seen = Vec::new();
+        for c in self.uct.components() {
+            let names = match c.md_resources() {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::debug!("ucp: component {}: {e}", c.name());
+                    continue;
+                }
+            };
+            for md_name in names {
+                let md = match c.md_open_with(&md_name, &self.settings) {
+                    Ok(md) => md,
+                    Err(e) => {
+                        tracing::debug!("ucp: memory domain {md_name}: {e}");
+                        continue;
+                    }
+                };
+                for r in md.tl_resources().unwrap_or_default() {
+                    let (tl, dev) = (r.tl_name.as_str(), r.dev_name.as_str());
+                    seen.push(format!("{tl}/{dev}"));
+                    let aux_only = match tls.allows(tl) {
+                        Allowed::Yes => false,
+                        Allowed::AuxOnly => true,
+                        Allowed::No => continue,
+                    };
+                    let dev_type = r.device_type();
+                    if dev_type == DeviceType::Net && !config::device_allowed(&net, dev) {
+                        continue;
+                    }
+                    resources.push(Resource {
+                        component: *c,
+                        md_name: md_name.clone(),
+                        tl_name: tl.to_owned(),
+                        dev_name: dev.to_owned(),
+                        dev_type,
+                        aux_only,
+                    });
+                }
+            }
+        }
+        if resources.iter().all(|r| r.aux_only) {
+            return Err(Error::new(
+                Status::NoDevice,
+                format!(
+                    "no usable transport: RUCX_TLS={} and RUCX_NET_DEVICES allow none of [{}] \
+                     (rucx-info -d lists them)",
+                    cfg.tls_spec,
+                    seen.join(", ")
+                ),
+            ));
+        }
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                _uct: self.uct,
+                features: self.features,
+                cfg,
+                settings: self.settings,
+                resources,
+            }),
+        })
+    }
+}
+
+impl Context {
+    /// A builder over `uct` (its modules: built-ins and plugins).
+    pub fn builder(uct: uct::Context) -> ContextBuilder {
+        ContextBuilder {
+            uct,
+            features: Features::AM,
+            settings: Overrides::new(),
+        }
+    }
+
+    /// The features asked for.
+    pub fn features(&self) -> Features {
+        self.inner.features
+    }
+
+    /// The usable resources as `transport/device` names, in the order workers open them.
+    pub fn resource_names(&self) -> Vec<String> {
+        self.inner
+            .resources
+            .iter()
+            .map(|r| format!("{}/{}", r.tl_name, r.dev_name))
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ucp::Context({:?})", self.resource_names())
+    }
+}

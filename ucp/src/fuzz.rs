@@ -1,0 +1,168 @@
+//! Fuzz bodies for UCP's message parsers (the cargo-fuzz targets in `fuzz/` and the seeded
+//! tests below call them): decoding never panics, errors carry a message, and what decodes
+//! re-encodes to the same bytes (every format is canonical).
+#![doc(hidden)]
+
+use ucs::Status;
+
+use crate::wire;
+#[cfg(test)]
+use crate::wire::{AmHeader, ReplyTo};
+
+fn check_error(e: &ucs::Error) {
+    assert!(
+        matches!(e.status(), Status::InvalidParam | Status::Unsupported),
+        "unexpected status {e}"
+    );
+    assert!(
+        e.context().is_some_and(|c| !c.is_empty()),
+        "an error without a message"
+    );
+}
+
+/// Target `ucp_am`: the first byte picks the message kind (single, first fragment, later
+/// fragment), the rest is the message.
+pub fn fuzz_am(data: &[u8]) {
+    let Some((&kind, b)) = data.split_first() else {
+        return;
+    };
+    match kind % 3 {
+        0 => match wire::decode_single(b) {
+            Ok(s) => {
+                let mut p = [0u8; 24];
+                let n = wire::put_single_prefix(&mut p, s.hdr, s.reply);
+                assert_eq!([&p[..n], s.user_hdr, s.data].concat(), b);
+            }
+            Err(e) => check_error(&e),
+        },
+        1 => match wire::decode_first(b) {
+            Ok(f) => {
+                assert!(f.data.len() as u64 <= f.total);
+                let mut p = [0u8; 40];
+                let n = wire::put_first_prefix(&mut p, f.hdr, f.worker, f.msg_id, f.total, f.reply_ep);
+                assert_eq!([&p[..n], f.user_hdr, f.data].concat(), b);
+            }
+            Err(e) => check_error(&e),
+        },
+        _ => match wire::decode_middle(b) {
+            Ok(m) => {
+                let mut p = [0u8; wire::MIDDLE_PREFIX_LEN];
+                wire::put_middle_prefix(&mut p, m.worker, m.msg_id, m.offset);
+                assert_eq!([&p[..], m.data].concat(), b);
+            }
+            Err(e) => check_error(&e),
+        },
+    }
+}
+
+/// Target `ucp_wireup`: a wireup message (REQUEST / REPLY / ACK).
+pub fn fuzz_wireup(data: &[u8]) {
+    match crate::wireup::Msg::decode(data) {
+        Ok(m) => assert_eq!(m.encode(), data, "re-encoding changed the bytes"),
+        Err(e) => check_error(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// xorshift64, so the seeded inputs never change.
+    fn rng(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
+    /// Valid messages of each kind, then each with bytes flipped, cut and extended.
+    fn seeds() -> Vec<Vec<u8>> {
+        let hdr = |flags, uh| AmHeader {
+            id: 7,
+            flags,
+            user_hdr_len: uh,
+        };
+        let mut out = Vec::new();
+        for reply in [None, Some(ReplyTo { worker: 1, ep: 2 })] {
+            let mut p = [0u8; 24];
+            let n = wire::put_single_prefix(&mut p, hdr(u8::from(reply.is_some()), 3), reply);
+            out.push([&[0u8][..], &p[..n], b"hdrdata"].concat());
+        }
+        for reply in [None, Some(9)] {
+            let mut p = [0u8; 40];
+            let n = wire::put_first_prefix(&mut p, hdr(u8::from(reply.is_some()), 2), 5, 6, 100, reply);
+            out.push([&[1u8][..], &p[..n], b"hhfirst"].concat());
+        }
+        let mut p = [0u8; wire::MIDDLE_PREFIX_LEN];
+        wire::put_middle_prefix(&mut p, 5, 6, 5);
+        out.push([&[2u8][..], &p[..], b"middle"].concat());
+        out
+    }
+
+    #[test]
+    fn am_seeds_and_mutations() {
+        let mut r = rng(0x9e37_79b9_7f4a_7c15);
+        for s in seeds() {
+            fuzz_am(&s);
+            for _ in 0..2000 {
+                let mut m = s.clone();
+                match r() % 3 {
+                    0 => {
+                        let i = 1 + (r() as usize) % (m.len() - 1);
+                        m[i] ^= 1 << (r() % 8);
+                    }
+                    1 => m.truncate(1 + (r() as usize) % m.len()),
+                    _ => m.extend((0..r() % 16).map(|_| r() as u8)),
+                }
+                fuzz_am(&m);
+            }
+        }
+        fuzz_am(&[]);
+    }
+
+    #[test]
+    fn unknown_flags_and_reserved_bits_are_refused() {
+        let mut m = seeds()[0][1..].to_vec();
+        m[2] |= 0x80;
+        assert_eq!(wire::decode_single(&m).unwrap_err(), Status::InvalidParam);
+        let mut m = seeds()[0][1..].to_vec();
+        m[3] = 1;
+        assert_eq!(wire::decode_single(&m).unwrap_err(), Status::InvalidParam);
+    }
+
+    #[test]
+    fn wireup_seeds_and_mutations() {
+        use crate::wireup::{LaneAddr, Msg};
+        let msg = Msg {
+            kind: 1,
+            src_worker: 11,
+            src_ep: 12,
+            dst_ep: 0,
+            conn_sn: 3,
+            address: b"RXWA....".to_vec(),
+            lanes: vec![LaneAddr {
+                sender_rsc: 1,
+                receiver_rsc: 2,
+                addr: vec![9; 6],
+            }],
+        };
+        let s = msg.encode();
+        fuzz_wireup(&s);
+        let mut r = rng(0x2545_f491_4f6c_dd1d);
+        for _ in 0..5000 {
+            let mut m = s.clone();
+            match r() % 3 {
+                0 => {
+                    let i = (r() as usize) % m.len();
+                    m[i] ^= 1 << (r() % 8);
+                }
+                1 => m.truncate((r() as usize) % m.len()),
+                _ => m.extend((0..r() % 16).map(|_| r() as u8)),
+            }
+            fuzz_wireup(&m);
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Operations that complete later.
+//!
+//! A non-blocking call returns an [`Issued`]: `Done(value)` when it finished inside the call,
+//! or `Pending(request)`. A [`Request`] can be polled ([`Request::take`]), given a callback
+//! ([`Request::on_complete`], run from `Worker::progress`), waited for
+//! ([`Request::wait`], which progresses the worker) or awaited (it is a `Future`, woken from
+//! `Worker::progress`).
+//!
+//! Ownership: a request owns whatever its operation needs until it completes (an owned send
+//! buffer, the receive buffer of an `am_recv_data`), and hands buffers back in its value.
+//! Dropping a request detaches it: the operation still runs to completion (a send is still
+//! delivered), its result is discarded, and its buffers are freed then. So no safe code can
+//! touch a buffer an operation still uses.
+
+use std::cell::RefCell;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context as TaskContext, Poll, Waker};
+
+use ucs::Result;
+
+use crate::worker::Worker;
+
+type Callback<T> = Box<dyn FnOnce(Result<T>)>;
+
+struct Shared<T> {
+    result: Option<Result<T>>,
+    waker: Option<Waker>,
+    callback: Option<Callback<T>>,
+}
+
+/// The operation's side: completes the request (from progress).
+pub(crate) struct Completer<T>(Rc<RefCell<Shared<T>>>);
+
+impl<T> Completer<T> {
+    /// Finishes the operation: runs the callback if one is set, else keeps the result for the
+    /// request (and wakes its task).
+    pub fn complete(self, r: Result<T>) {
+        let cb = self.0.borrow_mut().callback.take();
+        match cb {
+            Some(cb) => cb(r),
+            None => {
+                let waker = {
+                    let mut s = self.0.borrow_mut();
+                    s.result = Some(r);
+                    s.waker.take()
+                };
+                if let Some(w) = waker {
+                    w.wake();
+                }
+            }
+        }
+    }
+}
+
+/// An operation that completes later (from `Worker::progress`).
+#[must_use = "dropping a request detaches it: the operation completes, its result is lost"]
+pub struct Request<T>(Rc<RefCell<Shared<T>>>);
+
+/// A request and the completer its operation keeps.
+pub(crate) fn request<T>() -> (Request<T>, Completer<T>) {
+    let s = Rc::new(RefCell::new(Shared {
+        result: None,
+        waker: None,
+        callback: None,
+    }));
+    (Request(s.clone()), Completer(s))
+}
+
+impl<T> Request<T> {
+    /// True once the operation finished (its result waits in the request).
+    pub fn is_done(&self) -> bool {
+        self.0.borrow().result.is_some()
+    }
+
+    /// The result, once: `Some` when the operation finished.
+    pub fn take(&mut self) -> Option<Result<T>> {
+        self.0.borrow_mut().result.take()
+    }
+
+    /// Calls `f` with the result when the operation finishes (from `Worker::progress`), or
+    /// now if it already has.
+    pub fn on_complete(self, f: impl FnOnce(Result<T>) + 'static) {
+        let done = self.0.borrow_mut().result.take();
+        match done {
+            Some(r) => f(r),
+            None => self.0.borrow_mut().callback = Some(Box::new(f)),
+        }
+    }
+
+    /// Progresses `worker` until the operation finishes.
+    pub fn wait(mut self, worker: &Worker) -> Result<T> {
+        loop {
+            if let Some(r) = self.take() {
+                return r;
+            }
+            worker.progress();
+        }
+    }
+}
+
+impl<T> Future for Request<T> {
+    type Output = Result<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<T>> {
+        let mut s = self.0.borrow_mut();
+        match s.result.take() {
+            Some(r) => Poll::Ready(r),
+            None => {
+                s.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Request<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Request({})",
+            if self.is_done() { "done" } else { "in progress" }
+        )
+    }
+}
+
+/// What a non-blocking call returns: finished, or a request to follow.
+#[must_use = "a pending operation completes later; follow its request"]
+#[derive(Debug)]
+pub enum Issued<T> {
+    /// Finished inside the call.
+    Done(T),
+    /// Finishes later.
+    Pending(Request<T>),
+}
+
+impl<T> Issued<T> {
+    /// True for [`Issued::Done`].
+    pub fn is_done(&self) -> bool {
+        matches!(self, Issued::Done(_))
+    }
+
+    /// The value, progressing `worker` until the operation finished.
+    pub fn wait(self, worker: &Worker) -> Result<T> {
+        match self {
+            Issued::Done(v) => Ok(v),
+            Issued::Pending(r) => r.wait(worker),
+        }
+    }
+
+    /// Calls `f` with the result: now if done, else from progress.
+    pub fn on_complete(self, f: impl FnOnce(Result<T>) + 'static) {
+        match self {
+            Issued::Done(v) => f(Ok(v)),
+            Issued::Pending(r) => r.on_complete(f),
+        }
+    }
+}
+
+impl<T: 'static> IntoFuture for Issued<T> {
+    type Output = Result<T>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<T>>>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        match self {
+            Issued::Done(v) => Box::pin(std::future::ready(Ok(v))),
+            Issued::Pending(r) => Box::pin(r),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[test]
+    fn result_callback_and_detach() {
+        let (mut r, c) = request::<u32>();
+        assert!(!r.is_done());
+        assert!(r.take().is_none());
+        c.complete(Ok(7));
+        assert!(r.is_done());
+        assert_eq!(r.take(), Some(Ok(7)));
+
+        let (r, c) = request::<u32>();
+        let seen = Rc::new(Cell::new(0));
+        let s = seen.clone();
+        r.on_complete(move |v| s.set(v.unwrap()));
+        c.complete(Ok(9));
+        assert_eq!(seen.get(), 9);
+
+        // Detached: completing a dropped request is harmless.
+        let (r, c) = request::<Vec<u8>>();
+        drop(r);
+        c.complete(Ok(vec![1, 2, 3]));
+    }
+}

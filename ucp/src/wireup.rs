@@ -1,0 +1,361 @@
+//! Wireup: how two workers' endpoints find each other (UCX's REQUEST / REPLY / ACK).
+//!
+//! `connect` sends a REQUEST on the wireup lane (a lane that connects to the peer's interface):
+//! the sender's worker address, its endpoint id, a connection number, and the addresses of its
+//! endpoints on lanes that connect endpoint to endpoint (rc_verbs). The peer pairs it with its
+//! own `connect` of the same number toward the sender (simultaneous connects end in one pair of
+//! endpoints), or makes an endpoint for it, connects its endpoint-to-endpoint lanes, and
+//! answers with a REPLY (its endpoint id and lane addresses). The initiator connects its lanes
+//! and, when there were any endpoint-to-endpoint lanes, sends an ACK: both sides then use them.
+//! Both sides select lanes from the same two addresses with a symmetric rule, so the lanes pair
+//! up; a mismatch fails the endpoint with a log line.
+
+use std::rc::Rc;
+
+use ucs::{Error, Result, Status};
+use uct::AmMessage;
+
+use crate::address::WorkerAddress;
+use crate::ep::{self, EpInner};
+use crate::wire::{am_id, PROTOCOL_VERSION};
+use crate::worker::WorkerInner;
+
+const REQUEST: u8 = 1;
+const REPLY: u8 = 2;
+const ACK: u8 = 3;
+const FIXED: usize = 40;
+
+/// The address of one endpoint-to-endpoint lane: the sender's resource, the receiver's, and
+/// the sender's endpoint address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaneAddr {
+    pub sender_rsc: u8,
+    pub receiver_rsc: u8,
+    pub addr: Vec<u8>,
+}
+
+/// A wireup message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Msg {
+    pub kind: u8,
+    pub src_worker: u64,
+    pub src_ep: u64,
+    /// 0 when the sender does not know the receiver's endpoint yet (REQUEST).
+    pub dst_ep: u64,
+    pub conn_sn: u64,
+    /// The sender's packed worker address (REQUEST only).
+    pub address: Vec<u8>,
+    pub lanes: Vec<LaneAddr>,
+}
+
+impl Msg {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(FIXED + self.address.len() + 64);
+        b.push(PROTOCOL_VERSION);
+        b.push(self.kind);
+        b.extend_from_slice(&(self.lanes.len() as u16).to_le_bytes());
+        b.extend_from_slice(&(self.address.len() as u32).to_le_bytes());
+        for v in [self.src_worker, self.src_ep, self.dst_ep, self.conn_sn] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&self.address);
+        for l in &self.lanes {
+            b.push(l.sender_rsc);
+            b.push(l.receiver_rsc);
+            b.extend_from_slice(&(l.addr.len() as u16).to_le_bytes());
+            b.extend_from_slice(&l.addr);
+        }
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Msg> {
+        let bad = |why: String| Error::new(Status::InvalidParam, format!("ucp: wireup message: {why}"));
+        if b.len() < FIXED {
+            return Err(bad(format!("{} bytes, at least {FIXED} needed", b.len())));
+        }
+        if b[0] != PROTOCOL_VERSION {
+            return Err(bad(format!(
+                "version {}, this worker speaks {PROTOCOL_VERSION}",
+                b[0]
+            )));
+        }
+        let kind = b[1];
+        if !(REQUEST..=ACK).contains(&kind) {
+            return Err(bad(format!("unknown type {kind}")));
+        }
+        let n_lanes = u16::from_le_bytes([b[2], b[3]]) as usize;
+        let addr_len = u32::from_le_bytes(b[4..8].try_into().expect("4")) as usize;
+        let u = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
+        let (src_worker, src_ep, dst_ep, conn_sn) = (u(8), u(16), u(24), u(32));
+        let mut at = FIXED;
+        if b.len() - at < addr_len {
+            return Err(bad(format!("address of {addr_len} bytes, {} left", b.len() - at)));
+        }
+        let address = b[at..at + addr_len].to_vec();
+        at += addr_len;
+        if n_lanes > 64 {
+            return Err(bad(format!("{n_lanes} lane addresses")));
+        }
+        let mut lanes = Vec::with_capacity(n_lanes);
+        for _ in 0..n_lanes {
+            if b.len() - at < 4 {
+                return Err(bad("truncated lane address".into()));
+            }
+            let len = u16::from_le_bytes([b[at + 2], b[at + 3]]) as usize;
+            if b.len() - at - 4 < len {
+                return Err(bad(format!(
+                    "lane address of {len} bytes, {} left",
+                    b.len() - at - 4
+                )));
+            }
+            lanes.push(LaneAddr {
+                sender_rsc: b[at],
+                receiver_rsc: b[at + 1],
+                addr: b[at + 4..at + 4 + len].to_vec(),
+            });
+            at += 4 + len;
+        }
+        if at != b.len() {
+            return Err(bad(format!("{} bytes of trailing garbage", b.len() - at)));
+        }
+        Ok(Msg {
+            kind,
+            src_worker,
+            src_ep,
+            dst_ep,
+            conn_sn,
+            address,
+            lanes,
+        })
+    }
+}
+
+/// The addresses of `ep`'s endpoint-to-endpoint lanes.
+fn lane_addrs(ep: &EpInner) -> Result<Vec<LaneAddr>> {
+    let mut out = Vec::new();
+    for (i, l) in ep.lanes.lanes.iter().enumerate() {
+        if ep.p2p[i] {
+            out.push(LaneAddr {
+                sender_rsc: l.local as u8,
+                receiver_rsc: l.remote as u8,
+                addr: ep.uct[i].address()?,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Connects `ep`'s endpoint-to-endpoint lanes to the peer's endpoints named in `lanes` (once).
+fn connect_lanes(ep: &EpInner, lanes: &[LaneAddr]) -> Result<()> {
+    if ep.p2p_connected.get() || !ep.p2p.iter().any(|p| *p) {
+        return Ok(());
+    }
+    for (i, l) in ep.lanes.lanes.iter().enumerate() {
+        if !ep.p2p[i] {
+            continue;
+        }
+        let Some(a) = lanes
+            .iter()
+            .find(|a| a.sender_rsc as usize == l.remote && a.receiver_rsc as usize == l.local)
+        else {
+            return Err(Error::new(
+                Status::Unreachable,
+                format!(
+                    "ucp: the peer chose other lanes (no address for its resource {} to our {}): \
+                     do both sides run with the same RUCX_TLS?",
+                    l.remote, l.local
+                ),
+            ));
+        };
+        let dev = &ep.remote.entries[l.remote].dev_addr;
+        ep.uct[i].connect_to_ep(dev, &a.addr)?;
+    }
+    ep.p2p_connected.set(true);
+    Ok(())
+}
+
+/// Queues the REQUEST of a new endpoint.
+pub(crate) fn send_request(ep: &Rc<EpInner>) -> Result<()> {
+    let w = ep
+        .worker
+        .upgrade()
+        .ok_or_else(|| Error::new(Status::NotConnected, "ucp: worker gone"))?;
+    let m = Msg {
+        kind: REQUEST,
+        src_worker: w.uuid,
+        src_ep: ep.id.get(),
+        dst_ep: 0,
+        conn_sn: ep.conn_sn,
+        address: w.address.clone(),
+        lanes: lane_addrs(ep)?,
+    };
+    ep.send_wireup(m.encode());
+    Ok(())
+}
+
+fn reply(ep: &Rc<EpInner>, kind: u8) -> Result<()> {
+    let w = ep
+        .worker
+        .upgrade()
+        .ok_or_else(|| Error::new(Status::NotConnected, "ucp: worker gone"))?;
+    let m = Msg {
+        kind,
+        src_worker: w.uuid,
+        src_ep: ep.id.get(),
+        dst_ep: ep.remote_ep.get().unwrap_or(0),
+        conn_sn: ep.conn_sn,
+        address: Vec::new(),
+        lanes: if kind == REPLY {
+            lane_addrs(ep)?
+        } else {
+            Vec::new()
+        },
+    };
+    ep.send_wireup(m.encode());
+    Ok(())
+}
+
+/// A wireup message arrived on interface `_iface`.
+pub(crate) fn on_message(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
+    let msg = match Msg::decode(m.data()) {
+        Ok(msg) => msg,
+        Err(e) => {
+            tracing::warn!("{e}: dropped");
+            return;
+        }
+    };
+    let r = match msg.kind {
+        REQUEST => on_request(w, &msg),
+        REPLY => on_reply(w, &msg),
+        _ => on_ack(w, &msg),
+    };
+    if let Err(e) = r {
+        tracing::warn!("ucp: wireup from worker {:#x}: {e}", msg.src_worker);
+    }
+}
+
+fn on_request(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
+    let key = (msg.src_worker, msg.conn_sn);
+    let known = w.eps.borrow_mut().unmatched.remove(&key);
+    let ep = match known {
+        Some(ep) => ep,
+        None => {
+            let existing = w.eps.borrow().passive.get(&key).cloned();
+            match existing {
+                // A repeated request (replayed or resent): answer again, change nothing.
+                Some(ep) => ep,
+                None => {
+                    let remote = WorkerAddress::unpack(&msg.address)?;
+                    if remote.uuid != msg.src_worker {
+                        return Err(Error::new(
+                            Status::InvalidParam,
+                            "request's address names another worker than its sender",
+                        ));
+                    }
+                    let ep = ep::create(w, remote, msg.conn_sn, Some(msg.src_ep))?;
+                    w.eps.borrow_mut().passive.insert(key, ep.clone());
+                    ep
+                }
+            }
+        }
+    };
+    ep.remote_ep.set(Some(msg.src_ep));
+    w.eps
+        .borrow_mut()
+        .by_remote
+        .insert((msg.src_worker, msg.src_ep), ep.id.get());
+    if let Err(e) = connect_lanes(&ep, &msg.lanes) {
+        ep.fail(e.status());
+        return Err(e);
+    }
+    reply(&ep, REPLY)?;
+    // Without endpoint-to-endpoint lanes nothing waits for an ACK.
+    if !ep.p2p.iter().any(|p| *p) {
+        ep.set_ready();
+    }
+    Ok(())
+}
+
+fn on_reply(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
+    let ep = w.eps.borrow().get(msg.dst_ep);
+    let Some(ep) = ep else {
+        return Err(Error::new(
+            Status::NoElem,
+            format!("reply for unknown endpoint {:#x}", msg.dst_ep),
+        ));
+    };
+    if ep.remote.uuid != msg.src_worker {
+        return Err(Error::new(
+            Status::InvalidParam,
+            "reply from another worker than the endpoint's peer",
+        ));
+    }
+    w.eps.borrow_mut().unmatched.remove(&(msg.src_worker, ep.conn_sn));
+    ep.remote_ep.set(Some(msg.src_ep));
+    w.eps
+        .borrow_mut()
+        .by_remote
+        .insert((msg.src_worker, msg.src_ep), ep.id.get());
+    if let Err(e) = connect_lanes(&ep, &msg.lanes) {
+        ep.fail(e.status());
+        return Err(e);
+    }
+    if ep.p2p.iter().any(|p| *p) {
+        reply(&ep, ACK)?;
+    }
+    ep.set_ready();
+    Ok(())
+}
+
+fn on_ack(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
+    let ep = w.eps.borrow().get(msg.dst_ep);
+    match ep {
+        Some(ep) if ep.remote.uuid == msg.src_worker => {
+            ep.set_ready();
+            Ok(())
+        }
+        _ => Err(Error::new(
+            Status::NoElem,
+            format!("ACK for unknown endpoint {:#x}", msg.dst_ep),
+        )),
+    }
+}
+
+/// The uct AM id wireup messages use.
+pub(crate) const AM_ID: u8 = am_id::WIREUP;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_rejections() {
+        let m = Msg {
+            kind: REQUEST,
+            src_worker: 1,
+            src_ep: 2,
+            dst_ep: 0,
+            conn_sn: 3,
+            address: vec![9; 17],
+            lanes: vec![LaneAddr {
+                sender_rsc: 1,
+                receiver_rsc: 2,
+                addr: vec![7; 10],
+            }],
+        };
+        let b = m.encode();
+        assert_eq!(Msg::decode(&b).unwrap(), m);
+        for cut in 0..b.len() {
+            assert!(Msg::decode(&b[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut extra = b.clone();
+        extra.push(0);
+        assert!(Msg::decode(&extra).is_err());
+        let mut v = b.clone();
+        v[0] = 99;
+        assert!(Msg::decode(&v).is_err());
+        let mut t = b;
+        t[1] = 9;
+        assert!(Msg::decode(&t).is_err());
+    }
+}

@@ -1,0 +1,303 @@
+//! The worker: one thread's progress engine. It opens an interface on every usable resource of
+//! its context, packs its [`WorkerAddress`], installs UCP's active-message handlers on every
+//! interface, and keeps the endpoints, the applications' AM handlers and the fragments of
+//! messages being reassembled.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::{Rc, Weak};
+
+use ucs::{Error, Result, Status};
+use uct::{AmCbFlags, AmMessage, AsyncMode, DeviceType, Iface, IfaceParams, Md};
+
+use crate::address::{AddressEntry, WorkerAddress};
+use crate::am::{AmHandler, AmHandlers, Reassembly};
+use crate::context::Context;
+use crate::ep::{Ep, EpInner};
+use crate::tl::{TlAttr, TlInfo};
+use crate::wire::am_id;
+
+/// One opened resource.
+pub(crate) struct WIface {
+    pub md: Md,
+    pub iface: Iface,
+    pub info: TlInfo,
+    /// Usable for wireup only (`RUCX_TLS`'s auxiliary transports).
+    pub aux_only: bool,
+}
+
+/// The worker's endpoints: by local id (index + generation), and the maps wireup needs.
+#[derive(Default)]
+pub(crate) struct EpTable {
+    slots: Vec<(u32, Weak<EpInner>)>,
+    free: Vec<u32>,
+    /// The peer's (worker id, endpoint id) → our endpoint toward it (for reply endpoints).
+    pub by_remote: HashMap<(u64, u64), u64>,
+    /// Connections counted per peer worker, to pair simultaneous connects.
+    pub conn_sn: HashMap<u64, u64>,
+    /// Endpoints waiting for their peer's side, by (peer worker, connection number).
+    pub unmatched: HashMap<(u64, u64), Rc<EpInner>>,
+    /// Endpoints the peers created toward us that no local `connect` has adopted yet.
+    pub passive: HashMap<(u64, u64), Rc<EpInner>>,
+}
+
+impl EpTable {
+    /// A new local id for `ep`.
+    pub fn insert(&mut self, ep: Weak<EpInner>) -> u64 {
+        if let Some(i) = self.free.pop() {
+            let slot = &mut self.slots[i as usize];
+            slot.0 = slot.0.wrapping_add(1);
+            slot.1 = ep;
+            return u64::from(i) | (u64::from(slot.0) << 32);
+        }
+        self.slots.push((1, ep));
+        (self.slots.len() as u64 - 1) | (1 << 32)
+    }
+
+    /// The endpoint with local id `id`, if it is still there.
+    pub fn get(&self, id: u64) -> Option<Rc<EpInner>> {
+        let (i, g) = (id as u32 as usize, (id >> 32) as u32);
+        match self.slots.get(i) {
+            Some((gen, w)) if *gen == g => w.upgrade(),
+            _ => None,
+        }
+    }
+
+    /// Frees id `id` (the endpoint is gone).
+    pub fn remove(&mut self, id: u64) {
+        let (i, g) = (id as u32 as usize, (id >> 32) as u32);
+        if let Some((gen, w)) = self.slots.get_mut(i) {
+            if *gen == g {
+                *w = Weak::new();
+                self.free.push(i as u32);
+            }
+        }
+        self.by_remote.retain(|_, v| *v != id);
+    }
+}
+
+pub(crate) struct WorkerInner {
+    pub ctx: Context,
+    pub uct: uct::Worker,
+    pub ifaces: Vec<WIface>,
+    pub uuid: u64,
+    pub address: Vec<u8>,
+    pub next_msg_id: Cell<u64>,
+    pub am: RefCell<AmHandlers>,
+    pub eps: RefCell<EpTable>,
+    pub reasm: RefCell<Reassembly>,
+}
+
+impl WorkerInner {
+    pub fn local_infos(&self) -> Vec<TlInfo> {
+        self.ifaces.iter().map(|i| i.info.clone()).collect()
+    }
+}
+
+/// A worker. Cheap to clone (a shared handle); `!Send`: it belongs to the thread that made it.
+#[derive(Clone)]
+pub struct Worker {
+    pub(crate) inner: Rc<WorkerInner>,
+}
+
+fn worker_uuid() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish() | 1
+}
+
+impl Worker {
+    /// A worker whose async events a background thread detects (UCX's default).
+    pub fn new(ctx: &Context) -> Result<Worker> {
+        Self::with_async_mode(ctx, AsyncMode::Thread)
+    }
+
+    /// A worker in `mode` ([`AsyncMode::Poll`]: no background thread).
+    pub fn with_async_mode(ctx: &Context, mode: AsyncMode) -> Result<Worker> {
+        let uct = uct::Worker::with_async_mode(mode)?;
+        let uuid = worker_uuid();
+        let mut mds: Vec<(String, String, Md)> = Vec::new();
+        let mut ifaces = Vec::new();
+        for r in &ctx.inner.resources {
+            let comp = r.component.name().to_owned();
+            let md = match mds.iter().find(|(c, n, _)| *c == comp && *n == r.md_name) {
+                Some((_, _, md)) => md.clone(),
+                None => {
+                    let md = r.component.md_open_with(&r.md_name, &ctx.inner.settings)?;
+                    mds.push((comp.clone(), r.md_name.clone(), md.clone()));
+                    md
+                }
+            };
+            if ifaces.len() == crate::address::MAX_ENTRIES {
+                tracing::warn!(
+                    "ucp: {}/{} not used: a worker address holds at most {} interfaces; \
+                     narrow RUCX_TLS or RUCX_NET_DEVICES",
+                    r.tl_name,
+                    r.dev_name,
+                    crate::address::MAX_ENTRIES
+                );
+                continue;
+            }
+            let iface = match Iface::open(&md, &uct, IfaceParams::new(&r.tl_name, &r.dev_name)) {
+                Ok(i) => i,
+                Err(e) => {
+                    tracing::warn!("ucp: {}/{} not used: {e}", r.tl_name, r.dev_name);
+                    continue;
+                }
+            };
+            let info = TlInfo {
+                tl_name: r.tl_name.clone(),
+                dev_name: r.dev_name.clone(),
+                component: comp,
+                dev_type: r.dev_type as u8,
+                attr: TlAttr::from_iface(iface.attr()),
+            };
+            ifaces.push(WIface {
+                md,
+                iface,
+                info,
+                aux_only: r.aux_only,
+            });
+        }
+        if ifaces.iter().all(|i| i.aux_only) {
+            return Err(Error::new(
+                Status::NoDevice,
+                format!("ucp: no interface could be opened on {:?}", ctx.resource_names()),
+            ));
+        }
+        let mut entries = Vec::new();
+        for w in &ifaces {
+            entries.push(AddressEntry {
+                tl: w.info.clone(),
+                dev_addr: w.iface.device_address()?,
+                iface_addr: w.iface.address()?,
+            });
+        }
+        let address = WorkerAddress {
+            uuid,
+            name: crate::address::bounded_name(&format!("{}:{}", hostname(), std::process::id())),
+            entries,
+        };
+        address.validate()?;
+        let address = address.pack();
+        let inner = Rc::new(WorkerInner {
+            ctx: ctx.clone(),
+            uct,
+            ifaces,
+            uuid,
+            address,
+            next_msg_id: Cell::new(1),
+            am: RefCell::new(AmHandlers::default()),
+            eps: RefCell::new(EpTable::default()),
+            reasm: RefCell::new(Reassembly::default()),
+        });
+        for (i, w) in inner.ifaces.iter().enumerate() {
+            install_handlers(&inner, i, &w.iface)?;
+        }
+        Ok(Worker { inner })
+    }
+
+    /// Progresses every interface; returns the amount of work done.
+    #[inline]
+    pub fn progress(&self) -> u32 {
+        self.inner.uct.progress()
+    }
+
+    /// This worker's packed address, for a peer's [`Worker::connect`].
+    pub fn address(&self) -> &[u8] {
+        &self.inner.address
+    }
+
+    /// The worker's unique id (also in its address).
+    pub fn id(&self) -> u64 {
+        self.inner.uuid
+    }
+
+    /// The transports this worker opened, as `transport/device`.
+    pub fn resources(&self) -> Vec<String> {
+        self.inner
+            .ifaces
+            .iter()
+            .map(|w| format!("{}/{}", w.info.tl_name, w.info.dev_name))
+            .collect()
+    }
+
+    /// An endpoint to the worker whose packed address is `remote` (from its
+    /// [`Worker::address`], exchanged out of band). Usable at once: sends made before its
+    /// lanes are wired wait and go in order.
+    pub fn connect(&self, remote: &[u8]) -> Result<Ep> {
+        crate::ep::connect(&self.inner, remote)
+    }
+
+    /// Installs the handler of active messages with id `id` (any `u16`): it runs from
+    /// `progress` with the message (see [`crate::AmMsg`]). Replaces an earlier one.
+    pub fn set_am_handler(&self, id: u16, f: impl FnMut(&mut crate::AmMsg<'_>) + 'static) {
+        self.inner.am.borrow_mut().set(id, AmHandler::new(f));
+    }
+
+    /// Removes the handler of `id`.
+    pub fn clear_am_handler(&self, id: u16) {
+        self.inner.am.borrow_mut().clear(id);
+    }
+
+    /// The uct worker underneath (its async context, its event fd).
+    pub fn uct(&self) -> &uct::Worker {
+        &self.inner.uct
+    }
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ucp::Worker({:#x}, {:?})", self.inner.uuid, self.resources())
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// UCP's handlers on interface `idx`: each holds the worker weakly (the worker owns the iface).
+fn install_handlers(inner: &Rc<WorkerInner>, idx: usize, iface: &Iface) -> Result<()> {
+    let flags = if iface.attr().flags.contains(uct::IfaceFlags::CB_SYNC) {
+        AmCbFlags::SYNC
+    } else {
+        AmCbFlags::ASYNC
+    };
+    type Handler = fn(&Rc<WorkerInner>, usize, &AmMessage<'_>);
+    let table: [(u8, Handler); 4] = [
+        (am_id::WIREUP, crate::wireup::on_message),
+        (am_id::SINGLE, crate::am::on_single),
+        (am_id::FIRST, crate::am::on_first),
+        (am_id::MIDDLE, crate::am::on_middle),
+    ];
+    for (id, h) in table {
+        let w = Rc::downgrade(inner);
+        iface.set_am_handler(id, flags, move |m| {
+            if let Some(inner) = w.upgrade() {
+                h(&inner, idx, m);
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// Whether local interface `i` reaches the peer's address entry `e` (same transport, the
+/// transport says so, and `self` only toward this same worker).
+pub(crate) fn reachable(inner: &WorkerInner, i: usize, e: &AddressEntry, remote_uuid: u64) -> bool {
+    let w = &inner.ifaces[i];
+    if w.info.tl_name != e.tl.tl_name {
+        return false;
+    }
+    if w.info.dev_type == DeviceType::SelfDev as u8 && remote_uuid != inner.uuid {
+        return false;
+    }
+    w.iface.is_reachable(&e.dev_addr, &e.iface_addr)
+}
