@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use ucp::{AmFlags, Issued};
+use ucp::{AmFlags, AmProto, Issued};
 
 use crate::harness::{pattern, Setup};
 use crate::ucp_test;
@@ -50,6 +50,73 @@ fn sizes(s: &Setup) {
             got.1.len()
         );
     }
+}
+
+/// Each size class forced with the thresholds: the endpoint reports the protocol the
+/// configuration asks for, and messages of that class arrive intact (copied and owned sends).
+fn forced_protocols(s: &Setup) {
+    let cases: &[(&str, &str, bool, fn(AmProto) -> bool)] = &[
+        // copied sends: everything leaves am_short
+        ("BCOPY_THRESH", "0", false, |p| {
+            matches!(p, AmProto::Bcopy | AmProto::Fragments(_))
+        }),
+        // owned sends: zero-copy from 1 byte (where the lane has AM zcopy)
+        ("ZCOPY_THRESH", "1", true, |p| {
+            matches!(p, AmProto::Zcopy | AmProto::Fragments(_))
+        }),
+        // zero-copy never: owned sends copy
+        ("ZCOPY_THRESH", "inf", true, |p| !matches!(p, AmProto::Zcopy)),
+    ];
+    for &(var, value, owned, ok) in cases {
+        let Some(p) = s.with(var, value).pair() else {
+            return;
+        };
+        let inbox = p.inbox(4);
+        let mut sent = 0;
+        for (i, &n) in SIZES.iter().enumerate().filter(|(_, &n)| n > 0 && n <= 65537) {
+            let proto = p.ep.am_protocol(0, n, AmFlags::default(), owned);
+            assert!(ok(proto), "[{}] {var}={value}: {n} bytes go {proto:?}", p.name);
+            let data = pattern(n, i);
+            if owned {
+                match p
+                    .ep
+                    .am_send_owned(4, &[], data.clone(), AmFlags::default())
+                    .unwrap()
+                {
+                    Issued::Done(_) => {}
+                    Issued::Pending(mut r) => {
+                        p.wait_for("an owned send", || r.is_done());
+                        r.take().unwrap().unwrap();
+                    }
+                }
+            } else {
+                p.send(4, &[], &data, AmFlags::default());
+            }
+            sent += 1;
+            p.wait_for(&format!("{n} bytes with {var}={value}"), || {
+                inbox.borrow().len() == sent
+            });
+            assert!(
+                inbox.borrow()[sent - 1].1 == data,
+                "[{}] {var}={value}: {n} bytes changed",
+                p.name
+            );
+        }
+    }
+    // without a forced threshold, small copied messages go am_short on every target
+    let Some(p) = s.pair() else { return };
+    assert_eq!(
+        p.ep.am_protocol(0, 8, AmFlags::default(), false),
+        AmProto::Short,
+        "[{}]",
+        p.name
+    );
+    let big = p.ep.am_protocol(0, 8 << 20, AmFlags::default(), false);
+    assert!(
+        matches!(big, AmProto::Fragments(n) if n > 1),
+        "[{}] 8 MiB go {big:?}",
+        p.name
+    );
 }
 
 /// Owned buffers come back after the send, whatever protocol took them (zero-copy from the
@@ -205,4 +272,13 @@ fn large(s: &Setup) {
     assert!(inbox.borrow()[0].1 == back, "[{}] 64 MiB message", p.name);
 }
 
-ucp_test!(sizes, owned, order, reply, keep, rndv_unsupported, large);
+ucp_test!(
+    sizes,
+    forced_protocols,
+    owned,
+    order,
+    reply,
+    keep,
+    rndv_unsupported,
+    large
+);

@@ -5,4 +5,5 @@
 mod am;
 mod harness;
 mod hostile;
+mod lifecycle;
 mod wireup;

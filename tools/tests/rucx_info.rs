@@ -144,3 +144,37 @@ fn usage_and_bad_options() {
         assert!(err.contains("Usage:"), "{bad:?}: {err}");
     }
 }
+
+#[test]
+fn endpoint_report_shows_lanes_and_protocols() {
+    // To itself: the self transport takes every lane.
+    let (rc, out, err) = info(&["-e"], &[("RUCX_TLS", "self,tcp"), ("RUCX_NET_DEVICES", "lo")]);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    assert!(out.contains("# UCP endpoint to its own worker"), "{out}");
+    assert!(
+        out.contains("# lane[0]: self/memory0 -> self/memory0  am"),
+        "{out}"
+    );
+    assert!(
+        out.contains("eager short") && out.contains("fragments of"),
+        "{out}"
+    );
+    // To a second worker: tcp; a forced threshold shows in the ranges.
+    let env = [
+        ("RUCX_TLS", "self,tcp"),
+        ("RUCX_NET_DEVICES", "lo"),
+        ("RUCX_BCOPY_THRESH", "0"),
+    ];
+    let (rc, out, err) = info(&["-e", "-p"], &env);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    assert!(out.contains("# lane[0]: tcp/lo -> tcp/lo  am"), "{out}");
+    assert!(
+        !out.contains("eager short") && out.contains("eager bcopy"),
+        "{out}"
+    );
+    // -p alone is a usage error; nothing usable is an error naming RUCX_TLS.
+    assert_eq!(info(&["-p"], &[]).0, 2);
+    let (rc, _, err) = info(&["-e"], &[("RUCX_TLS", "nosuch")]);
+    assert_eq!(rc, 1);
+    assert!(err.contains("RUCX_TLS"), "{err}");
+}

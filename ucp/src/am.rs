@@ -373,6 +373,8 @@ fn deliver_whole(w: &Rc<WorkerInner>, p: Partial) {
 
 /// What to tell when a queued send finishes.
 pub(crate) enum Done {
+    /// The operation completes its request itself (a flush, from its lanes' completions).
+    Nothing,
     Unit(Completer<()>),
     /// Gives the application's buffer back.
     Buf(Completer<Vec<u8>>),
@@ -387,6 +389,8 @@ pub(crate) struct SendOp {
 enum OpKind {
     /// One whole transport message, encoded (sent with bcopy).
     Whole { uct_id: u8, bytes: Vec<u8> },
+    /// Flushes the lanes once everything before it was handed to them.
+    Flush(crate::ep::FlushOp),
     /// A fragmented message: the first fragment carries `prefix` and the header.
     Frags {
         prefix: Vec<u8>,
@@ -400,6 +404,25 @@ enum OpKind {
 }
 
 impl SendOp {
+    pub(crate) fn flush(f: crate::ep::FlushOp) -> SendOp {
+        SendOp {
+            kind: OpKind::Flush(f),
+            done: Done::Nothing,
+        }
+    }
+
+    /// A wireup message that must follow the data queued before it (CLOSE).
+    pub(crate) fn wireup(bytes: Vec<u8>) -> SendOp {
+        let (_req, c) = request();
+        SendOp {
+            kind: OpKind::Whole {
+                uct_id: am_id::WIREUP,
+                bytes,
+            },
+            done: Done::Unit(c),
+        }
+    }
+
     /// Sends what it can: `Ok(true)` when all of it went, `Ok(false)` when the lane is out of
     /// resources (call again later).
     pub fn progress(&mut self, ep: &EpInner) -> Result<bool> {
@@ -411,6 +434,7 @@ impl SendOp {
                 Err(e) if e == Status::NoResource => Ok(false),
                 Err(e) => Err(e),
             },
+            OpKind::Flush(f) => f.progress(ep),
             OpKind::Frags {
                 prefix,
                 header,
@@ -451,11 +475,16 @@ impl SendOp {
     /// Completes the send's request (with the buffer, for owned sends).
     pub fn finish(self, r: Result<()>) {
         match self.done {
+            Done::Nothing => {
+                if let (OpKind::Flush(f), Err(e)) = (self.kind, r) {
+                    f.fail(e);
+                }
+            }
             Done::Unit(c) => c.complete(r),
             Done::Buf(c) => {
                 let data = match self.kind {
                     OpKind::Frags { data, .. } => data,
-                    OpKind::Whole { .. } => Vec::new(),
+                    OpKind::Whole { .. } | OpKind::Flush(_) => Vec::new(),
                 };
                 c.complete(r.map(|_| data));
             }
@@ -496,10 +525,11 @@ impl EpInner {
         self.worker.upgrade().map_or(0, |w| w.uuid)
     }
 
-    fn check_usable(&self) -> Result<()> {
+    #[inline]
+    pub(crate) fn check_usable(&self) -> Result<()> {
         match self.wired.get() {
-            crate::ep::Wired::Failed(s) => Err(Error::new(s, "ucp: the endpoint failed")),
-            _ => Ok(()),
+            crate::ep::Wired::Ready | crate::ep::Wired::WaitingForPeer => Ok(()),
+            _ => Err(self.error()),
         }
     }
 

@@ -137,6 +137,7 @@ mod tests {
     fn wireup_seeds_and_mutations() {
         use crate::wireup::{LaneAddr, Msg};
         let msg = Msg {
+            flags: 1,
             kind: 1,
             src_worker: 11,
             src_ep: 12,

@@ -26,7 +26,7 @@ mod worker;
 pub use address::{AddressEntry, WorkerAddress};
 pub use am::{AmData, AmFlags, AmMsg, AmProto};
 pub use context::{Context, ContextBuilder, Features};
-pub use ep::Ep;
+pub use ep::{CloseMode, Ep, EpParams, ErrMode};
 pub use request::{Issued, Request};
 pub use ucs::{Error, Outcome, Result, Status};
 pub use worker::Worker;

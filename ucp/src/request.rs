@@ -30,25 +30,45 @@ struct Shared<T> {
     callback: Option<Callback<T>>,
 }
 
-/// The operation's side: completes the request (from progress).
-pub(crate) struct Completer<T>(Rc<RefCell<Shared<T>>>);
+/// The operation's side: completes the request (from progress). Dropped without completing
+/// (its endpoint went away with the operation queued), it completes the request with
+/// `Canceled`, so no request waits forever.
+pub(crate) struct Completer<T>(Option<Rc<RefCell<Shared<T>>>>);
 
 impl<T> Completer<T> {
     /// Finishes the operation: runs the callback if one is set, else keeps the result for the
     /// request (and wakes its task).
-    pub fn complete(self, r: Result<T>) {
-        let cb = self.0.borrow_mut().callback.take();
-        match cb {
-            Some(cb) => cb(r),
-            None => {
-                let waker = {
-                    let mut s = self.0.borrow_mut();
-                    s.result = Some(r);
-                    s.waker.take()
-                };
-                if let Some(w) = waker {
-                    w.wake();
-                }
+    pub fn complete(mut self, r: Result<T>) {
+        if let Some(s) = self.0.take() {
+            finish(&s, r);
+        }
+    }
+}
+
+impl<T> Drop for Completer<T> {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            let e = ucs::Error::new(
+                ucs::Status::Canceled,
+                "ucp: the operation was dropped before it finished (its endpoint was destroyed)",
+            );
+            finish(&s, Err(e));
+        }
+    }
+}
+
+fn finish<T>(s: &Rc<RefCell<Shared<T>>>, r: Result<T>) {
+    let cb = s.borrow_mut().callback.take();
+    match cb {
+        Some(cb) => cb(r),
+        None => {
+            let waker = {
+                let mut s = s.borrow_mut();
+                s.result = Some(r);
+                s.waker.take()
+            };
+            if let Some(w) = waker {
+                w.wake();
             }
         }
     }
@@ -65,7 +85,7 @@ pub(crate) fn request<T>() -> (Request<T>, Completer<T>) {
         waker: None,
         callback: None,
     }));
-    (Request(s.clone()), Completer(s))
+    (Request(s.clone()), Completer(Some(s)))
 }
 
 impl<T> Request<T> {

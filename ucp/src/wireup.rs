@@ -16,14 +16,19 @@ use ucs::{Error, Result, Status};
 use uct::AmMessage;
 
 use crate::address::WorkerAddress;
-use crate::ep::{self, EpInner};
+use crate::ep::{self, EpInner, ErrMode};
 use crate::wire::{am_id, PROTOCOL_VERSION};
 use crate::worker::WorkerInner;
 
 const REQUEST: u8 = 1;
 const REPLY: u8 = 2;
 const ACK: u8 = 3;
+/// The sender closed its endpoint (`Ep::close` with `CloseMode::Flush`).
+const CLOSE: u8 = 4;
 const FIXED: usize = 40;
+/// Flag: the initiator's endpoint uses `ErrMode::Peer` (both sides select lanes with it).
+pub(crate) const FLAG_ERR_PEER: u8 = 1;
+const MAX_LANE_ADDRS: usize = 64;
 
 /// The address of one endpoint-to-endpoint lane: the sender's resource, the receiver's, and
 /// the sender's endpoint address.
@@ -38,6 +43,8 @@ pub struct LaneAddr {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Msg {
     pub kind: u8,
+    /// `FLAG_*` bits.
+    pub flags: u8,
     pub src_worker: u64,
     pub src_ep: u64,
     /// 0 when the sender does not know the receiver's endpoint yet (REQUEST).
@@ -53,7 +60,8 @@ impl Msg {
         let mut b = Vec::with_capacity(FIXED + self.address.len() + 64);
         b.push(PROTOCOL_VERSION);
         b.push(self.kind);
-        b.extend_from_slice(&(self.lanes.len() as u16).to_le_bytes());
+        b.push(self.lanes.len() as u8);
+        b.push(self.flags);
         b.extend_from_slice(&(self.address.len() as u32).to_le_bytes());
         for v in [self.src_worker, self.src_ep, self.dst_ep, self.conn_sn] {
             b.extend_from_slice(&v.to_le_bytes());
@@ -80,10 +88,14 @@ impl Msg {
             )));
         }
         let kind = b[1];
-        if !(REQUEST..=ACK).contains(&kind) {
+        if !(REQUEST..=CLOSE).contains(&kind) {
             return Err(bad(format!("unknown type {kind}")));
         }
-        let n_lanes = u16::from_le_bytes([b[2], b[3]]) as usize;
+        let n_lanes = b[2] as usize;
+        let flags = b[3];
+        if flags & !FLAG_ERR_PEER != 0 {
+            return Err(bad(format!("unknown flags {flags:#04x}")));
+        }
         let addr_len = u32::from_le_bytes(b[4..8].try_into().expect("4")) as usize;
         let u = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
         let (src_worker, src_ep, dst_ep, conn_sn) = (u(8), u(16), u(24), u(32));
@@ -93,7 +105,7 @@ impl Msg {
         }
         let address = b[at..at + addr_len].to_vec();
         at += addr_len;
-        if n_lanes > 64 {
+        if n_lanes > MAX_LANE_ADDRS {
             return Err(bad(format!("{n_lanes} lane addresses")));
         }
         let mut lanes = Vec::with_capacity(n_lanes);
@@ -120,6 +132,7 @@ impl Msg {
         }
         Ok(Msg {
             kind,
+            flags,
             src_worker,
             src_ep,
             dst_ep,
@@ -182,6 +195,11 @@ pub(crate) fn send_request(ep: &Rc<EpInner>) -> Result<()> {
         .ok_or_else(|| Error::new(Status::NotConnected, "ucp: worker gone"))?;
     let m = Msg {
         kind: REQUEST,
+        flags: if ep.err_mode == ErrMode::Peer {
+            FLAG_ERR_PEER
+        } else {
+            0
+        },
         src_worker: w.uuid,
         src_ep: ep.id.get(),
         dst_ep: 0,
@@ -200,6 +218,7 @@ fn reply(ep: &Rc<EpInner>, kind: u8) -> Result<()> {
         .ok_or_else(|| Error::new(Status::NotConnected, "ucp: worker gone"))?;
     let m = Msg {
         kind,
+        flags: 0,
         src_worker: w.uuid,
         src_ep: ep.id.get(),
         dst_ep: ep.remote_ep.get().unwrap_or(0),
@@ -227,7 +246,8 @@ pub(crate) fn on_message(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) 
     let r = match msg.kind {
         REQUEST => on_request(w, &msg),
         REPLY => on_reply(w, &msg),
-        _ => on_ack(w, &msg),
+        ACK => on_ack(w, &msg),
+        _ => on_close(w, &msg),
     };
     if let Err(e) = r {
         tracing::warn!("ucp: wireup from worker {:#x}: {e}", msg.src_worker);
@@ -252,7 +272,12 @@ fn on_request(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
                             "request's address names another worker than its sender",
                         ));
                     }
-                    let ep = ep::create(w, remote, msg.conn_sn, Some(msg.src_ep))?;
+                    let mode = if msg.flags & FLAG_ERR_PEER != 0 {
+                        ErrMode::Peer
+                    } else {
+                        ErrMode::None
+                    };
+                    let ep = ep::create(w, remote, msg.conn_sn, Some(msg.src_ep), mode)?;
                     w.eps.borrow_mut().passive.insert(key, ep.clone());
                     ep
                 }
@@ -265,7 +290,7 @@ fn on_request(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
         .by_remote
         .insert((msg.src_worker, msg.src_ep), ep.id.get());
     if let Err(e) = connect_lanes(&ep, &msg.lanes) {
-        ep.fail(e.status());
+        ep.fail(e.clone());
         return Err(e);
     }
     reply(&ep, REPLY)?;
@@ -297,7 +322,7 @@ fn on_reply(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
         .by_remote
         .insert((msg.src_worker, msg.src_ep), ep.id.get());
     if let Err(e) = connect_lanes(&ep, &msg.lanes) {
-        ep.fail(e.status());
+        ep.fail(e.clone());
         return Err(e);
     }
     if ep.p2p.iter().any(|p| *p) {
@@ -321,6 +346,43 @@ fn on_ack(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
     }
 }
 
+/// The CLOSE notice of `ep` (the peer finds its endpoint by our worker and endpoint ids).
+pub(crate) fn close_message(ep: &EpInner) -> Option<Vec<u8>> {
+    let w = ep.worker.upgrade()?;
+    let m = Msg {
+        kind: CLOSE,
+        flags: 0,
+        src_worker: w.uuid,
+        src_ep: ep.id.get(),
+        dst_ep: ep.remote_ep.get().unwrap_or(0),
+        conn_sn: ep.conn_sn,
+        address: Vec::new(),
+        lanes: Vec::new(),
+    };
+    Some(m.encode())
+}
+
+fn on_close(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
+    let ep = {
+        let t = w.eps.borrow();
+        t.by_remote
+            .get(&(msg.src_worker, msg.src_ep))
+            .and_then(|&id| t.get(id))
+    };
+    let Some(ep) = ep else {
+        // Never wired on our side, or closed here too: nothing to tell.
+        return Ok(());
+    };
+    ep.fail(Error::new(
+        Status::ConnectionReset,
+        format!(
+            "ucp: worker {:#x} closed its endpoint to this one",
+            msg.src_worker
+        ),
+    ));
+    Ok(())
+}
+
 /// The uct AM id wireup messages use.
 pub(crate) const AM_ID: u8 = am_id::WIREUP;
 
@@ -331,6 +393,7 @@ mod tests {
     #[test]
     fn round_trip_and_rejections() {
         let m = Msg {
+            flags: 0,
             kind: REQUEST,
             src_worker: 1,
             src_ep: 2,

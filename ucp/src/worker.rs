@@ -39,6 +39,8 @@ pub(crate) struct EpTable {
     pub unmatched: HashMap<(u64, u64), Rc<EpInner>>,
     /// Endpoints the peers created toward us that no local `connect` has adopted yet.
     pub passive: HashMap<(u64, u64), Rc<EpInner>>,
+    /// uct endpoint → (endpoint id, lane), for the transports' error reports.
+    pub by_key: HashMap<uct::EpKey, (u64, usize)>,
 }
 
 impl EpTable {
@@ -86,6 +88,9 @@ pub(crate) struct WorkerInner {
     pub am: RefCell<AmHandlers>,
     pub eps: RefCell<EpTable>,
     pub reasm: RefCell<Reassembly>,
+    /// Endpoints that failed since the last progress (acted on there), and whether any did.
+    pub failed: RefCell<Vec<u64>>,
+    pub has_failed: Cell<bool>,
 }
 
 impl WorkerInner {
@@ -124,6 +129,8 @@ impl Worker {
         let uuid = worker_uuid();
         let mut mds: Vec<(String, String, Md)> = Vec::new();
         let mut ifaces = Vec::new();
+        // The transports' error callbacks find the worker through this, set once it exists.
+        let slot: Rc<RefCell<Weak<WorkerInner>>> = Rc::default();
         for r in &ctx.inner.resources {
             let comp = r.component.name().to_owned();
             let md = match mds.iter().find(|(c, n, _)| *c == comp && *n == r.md_name) {
@@ -144,7 +151,14 @@ impl Worker {
                 );
                 continue;
             }
-            let iface = match Iface::open(&md, &uct, IfaceParams::new(&r.tl_name, &r.dev_name)) {
+            let s = slot.clone();
+            let mut params = IfaceParams::new(&r.tl_name, &r.dev_name).err_handler(move |key, st| {
+                if let Some(w) = s.borrow().upgrade() {
+                    crate::ep::on_transport_error(&w, key, st);
+                }
+            });
+            params.config = ctx.inner.settings.clone();
+            let iface = match Iface::open(&md, &uct, params) {
                 Ok(i) => i,
                 Err(e) => {
                     tracing::warn!("ucp: {}/{} not used: {e}", r.tl_name, r.dev_name);
@@ -196,7 +210,10 @@ impl Worker {
             am: RefCell::new(AmHandlers::default()),
             eps: RefCell::new(EpTable::default()),
             reasm: RefCell::new(Reassembly::default()),
+            failed: RefCell::new(Vec::new()),
+            has_failed: Cell::new(false),
         });
+        *slot.borrow_mut() = Rc::downgrade(&inner);
         for (i, w) in inner.ifaces.iter().enumerate() {
             install_handlers(&inner, i, &w.iface)?;
         }
@@ -206,7 +223,11 @@ impl Worker {
     /// Progresses every interface; returns the amount of work done.
     #[inline]
     pub fn progress(&self) -> u32 {
-        self.inner.uct.progress()
+        let n = self.inner.uct.progress();
+        if self.inner.has_failed.get() {
+            crate::ep::run_failures(&self.inner);
+        }
+        n
     }
 
     /// This worker's packed address, for a peer's [`Worker::connect`].
@@ -232,7 +253,12 @@ impl Worker {
     /// [`Worker::address`], exchanged out of band). Usable at once: sends made before its
     /// lanes are wired wait and go in order.
     pub fn connect(&self, remote: &[u8]) -> Result<Ep> {
-        crate::ep::connect(&self.inner, remote)
+        crate::ep::connect(&self.inner, remote, crate::EpParams::default())
+    }
+
+    /// [`Worker::connect`] with an error-handling mode and an error handler.
+    pub fn connect_with(&self, remote: &[u8], params: crate::EpParams) -> Result<Ep> {
+        crate::ep::connect(&self.inner, remote, params)
     }
 
     /// Installs the handler of active messages with id `id` (any `u16`): it runs from

@@ -1,6 +1,7 @@
 //! `rucx-info`: what this rucx installation offers (modeled on `ucx_info`).
 //!
-//! `-v` version, `-d` devices and their attributes, `-c` configuration, `-m` modules; several
+//! `-v` version, `-d` devices and their attributes, `-c` configuration, `-m` modules, `-e` UCP
+//! endpoint lanes and protocols; several
 //! may be combined. Uses the same context as applications (`rucx::context()`: built-in modules
 //! plus plugins), so what it lists is what they get.
 #![forbid(unsafe_code)]
@@ -17,6 +18,9 @@ fn usage() -> String {
      \x20 -t <tl>    with -d: only transport <tl>\n\
      \x20 -c         configuration variables, current values and documentation\n\
      \x20 -m         modules found (built-in and plugins) and their status\n\
+     \x20 -e         UCP: the lanes and protocols of a worker's endpoint to itself (RUCX_TLS,\n\
+     \x20            RUCX_NET_DEVICES and the thresholds apply)\n\
+     \x20 -p         with -e: to a second worker of this process instead\n\
      \x20 -h, --help this help\n\
      Environment: RUCX_MODULE_DIR (plugin directories), RUCX_MODULES (allow/deny list),\n\
      RUCX_LOG_LEVEL.\n"
@@ -29,6 +33,8 @@ struct Opts {
     devices: bool,
     config: bool,
     modules: bool,
+    endpoint: bool,
+    peer: bool,
     tl: Option<String>,
 }
 
@@ -48,6 +54,8 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
                 'd' => o.devices = true,
                 'c' => o.config = true,
                 'm' => o.modules = true,
+                'e' => o.endpoint = true,
+                'p' => o.peer = true,
                 'h' => return Ok(None),
                 't' => {
                     let rest = &flags[i + 1..];
@@ -63,8 +71,11 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
             }
         }
     }
-    if !(o.version || o.devices || o.config || o.modules) {
-        return Err("nothing to show: pick at least one of -v, -d, -c, -m".into());
+    if !(o.version || o.devices || o.config || o.modules || o.endpoint) {
+        return Err("nothing to show: pick at least one of -v, -d, -c, -m, -e".into());
+    }
+    if o.peer && !o.endpoint {
+        return Err("-p goes with -e".into());
     }
     Ok(Some(o))
 }
@@ -96,6 +107,12 @@ fn main() -> ExitCode {
     if o.devices {
         if let Err(e) = info::devices::report(&ctx, o.tl.as_deref(), &mut out) {
             eprintln!("rucx-info: {e}");
+            failed = true;
+        }
+    }
+    if o.endpoint {
+        if let Err(e) = info::ucp::report(&ctx, o.peer, &mut out) {
+            eprintln!("rucx-info: UCP endpoint: {e}");
             failed = true;
         }
     }

@@ -1,9 +1,10 @@
-//! `rucx-info`: the report sections (`-v`, `-d`, `-c`, `-m`), each written into a `String` so
+//! `rucx-info`: the report sections (`-v`, `-d`, `-c`, `-m`, `-e`), each written into a `String` so
 //! they can be tested without running the binary.
 
 pub mod config;
 pub mod devices;
 pub mod modules;
+pub mod ucp;
 pub mod units;
 
 use std::fmt::Write as _;

@@ -93,6 +93,25 @@ impl Default for ThresholdConfig {
     }
 }
 
+impl From<&crate::config::UcpConfig> for ThresholdConfig {
+    fn from(c: &crate::config::UcpConfig) -> ThresholdConfig {
+        use crate::config::Threshold;
+        let forced = |t: Threshold| match t {
+            Threshold::Auto => None,
+            Threshold::Bytes(b) => Some(b),
+        };
+        ThresholdConfig {
+            bcopy_thresh: forced(c.bcopy_thresh),
+            zcopy_thresh: forced(c.zcopy_thresh),
+            rndv_thresh: forced(c.rndv_thresh),
+            rndv_perf_diff: c.rndv_perf_diff,
+            est_num_eps: c.num_eps.unwrap_or(1),
+            est_num_ppn: c.num_ppn.unwrap_or(1),
+            ..ThresholdConfig::default()
+        }
+    }
+}
+
 /// Sizes are payload bytes after UCP's header; `usize::MAX` = never.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Thresholds {

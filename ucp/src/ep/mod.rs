@@ -1,50 +1,25 @@
 //! Endpoints: the lanes to one peer worker, chosen from both workers' addresses, and the queue
 //! of sends that wait for the lanes (not wired yet, or out of resources), replayed in order.
 
+mod dispatch;
+mod lifecycle;
+mod limits;
+
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 
 use ucs::{Error, Result, Status};
-use uct::{IfaceFlags, PendingRequest, PendingResult};
+use uct::IfaceFlags;
 
 use crate::address::WorkerAddress;
 use crate::am::SendOp;
 use crate::lanes::{self, LaneSet, SelectParams};
 use crate::worker::{reachable, WorkerInner};
 
-/// Size limits of the AM lane toward this peer (both sides' limits count).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Limits {
-    /// Largest message (all of it) sent with `am_short`.
-    pub max_short: usize,
-    /// Largest message sent with one `am_bcopy`.
-    pub max_bcopy: usize,
-    /// Largest message sent with one `am_zcopy` (0: no zcopy), and its largest header part.
-    pub max_zcopy: usize,
-    pub max_zcopy_hdr: usize,
-    /// Payloads from this size up go zero-copy when the buffer is the application's to lend.
-    pub zcopy_thresh: usize,
-}
-
-impl Limits {
-    fn new(l: &crate::tl::TlAttr, r: &crate::tl::TlAttr, zcopy_thresh: crate::config::Threshold) -> Limits {
-        let max_bcopy = l.am_max_bcopy.min(r.am_max_bcopy);
-        let zcopy = l.flags.contains(IfaceFlags::AM_ZCOPY) && l.am_max_iov >= 1;
-        let max_zcopy = if zcopy {
-            l.am_max_zcopy.min(r.am_max_zcopy)
-        } else {
-            0
-        };
-        Limits {
-            max_short: l.am_max_short.min(max_bcopy),
-            max_bcopy,
-            max_zcopy,
-            max_zcopy_hdr: if zcopy { l.am_max_hdr } else { 0 },
-            zcopy_thresh: zcopy_thresh.or_auto(max_bcopy.min(16 * 1024)),
-        }
-    }
-}
+pub(crate) use lifecycle::{on_transport_error, run_failures, ErrHandler, FlushOp};
+pub use lifecycle::{CloseMode, EpParams, ErrMode};
+pub(crate) use limits::{endpoint_thresholds, Limits};
 
 /// Wireup state of an endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,8 +28,10 @@ pub(crate) enum Wired {
     WaitingForPeer,
     /// Every lane is usable.
     Ready,
-    /// Failed: every operation returns this.
+    /// Failed: every operation returns the recorded error.
     Failed(Status),
+    /// Closed by the application.
+    Closed,
 }
 
 pub(crate) struct EpInner {
@@ -80,140 +57,10 @@ pub(crate) struct EpInner {
     pub pending_armed: Cell<bool>,
     /// A dispatch is running (a handler it triggers may send: that send queues behind).
     pub dispatching: Cell<bool>,
-}
-
-impl EpInner {
-    /// The uct endpoint of the AM lane.
-    pub fn am_ep(&self) -> &uct::Ep {
-        &self.uct[self.lanes.am]
-    }
-
-    /// True when the AM lane may be used (wired and nothing waiting ahead).
-    pub fn can_send_now(&self) -> bool {
-        self.wired.get() == Wired::Ready && !self.dispatching.get() && self.queue.borrow().is_empty()
-    }
-
-    /// Queues wireup message `bytes` and sends what it can.
-    pub fn send_wireup(self: &Rc<Self>, bytes: Vec<u8>) {
-        self.wireup_q.borrow_mut().push_back(bytes);
-        self.dispatch();
-    }
-
-    /// Sends queued wireup messages on the wireup lane; false when it ran out of resources (a
-    /// pending request is armed) or failed.
-    fn dispatch_wireup(self: &Rc<Self>) -> bool {
-        let lane = self.lanes.wireup;
-        loop {
-            // No borrow is held across the send: it may deliver at once (self) and the
-            // handlers may queue more.
-            let Some(m) = self.wireup_q.borrow_mut().pop_front() else {
-                return true;
-            };
-            let r = self.uct[lane].am_bcopy(crate::wireup::AM_ID, |b| {
-                b[..m.len()].copy_from_slice(&m);
-                m.len()
-            });
-            match r {
-                Ok(_) => {}
-                Err(e) if e == Status::NoResource => {
-                    self.wireup_q.borrow_mut().push_front(m);
-                    if !self.arm_pending(lane) {
-                        return false;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!("ucp: wireup message to {:#x} not sent: {e}", self.remote.uuid);
-                    self.fail(e.status());
-                    return false;
-                }
-            }
-        }
-    }
-
-    /// Sends queued operations while the lanes take them (wireup messages first); arms a uct
-    /// pending request when they stop for lack of resources. Not re-entered: a send made by a
-    /// handler it triggers queues behind and goes from the running dispatch.
-    pub fn dispatch(self: &Rc<Self>) {
-        if self.dispatching.replace(true) {
-            return;
-        }
-        self.dispatch_queues();
-        self.dispatching.set(false);
-    }
-
-    fn dispatch_queues(self: &Rc<Self>) {
-        if !self.wireup_q.borrow().is_empty() && !self.dispatch_wireup() {
-            return;
-        }
-        if self.wired.get() != Wired::Ready {
-            return;
-        }
-        loop {
-            let Some(mut op) = self.queue.borrow_mut().pop_front() else {
-                return;
-            };
-            match op.progress(self) {
-                Ok(true) => op.finish(Ok(())),
-                Ok(false) => {
-                    self.queue.borrow_mut().push_front(op);
-                    if !self.arm_pending(self.lanes.am) {
-                        return;
-                    }
-                }
-                Err(e) => op.finish(Err(e)),
-            }
-            if !self.wireup_q.borrow().is_empty() && !self.dispatch_wireup() {
-                return;
-            }
-        }
-    }
-
-    /// Asks lane `lane` to call back when it has resources again; true when it has them
-    /// already (`Busy`): send again now.
-    fn arm_pending(self: &Rc<Self>, lane: usize) -> bool {
-        if self.pending_armed.replace(true) {
-            return false;
-        }
-        let w = Rc::downgrade(self);
-        let req = PendingRequest::new(move |_| {
-            if let Some(ep) = w.upgrade() {
-                ep.pending_armed.set(false);
-                ep.dispatch();
-            }
-            PendingResult::Done
-        });
-        match self.uct[lane].pending_add(req) {
-            Ok(()) => false,
-            Err((e, _)) => {
-                self.pending_armed.set(false);
-                if e == Status::Busy {
-                    return true;
-                }
-                self.fail(e.status());
-                false
-            }
-        }
-    }
-
-    /// Fails the endpoint: queued sends complete with `st`.
-    pub fn fail(&self, st: Status) {
-        if matches!(self.wired.get(), Wired::Failed(_)) {
-            return;
-        }
-        self.wired.set(Wired::Failed(st));
-        let ops: Vec<SendOp> = self.queue.borrow_mut().drain(..).collect();
-        for op in ops {
-            op.finish(Err(st.into()));
-        }
-    }
-
-    /// Marks every lane usable and sends what waited.
-    pub fn set_ready(self: &Rc<Self>) {
-        if self.wired.get() == Wired::WaitingForPeer {
-            self.wired.set(Wired::Ready);
-            self.dispatch();
-        }
-    }
+    pub err_mode: ErrMode,
+    pub err_handler: RefCell<Option<ErrHandler>>,
+    /// Why it failed (with `Wired::Failed`).
+    pub error: RefCell<Option<Error>>,
 }
 
 impl Drop for EpInner {
@@ -221,6 +68,9 @@ impl Drop for EpInner {
         if let Some(w) = self.worker.upgrade() {
             if let Ok(mut t) = w.eps.try_borrow_mut() {
                 t.remove(self.id.get());
+                for u in &self.uct {
+                    t.by_key.remove(&u.key());
+                }
             }
         }
     }
@@ -241,6 +91,12 @@ impl Ep {
     /// True once every lane is wired.
     pub fn is_connected(&self) -> bool {
         self.inner.wired.get() == Wired::Ready
+    }
+
+    /// The protocol of each payload range (header and data, without [`crate::AmFlags::REPLY`]),
+    /// one line each: what `RUCX_PROTO_INFO=y` prints under the lanes.
+    pub fn describe_protocols(&self) -> String {
+        self.inner.limits.describe()
     }
 
     /// The lanes, as `transport/device → transport/device` with their uses.
@@ -267,7 +123,7 @@ impl std::fmt::Debug for Ep {
 }
 
 /// [`crate::Worker::connect`].
-pub(crate) fn connect(w: &Rc<WorkerInner>, remote_bytes: &[u8]) -> Result<Ep> {
+pub(crate) fn connect(w: &Rc<WorkerInner>, remote_bytes: &[u8], params: EpParams) -> Result<Ep> {
     let remote = WorkerAddress::unpack(remote_bytes).map_err(|e| e.context_with("ucp: connect"))?;
     let sn = {
         let mut t = w.eps.borrow_mut();
@@ -276,11 +132,15 @@ pub(crate) fn connect(w: &Rc<WorkerInner>, remote_bytes: &[u8]) -> Result<Ep> {
         *c += 1;
         // The peer connected first: adopt the endpoint its request made.
         if let Some(ep) = t.passive.remove(&(remote.uuid, sn)) {
+            if let Some(h) = params.on_error {
+                *ep.err_handler.borrow_mut() = Some(h);
+            }
             return Ok(Ep { inner: ep });
         }
         sn
     };
-    let ep = create(w, remote, sn, None)?;
+    let ep = create(w, remote, sn, None, params.err_mode)?;
+    *ep.err_handler.borrow_mut() = params.on_error;
     w.eps
         .borrow_mut()
         .unmatched
@@ -296,6 +156,7 @@ pub(crate) fn create(
     remote: WorkerAddress,
     conn_sn: u64,
     remote_ep: Option<u64>,
+    err_mode: ErrMode,
 ) -> Result<Rc<EpInner>> {
     let local = w.local_infos();
     let remote_infos: Vec<_> = remote.entries.iter().map(|e| e.tl.clone()).collect();
@@ -303,6 +164,7 @@ pub(crate) fn create(
     let mut params = SelectParams::from_context(&w.ctx, w.ifaces.iter().map(|i| i.aux_only).collect());
     params.local_uuid = w.uuid;
     params.remote_uuid = remote.uuid;
+    params.peer_failure = err_mode == ErrMode::Peer;
     let lanes = lanes::select(&local, &remote_infos, &reach, &params)?;
     let mut uct = Vec::with_capacity(lanes.lanes.len());
     let mut p2p_lanes = Vec::with_capacity(lanes.lanes.len());
@@ -328,10 +190,11 @@ pub(crate) fn create(
         uct.push(ep);
     }
     let am = &lanes.lanes[lanes.am];
+    let thr = endpoint_thresholds(w, &lanes, &remote);
     let limits = Limits::new(
         &w.ifaces[am.local].info.attr,
         &remote.entries[am.remote].tl.attr,
-        w.ctx.inner.cfg.zcopy_thresh,
+        &thr,
     );
     let inner = Rc::new(EpInner {
         worker: Rc::downgrade(w),
@@ -353,19 +216,26 @@ pub(crate) fn create(
         queue: RefCell::new(VecDeque::new()),
         pending_armed: Cell::new(false),
         dispatching: Cell::new(false),
+        err_mode,
+        err_handler: RefCell::new(None),
+        error: RefCell::new(None),
     });
-    let id = w.eps.borrow_mut().insert(Rc::downgrade(&inner));
+    let id = {
+        let mut t = w.eps.borrow_mut();
+        let id = t.insert(Rc::downgrade(&inner));
+        for (lane, u) in inner.uct.iter().enumerate() {
+            t.by_key.insert(u.key(), (id, lane));
+        }
+        id
+    };
     inner.id.set(id);
     if w.ctx.inner.cfg.proto_info {
         let remote_infos: Vec<_> = inner.remote.entries.iter().map(|e| e.tl.clone()).collect();
         println!(
-            "[ucp] endpoint to {:#x}:\n{}\n  am: short <= {} B, bcopy <= {} B, zcopy <= {} B (from {} B), fragments above",
+            "[ucp] endpoint to {:#x}:\n{}{}",
             inner.remote.uuid,
             inner.lanes.describe(&w.local_infos(), &remote_infos),
-            inner.limits.max_short,
-            inner.limits.max_bcopy,
-            inner.limits.max_zcopy,
-            inner.limits.zcopy_thresh,
+            inner.limits.describe(),
         );
     }
     Ok(inner)

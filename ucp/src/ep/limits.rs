@@ -1,0 +1,125 @@
+//! An endpoint's size limits and protocol thresholds (from its lanes and the configuration),
+//! and their description for `RUCX_PROTO_INFO` / `rucx-info -e`.
+
+use uct::IfaceFlags;
+
+use crate::address::WorkerAddress;
+use crate::lanes::LaneSet;
+use crate::proto::thresholds::{thresholds, LanePerf, ThresholdConfig, Thresholds, UcpHeaders};
+use crate::wire::AmHeader;
+use crate::worker::WorkerInner;
+
+/// Size limits and thresholds of the AM lane toward this peer (both sides' limits count).
+/// Limits count whole transport messages (UCP's prefix included); thresholds count payload
+/// (the application's header and data), as `RUCX_*_THRESH` do.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// Largest message (all of it) sent with `am_short`; 0: none.
+    pub max_short: usize,
+    /// Largest message sent with one `am_bcopy`.
+    pub max_bcopy: usize,
+    /// Largest message sent with one `am_zcopy` (0: no zcopy), and its largest header part.
+    pub max_zcopy: usize,
+    pub max_zcopy_hdr: usize,
+    /// Payloads from this size up go zero-copy when the buffer is the application's to lend.
+    pub zcopy_thresh: usize,
+    /// Payloads from this size up would go rendezvous (not implemented: eager is used).
+    pub rndv_thresh: usize,
+}
+
+impl Limits {
+    pub(crate) fn new(l: &crate::tl::TlAttr, r: &crate::tl::TlAttr, t: &Thresholds) -> Limits {
+        let max_bcopy = l.am_max_bcopy.min(r.am_max_bcopy);
+        let zcopy = l.flags.contains(IfaceFlags::AM_ZCOPY) && l.am_max_iov >= 1;
+        let max_zcopy = if zcopy {
+            l.am_max_zcopy.min(r.am_max_zcopy)
+        } else {
+            0
+        };
+        let short_payload = t.max_short.map_or(0, |p| p.saturating_add(AmHeader::LEN));
+        Limits {
+            max_short: l.am_max_short.min(max_bcopy).min(short_payload),
+            max_bcopy,
+            max_zcopy,
+            max_zcopy_hdr: if zcopy { l.am_max_hdr } else { 0 },
+            zcopy_thresh: t.zcopy_thresh,
+            rndv_thresh: t.rndv_thresh,
+        }
+    }
+}
+
+impl Limits {
+    /// One line per protocol range, in payload bytes.
+    pub(crate) fn describe(&self) -> String {
+        let h = AmHeader::LEN;
+        let mut out = String::new();
+        let mut line = |api: &str, from: usize, to: Option<usize>, what: &str| {
+            let to = to.map_or("..".to_owned(), |t| format!("..= {t}"));
+            out += &format!("  {api:<13} {from:>9} {to:<13} {what}\n");
+        };
+        let mut from = 0;
+        if self.max_short > h {
+            line("am_send", 0, Some(self.max_short - h), "eager short");
+            from = self.max_short - h + 1;
+        }
+        let bcopy = self.max_bcopy.saturating_sub(h);
+        if from <= bcopy {
+            line("am_send", from, Some(bcopy), "eager bcopy");
+        }
+        let frag = self.max_bcopy.saturating_sub(crate::wire::MIDDLE_PREFIX_LEN);
+        line(
+            "am_send",
+            bcopy + 1,
+            None,
+            &format!("eager bcopy, fragments of {frag} B"),
+        );
+        let zcopy_to = self.max_zcopy.saturating_sub(h);
+        if self.zcopy_thresh <= zcopy_to {
+            let z = self.zcopy_thresh.max(1);
+            line(
+                "am_send_owned",
+                z,
+                Some(zcopy_to),
+                "eager zcopy (other sizes as am_send)",
+            );
+        } else {
+            line("am_send_owned", 0, None, "as am_send (no zero-copy)");
+        }
+        let r = self.rndv_thresh;
+        let r = if r == usize::MAX {
+            "never".to_owned()
+        } else {
+            format!("from {r} B")
+        };
+        out += &format!("  rendezvous: {r} (not implemented yet: eager is used)\n");
+        out
+    }
+}
+
+/// The thresholds of an endpoint with `lanes` toward `remote` (UCX's formulas, forced values
+/// from the context's configuration).
+pub(crate) fn endpoint_thresholds(w: &WorkerInner, lanes: &LaneSet, remote: &WorkerAddress) -> Thresholds {
+    let perf = |i: usize| {
+        let l = &lanes.lanes[i];
+        let wi = &w.ifaces[l.local];
+        LanePerf {
+            local: &wi.info,
+            remote: &remote.entries[l.remote].tl,
+            reg_cost: wi.md.attr().reg_cost,
+        }
+    };
+    let am = perf(lanes.am);
+    let am_bw: Vec<_> = lanes.am_bw.iter().map(|&i| perf(i)).collect();
+    let rma_bw: Vec<_> = lanes.rma_bw.iter().map(|&i| perf(i)).collect();
+    let headers = UcpHeaders {
+        single: AmHeader::LEN,
+        frag: crate::wire::first_prefix_len(false),
+    };
+    thresholds(
+        &am,
+        &am_bw,
+        &rma_bw,
+        headers,
+        &ThresholdConfig::from(&w.ctx.inner.cfg),
+    )
+}
