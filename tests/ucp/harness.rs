@@ -180,10 +180,30 @@ impl Pair {
     pub fn inbox(&self, id: u16) -> Inbox {
         let inbox: Inbox = Rc::default();
         let i = inbox.clone();
+        let w = self.b.downgrade();
+        let name = self.name;
         self.b.set_am_handler(id, move |m| {
             let reply = m.reply_ep().is_some();
-            i.borrow_mut()
-                .push((m.header().to_vec(), m.data().to_vec(), reply));
+            let header = m.header().to_vec();
+            // Rendezvous: fetch the data, record the message when it is in.
+            if let Some(desc) = m.take_data_desc() {
+                let w = w.upgrade().expect("the worker runs its handler");
+                match w.am_recv_data(desc, Vec::new()) {
+                    Ok(ucp::Issued::Done(v)) => i.borrow_mut().push((header, v, reply)),
+                    Ok(ucp::Issued::Pending(r)) => {
+                        let i = i.clone();
+                        r.on_complete(move |res| match res {
+                            Ok(v) => i.borrow_mut().push((header, v, reply)),
+                            // A fetch still waiting when the worker goes (a spoofed RTS).
+                            Err(e) if e == ucs::Status::Canceled => {}
+                            Err(e) => panic!("[{name}] am_recv_data: {e}"),
+                        })
+                    }
+                    Err(e) => panic!("[{name}] am_recv_data: {e}"),
+                }
+                return;
+            }
+            i.borrow_mut().push((header, m.data().to_vec(), reply));
         });
         inbox
     }

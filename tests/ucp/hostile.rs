@@ -1,5 +1,5 @@
-//! Hostile bytes: a raw uct endpoint sends malformed UCP messages (headers, fragments, wireup)
-//! to a worker's interface. Each is dropped with a log line; the worker keeps serving its real
+//! Hostile bytes: a raw uct endpoint sends malformed UCP messages (headers, fragments, wireup,
+//! rendezvous) to a worker's interface. Each is dropped with a log line; the worker keeps serving its real
 //! peer, and messages it was reassembling from that peer are not disturbed.
 
 use ucp::{AmFlags, WorkerAddress};
@@ -12,13 +12,34 @@ const WIREUP: u8 = 1;
 const SINGLE: u8 = 2;
 const FIRST: u8 = 3;
 const MIDDLE: u8 = 4;
+const RTS: u8 = 5;
+const ATS: u8 = 6;
+const RTR: u8 = 7;
+const DATA: u8 = 8;
+
+/// A rendezvous announcement: header word, worker, ep, rndv id, total, address, rkey length,
+/// resource, reserved, rkey.
+fn rts(worker: u64, total: u64, resource: u8, rkey: &[u8]) -> Vec<u8> {
+    [
+        &le(2)[..],
+        &le(worker)[..],
+        &le(1)[..],
+        &le(77)[..],
+        &le(total)[..],
+        &le(0x1000)[..],
+        &(rkey.len() as u16).to_le_bytes()[..],
+        &[resource, 0, 0, 0, 0, 0][..],
+        rkey,
+    ]
+    .concat()
+}
 
 fn le(v: u64) -> [u8; 8] {
     v.to_le_bytes()
 }
 
-/// Malformed messages, by uct AM id.
-fn garbage(victim_uuid: u64) -> Vec<(u8, Vec<u8>)> {
+/// Malformed and spoofed messages, by uct AM id (`peer`: the victim's real peer).
+fn garbage(victim_uuid: u64, peer: u64) -> Vec<(u8, Vec<u8>)> {
     let word = |id: u64, flags: u64, uh: u64| le(id | flags << 16 | uh << 32);
     let mut v = vec![
         (SINGLE, vec![]),
@@ -113,6 +134,19 @@ fn garbage(victim_uuid: u64) -> Vec<(u8, Vec<u8>)> {
             .concat(),
         ),
         (9, b"an AM id UCP does not use".to_vec()),
+        (RTS, vec![5; 20]),
+        (RTS, rts(12345, 100, 255, &[])),         // no endpoint to that worker
+        (RTS, rts(peer, 1 << 40, 255, &[])),      // 1 TiB
+        (RTS, rts(peer, 100, 0, &[])),            // a resource without rkey
+        (RTS, rts(peer, 100, 0, b"not an rkey")), // spoofed: the fetch must fail cleanly
+        (ATS, vec![1; 23]),
+        (ATS, [&le(5)[..], &le(peer)[..], &[0; 8][..]].concat()), // unknown transfer
+        (RTR, [&le(5)[..], &le(6)[..], &le(peer)[..]].concat()),
+        (DATA, vec![]),
+        (
+            DATA,
+            [&le(41)[..], &le(peer)[..], &le(0)[..], b"no such receive"].concat(),
+        ),
     ];
     v.push((WIREUP, [&[7u8][..], &[0; 60][..]].concat())); // another version
     v
@@ -145,7 +179,7 @@ fn hostile_bytes_are_dropped(s: &Setup) {
     let inbox = p.inbox(2);
     let big = pattern(1 << 20, 5);
     let _ = p.ep.am_send(2, b"real", &big, AmFlags::default()).unwrap();
-    for (id, bytes) in garbage(victim.uuid) {
+    for (id, bytes) in garbage(victim.uuid, p.a.id()) {
         p.wait_for("the raw endpoint to take a message", || {
             match raw.am_bcopy(id, |b| {
                 let n = bytes.len().min(b.len());

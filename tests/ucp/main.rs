@@ -5,5 +5,7 @@
 mod am;
 mod harness;
 mod hostile;
+mod keepalive;
 mod lifecycle;
+mod rndv;
 mod wireup;

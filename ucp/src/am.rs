@@ -21,7 +21,7 @@ use crate::wire::{self, am_id, AmHeader, ReplyTo, FLAG_REPLY};
 use crate::worker::WorkerInner;
 
 /// Largest message a receiver reassembles.
-const MAX_MESSAGE: u64 = 1 << 36;
+pub(crate) const MAX_MESSAGE: u64 = 1 << 36;
 
 // ------------------------------------------------------------------------------ handlers
 
@@ -61,7 +61,8 @@ impl AmFlags {
     pub const REPLY: AmFlags = AmFlags(1);
     /// Eager protocols only (never rendezvous).
     pub const EAGER: AmFlags = AmFlags(2);
-    /// Rendezvous (the receiver fetches the data): not supported yet, `Unsupported`.
+    /// Rendezvous whatever the size: the receiver fetches the data into a buffer it gives
+    /// ([`crate::Worker::am_recv_data`]). Not together with `EAGER`.
     pub const RNDV: AmFlags = AmFlags(4);
 
     pub fn contains(self, o: AmFlags) -> bool {
@@ -87,6 +88,9 @@ pub enum AmProto {
     Zcopy,
     /// Split into this many segments, each copied (`am_bcopy`) and reassembled by the receiver.
     Fragments(usize),
+    /// Announced (RTS); the receiver fetches the data with `get_zcopy` or asks for it in
+    /// pieces on the AM lane.
+    Rndv,
 }
 
 impl std::fmt::Display for AmProto {
@@ -96,6 +100,7 @@ impl std::fmt::Display for AmProto {
             AmProto::Bcopy => f.write_str("eager bcopy"),
             AmProto::Zcopy => f.write_str("eager zcopy"),
             AmProto::Fragments(n) => write!(f, "eager bcopy, {n} fragments"),
+            AmProto::Rndv => f.write_str("rendezvous"),
         }
     }
 }
@@ -111,6 +116,8 @@ enum Body<'a> {
     },
     /// Reassembled into a buffer of our own (empty once kept).
     Owned(Vec<u8>),
+    /// Rendezvous: the data is still at the sender (the descriptor, until taken; the length).
+    Rndv(Option<crate::rndv::AmDataDesc>, usize),
 }
 
 /// An active message as its handler sees it.
@@ -156,27 +163,48 @@ impl<'a> AmMsg<'a> {
         self.header
     }
 
-    /// The data (valid during the handler; [`AmMsg::keep`] keeps it).
+    /// The data (valid during the handler; [`AmMsg::keep`] keeps it). Empty for a rendezvous
+    /// message: its data is fetched with [`AmMsg::take_data_desc`].
     pub fn data(&self) -> &[u8] {
         match &self.body {
             Body::Lent { bytes, .. } => bytes,
             Body::Owned(v) => v,
+            Body::Rndv(..) => &[],
         }
     }
 
-    /// Length of the data.
+    /// Length of the data (a rendezvous message's too).
     pub fn len(&self) -> usize {
-        self.data().len()
+        match &self.body {
+            Body::Rndv(_, n) => *n,
+            _ => self.data().len(),
+        }
     }
 
     /// True for a message without data.
     pub fn is_empty(&self) -> bool {
-        self.data().is_empty()
+        self.len() == 0
+    }
+
+    /// True when the data is still at the sender (rendezvous).
+    pub fn is_rndv(&self) -> bool {
+        matches!(self.body, Body::Rndv(..))
+    }
+
+    /// The descriptor of a rendezvous message's data, for [`crate::Worker::am_recv_data`]
+    /// (in the handler or later); `None` for other messages or once taken. Not taken, the
+    /// message is discarded when the handler returns and the sender released.
+    pub fn take_data_desc(&mut self) -> Option<crate::rndv::AmDataDesc> {
+        match &mut self.body {
+            Body::Rndv(d, _) => d.take(),
+            _ => None,
+        }
     }
 
     /// Keeps the data beyond the handler: the transport's buffer itself where it lends it, the
     /// reassembled buffer of a fragmented message, else a copy. Afterwards [`AmMsg::data`] is
-    /// empty for a reassembled message.
+    /// empty for a reassembled message. Empty for a rendezvous message (use
+    /// [`AmMsg::take_data_desc`]).
     pub fn keep(&mut self) -> AmData {
         match &mut self.body {
             Body::Lent { bytes, msg, start } => {
@@ -192,6 +220,7 @@ impl<'a> AmMsg<'a> {
                 }
             }
             Body::Owned(v) => AmData(Kept::Vec(std::mem::take(v))),
+            Body::Rndv(..) => AmData(Kept::Vec(Vec::new())),
         }
     }
 
@@ -228,6 +257,24 @@ fn deliver(w: &Rc<WorkerInner>, msg: &mut AmMsg<'_>) {
             msg.id
         );
     }
+}
+
+/// Delivers a rendezvous message (RTS) to its handler.
+pub(crate) fn deliver_rndv(
+    w: &Rc<WorkerInner>,
+    id: u16,
+    header: &[u8],
+    reply: Option<Ep>,
+    desc: crate::rndv::AmDataDesc,
+) {
+    let n = desc.len();
+    let mut msg = AmMsg {
+        id,
+        header,
+        body: Body::Rndv(Some(desc), n),
+        reply,
+    };
+    deliver(w, &mut msg);
 }
 
 fn reply_ep(w: &WorkerInner, worker: u64, ep: u64) -> Option<Ep> {
@@ -378,6 +425,9 @@ pub(crate) enum Done {
     Unit(Completer<()>),
     /// Gives the application's buffer back.
     Buf(Completer<Vec<u8>>),
+    /// A rendezvous RTS: the transfer completes later (ATS, or the last DATA); a failed RTS
+    /// fails it.
+    Rndv(u64, std::rc::Weak<WorkerInner>),
 }
 
 /// A send that waits in an endpoint's queue (or is being sent in pieces).
@@ -391,6 +441,8 @@ enum OpKind {
     Whole { uct_id: u8, bytes: Vec<u8> },
     /// Flushes the lanes once everything before it was handed to them.
     Flush(crate::ep::FlushOp),
+    /// A rendezvous step (the sender's DATA, the receiver's fetch).
+    Rndv(crate::rndv::RndvOp),
     /// A fragmented message: the first fragment carries `prefix` and the header.
     Frags {
         prefix: Vec<u8>,
@@ -413,13 +465,29 @@ impl SendOp {
 
     /// A wireup message that must follow the data queued before it (CLOSE).
     pub(crate) fn wireup(bytes: Vec<u8>) -> SendOp {
-        let (_req, c) = request();
+        SendOp::control(am_id::WIREUP, bytes, Done::Nothing)
+    }
+
+    /// One protocol message on the AM lane, in order with the data.
+    pub(crate) fn control(uct_id: u8, bytes: Vec<u8>, done: Done) -> SendOp {
         SendOp {
-            kind: OpKind::Whole {
-                uct_id: am_id::WIREUP,
-                bytes,
-            },
-            done: Done::Unit(c),
+            kind: OpKind::Whole { uct_id, bytes },
+            done,
+        }
+    }
+
+    pub(crate) fn rndv(op: crate::rndv::RndvOp) -> SendOp {
+        SendOp {
+            kind: OpKind::Rndv(op),
+            done: Done::Nothing,
+        }
+    }
+
+    /// The lane whose resources it waits for.
+    pub fn lane(&self, ep: &EpInner) -> usize {
+        match &self.kind {
+            OpKind::Rndv(r) => r.lane(ep),
+            _ => ep.lanes.am,
         }
     }
 
@@ -435,6 +503,7 @@ impl SendOp {
                 Err(e) => Err(e),
             },
             OpKind::Flush(f) => f.progress(ep),
+            OpKind::Rndv(r) => r.progress(ep),
             OpKind::Frags {
                 prefix,
                 header,
@@ -475,16 +544,21 @@ impl SendOp {
     /// Completes the send's request (with the buffer, for owned sends).
     pub fn finish(self, r: Result<()>) {
         match self.done {
-            Done::Nothing => {
-                if let (OpKind::Flush(f), Err(e)) = (self.kind, r) {
-                    f.fail(e);
+            Done::Nothing => match (self.kind, r) {
+                (OpKind::Flush(f), Err(e)) => f.fail(e),
+                (OpKind::Rndv(op), r) => op.finish(r),
+                _ => {}
+            },
+            Done::Rndv(id, w) => {
+                if let (Err(e), Some(w)) = (r, w.upgrade()) {
+                    crate::rndv::finish_send(&w, id, Err(e));
                 }
             }
             Done::Unit(c) => c.complete(r),
             Done::Buf(c) => {
                 let data = match self.kind {
                     OpKind::Frags { data, .. } => data,
-                    OpKind::Whole { .. } | OpKind::Flush(_) => Vec::new(),
+                    OpKind::Whole { .. } | OpKind::Flush(_) | OpKind::Rndv(_) => Vec::new(),
                 };
                 c.complete(r.map(|_| data));
             }
@@ -588,6 +662,11 @@ impl Ep {
     pub fn am_protocol(&self, header_len: usize, len: usize, flags: AmFlags, owned: bool) -> AmProto {
         let l = self.inner.limits;
         let reply = flags.contains(AmFlags::REPLY);
+        if wants_rndv(&l, header_len, len, flags)
+            && crate::rndv::wire::RTS_LEN + RKEY_ROOM + header_len <= l.max_bcopy
+        {
+            return AmProto::Rndv;
+        }
         let pn = wire::single_prefix_len(reply);
         let total = pn + header_len + len;
         if owned
@@ -618,6 +697,14 @@ impl Ep {
         let ep = &self.inner;
         ep.check_usable()?;
         check_flags(flags)?;
+        if wants_rndv(&ep.limits, header.len(), data.len(), flags) {
+            let (req, c) = request();
+            match crate::rndv::start(ep, id, header, data.to_vec(), flags, Done::Unit(c))? {
+                Ok(op) => return self.send_op(op, req),
+                Err(_) if flags.contains(AmFlags::RNDV) => return Err(rts_too_big(ep, header)),
+                Err(_) => {}
+            }
+        }
         let (prefix, pn) = single_prefix(ep, id, header, flags)?;
         let prefix = &prefix[..pn];
         let total = pn + header.len() + data.len();
@@ -663,6 +750,16 @@ impl Ep {
         let ep = &self.inner;
         ep.check_usable()?;
         check_flags(flags)?;
+        let data = if wants_rndv(&ep.limits, header.len(), data.len(), flags) {
+            let (req, c) = request();
+            match crate::rndv::start(ep, id, header, data, flags, Done::Buf(c))? {
+                Ok(op) => return self.send_op(op, req),
+                Err(_) if flags.contains(AmFlags::RNDV) => return Err(rts_too_big(ep, header)),
+                Err((data, _)) => data,
+            }
+        } else {
+            data
+        };
         let (prefix, pn) = single_prefix(ep, id, header, flags)?;
         let total = pn + header.len() + data.len();
         let l = ep.limits;
@@ -770,13 +867,34 @@ impl Ep {
 }
 
 fn check_flags(flags: AmFlags) -> Result<()> {
-    if flags.contains(AmFlags::RNDV) {
+    if flags.contains(AmFlags::RNDV) && flags.contains(AmFlags::EAGER) {
         return Err(Error::new(
-            Status::Unsupported,
-            "ucp: rendezvous active messages are not supported yet (AmFlags::RNDV)",
+            Status::InvalidParam,
+            "ucp: AmFlags::RNDV and AmFlags::EAGER together: pick one",
         ));
     }
     Ok(())
+}
+
+/// Room an RTS leaves for the rkey when `am_protocol` predicts (transports' rkeys are
+/// smaller).
+const RKEY_ROOM: usize = 64;
+
+/// Rendezvous by flag, or by size unless `EAGER`.
+fn wants_rndv(l: &crate::ep::Limits, header_len: usize, len: usize, flags: AmFlags) -> bool {
+    flags.contains(AmFlags::RNDV)
+        || (!flags.contains(AmFlags::EAGER) && header_len.saturating_add(len) >= l.rndv_thresh)
+}
+
+fn rts_too_big(ep: &EpInner, header: &[u8]) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!(
+            "ucp: AmFlags::RNDV with a {}-byte header: the announcement does not fit the {}-byte              segment of the AM lane (shorten the header or send eagerly)",
+            header.len(),
+            ep.limits.max_bcopy
+        ),
+    )
 }
 
 /// The application's buffer back from a `Mem` no operation holds any more.

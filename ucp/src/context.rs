@@ -96,6 +96,12 @@ impl ContextBuilder {
         config::register();
         ucs::config::check_known(&self.settings)?;
         let cfg = UcpConfig::read(&self.settings)?;
+        if cfg.rndv_scheme == crate::config::RndvScheme::PutZcopy {
+            return Err(Error::new(
+                Status::Unsupported,
+                "ucp: RUCX_RNDV_SCHEME=put_zcopy is not implemented; use auto, get_zcopy or am",
+            ));
+        }
         let tls = TlsFilter::parse(&cfg.tls)?;
         let net = ucs::config::NET_TABLE
             .with(&self.settings)

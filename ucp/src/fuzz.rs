@@ -21,12 +21,15 @@ fn check_error(e: &ucs::Error) {
 }
 
 /// Target `ucp_am`: the first byte picks the message kind (single, first fragment, later
-/// fragment), the rest is the message.
+/// fragment, rendezvous RTS, ATS, RTR, DATA), the rest is the message.
 pub fn fuzz_am(data: &[u8]) {
     let Some((&kind, b)) = data.split_first() else {
         return;
     };
-    match kind % 3 {
+    if kind % 7 >= 3 {
+        return fuzz_rndv(kind % 7, b);
+    }
+    match kind % 7 {
         0 => match wire::decode_single(b) {
             Ok(s) => {
                 let mut p = [0u8; 24];
@@ -49,6 +52,36 @@ pub fn fuzz_am(data: &[u8]) {
                 let mut p = [0u8; wire::MIDDLE_PREFIX_LEN];
                 wire::put_middle_prefix(&mut p, m.worker, m.msg_id, m.offset);
                 assert_eq!([&p[..], m.data].concat(), b);
+            }
+            Err(e) => check_error(&e),
+        },
+    }
+}
+
+fn fuzz_rndv(kind: u8, b: &[u8]) {
+    use crate::rndv::wire as rw;
+    match kind {
+        3 => match rw::decode_rts(b) {
+            Ok(r) => assert_eq!(r.encode(), b),
+            Err(e) => check_error(&e),
+        },
+        4 => match rw::decode_ats(b) {
+            Ok(a) => {
+                // Unknown error codes decode to a known one: compare what is canonical.
+                let again = rw::decode_ats(&a.encode()).expect("re-encoded ATS decodes");
+                assert_eq!(again, a);
+            }
+            Err(e) => check_error(&e),
+        },
+        5 => match rw::decode_rtr(b) {
+            Ok(r) => assert_eq!(r.encode(), b),
+            Err(e) => check_error(&e),
+        },
+        _ => match rw::decode_data(b) {
+            Ok(d) => {
+                let mut p = [0u8; rw::DATA_PREFIX_LEN];
+                rw::put_data_prefix(&mut p, d.recv_id, d.worker, d.offset);
+                assert_eq!([&p[..], d.data].concat(), b);
             }
             Err(e) => check_error(&e),
         },

@@ -15,6 +15,14 @@ pub mod am_id {
     pub const FIRST: u8 = 3;
     /// A later fragment.
     pub const MIDDLE: u8 = 4;
+    /// Rendezvous: ready-to-send (sender → receiver).
+    pub const RTS: u8 = 5;
+    /// Rendezvous: the receiver is done with the sender's buffer.
+    pub const ATS: u8 = 6;
+    /// Rendezvous: ready-to-receive, send the data in DATA messages.
+    pub const RTR: u8 = 7;
+    /// Rendezvous: a piece of the data (pipeline).
+    pub const DATA: u8 = 8;
 }
 
 /// Version of UCP's messages; a worker address carries it, so peers agree before any message.

@@ -44,6 +44,10 @@ pub(crate) struct EpTable {
 }
 
 impl EpTable {
+    /// Every endpoint still alive.
+    pub fn live(&self) -> impl Iterator<Item = Rc<EpInner>> + '_ {
+        self.slots.iter().filter_map(|(_, w)| w.upgrade())
+    }
     /// A new local id for `ep`.
     pub fn insert(&mut self, ep: Weak<EpInner>) -> u64 {
         if let Some(i) = self.free.pop() {
@@ -78,6 +82,12 @@ impl EpTable {
     }
 }
 
+impl Drop for WorkerInner {
+    fn drop(&mut self) {
+        crate::keepalive::stop(self);
+    }
+}
+
 pub(crate) struct WorkerInner {
     pub ctx: Context,
     pub uct: uct::Worker,
@@ -88,6 +98,8 @@ pub(crate) struct WorkerInner {
     pub am: RefCell<AmHandlers>,
     pub eps: RefCell<EpTable>,
     pub reasm: RefCell<Reassembly>,
+    pub rndv: RefCell<crate::rndv::RndvState>,
+    pub keepalive: crate::keepalive::Keepalive,
     /// Endpoints that failed since the last progress (acted on there), and whether any did.
     pub failed: RefCell<Vec<u64>>,
     pub has_failed: Cell<bool>,
@@ -103,6 +115,18 @@ impl WorkerInner {
 #[derive(Clone)]
 pub struct Worker {
     pub(crate) inner: Rc<WorkerInner>,
+}
+
+/// A worker handle that does not keep it alive: what a handler the worker owns should hold
+/// to reach its worker (a [`Worker`] there would never be freed).
+#[derive(Clone)]
+pub struct WeakWorker(std::rc::Weak<WorkerInner>);
+
+impl WeakWorker {
+    /// The worker, while it lives.
+    pub fn upgrade(&self) -> Option<Worker> {
+        self.0.upgrade().map(|inner| Worker { inner })
+    }
 }
 
 fn worker_uuid() -> u64 {
@@ -210,6 +234,8 @@ impl Worker {
             am: RefCell::new(AmHandlers::default()),
             eps: RefCell::new(EpTable::default()),
             reasm: RefCell::new(Reassembly::default()),
+            rndv: RefCell::new(crate::rndv::RndvState::default()),
+            keepalive: crate::keepalive::Keepalive::default(),
             failed: RefCell::new(Vec::new()),
             has_failed: Cell::new(false),
         });
@@ -224,6 +250,9 @@ impl Worker {
     #[inline]
     pub fn progress(&self) -> u32 {
         let n = self.inner.uct.progress();
+        if self.inner.keepalive.is_due() {
+            crate::keepalive::round(&self.inner);
+        }
         if self.inner.has_failed.get() {
             crate::ep::run_failures(&self.inner);
         }
@@ -238,6 +267,11 @@ impl Worker {
     /// The worker's unique id (also in its address).
     pub fn id(&self) -> u64 {
         self.inner.uuid
+    }
+
+    /// A handle that does not keep the worker alive ([`WeakWorker`]).
+    pub fn downgrade(&self) -> WeakWorker {
+        WeakWorker(Rc::downgrade(&self.inner))
     }
 
     /// The transports this worker opened, as `transport/device`.
@@ -259,6 +293,14 @@ impl Worker {
     /// [`Worker::connect`] with an error-handling mode and an error handler.
     pub fn connect_with(&self, remote: &[u8], params: crate::EpParams) -> Result<Ep> {
         crate::ep::connect(&self.inner, remote, params)
+    }
+
+    /// Receives a rendezvous message's data ([`crate::AmMsg::take_data_desc`]) into `buf`,
+    /// which is resized to the message's length and comes back filled when the request
+    /// completes (the sender's buffer is released then). The fetch uses `get_zcopy` where the
+    /// lanes have it, else the sender sends the data in pieces on the AM lane.
+    pub fn am_recv_data(&self, desc: crate::AmDataDesc, buf: Vec<u8>) -> Result<crate::Issued<Vec<u8>>> {
+        crate::rndv::recv_data(&self.inner, desc, buf)
     }
 
     /// Installs the handler of active messages with id `id` (any `u16`): it runs from
@@ -298,11 +340,15 @@ fn install_handlers(inner: &Rc<WorkerInner>, idx: usize, iface: &Iface) -> Resul
         AmCbFlags::ASYNC
     };
     type Handler = fn(&Rc<WorkerInner>, usize, &AmMessage<'_>);
-    let table: [(u8, Handler); 4] = [
+    let table: [(u8, Handler); 8] = [
         (am_id::WIREUP, crate::wireup::on_message),
         (am_id::SINGLE, crate::am::on_single),
         (am_id::FIRST, crate::am::on_first),
         (am_id::MIDDLE, crate::am::on_middle),
+        (am_id::RTS, crate::rndv::on_rts),
+        (am_id::ATS, crate::rndv::on_ats),
+        (am_id::RTR, crate::rndv::on_rtr),
+        (am_id::DATA, crate::rndv::on_data),
     ];
     for (id, h) in table {
         let w = Rc::downgrade(inner);
