@@ -7,7 +7,7 @@ use ucp::{AmFlags, WorkerAddress};
 use crate::harness::{pattern, uct_context, Setup};
 use crate::ucp_test;
 
-/// UCP's uct AM ids (docs/wire-ucp.md).
+/// UCP's uct AM ids (docs/wire-ucp.md; 9..=14 are tag matching's).
 const WIREUP: u8 = 1;
 const SINGLE: u8 = 2;
 const FIRST: u8 = 3;
@@ -142,6 +142,27 @@ fn garbage(victim_uuid: u64, peer: u64) -> Vec<(u8, Vec<u8>)> {
         (ATS, vec![1; 23]),
         (ATS, [&le(5)[..], &le(peer)[..], &[0; 8][..]].concat()), // unknown transfer
         (RTR, [&le(5)[..], &le(6)[..], &le(peer)[..]].concat()),
+        (9, vec![1, 2, 3]), // tag message shorter than its tag
+        (10, vec![0; 20]),  // synchronous tag message, truncated
+        (
+            11,
+            [
+                &le(5)[..],
+                &le(peer)[..],
+                &le(1)[..],
+                &le(2)[..],
+                &le(0)[..],
+                &le(0)[..],
+                b"more than two",
+            ]
+            .concat(),
+        ),
+        (
+            12,
+            [&le(peer)[..], &le(77)[..], &le(0)[..], b"no such message"].concat(),
+        ),
+        (13, [&le(12345)[..], &le(peer)[..]].concat()), // acknowledges nothing
+        (14, vec![0; 30]),
         (DATA, vec![]),
         (
             DATA,

@@ -8,4 +8,5 @@ mod hostile;
 mod keepalive;
 mod lifecycle;
 mod rndv;
+mod tag;
 mod wireup;

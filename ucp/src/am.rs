@@ -428,6 +428,8 @@ pub(crate) enum Done {
     /// A rendezvous RTS: the transfer completes later (ATS, or the last DATA); a failed RTS
     /// fails it.
     Rndv(u64, std::rc::Weak<WorkerInner>),
+    /// A synchronous tag send's data: it completes once sent and acknowledged.
+    Sync(u64, std::rc::Weak<WorkerInner>),
 }
 
 /// A send that waits in an endpoint's queue (or is being sent in pieces).
@@ -443,8 +445,10 @@ enum OpKind {
     Flush(crate::ep::FlushOp),
     /// A rendezvous step (the sender's DATA, the receiver's fetch).
     Rndv(crate::rndv::RndvOp),
-    /// A fragmented message: the first fragment carries `prefix` and the header.
+    /// A fragmented message: the first fragment (uct AM id `ids.0`) carries `prefix` and the
+    /// header, the later ones (`ids.1`) offsets.
     Frags {
+        ids: (u8, u8),
         prefix: Vec<u8>,
         header: Vec<u8>,
         data: Vec<u8>,
@@ -472,6 +476,31 @@ impl SendOp {
     pub(crate) fn control(uct_id: u8, bytes: Vec<u8>, done: Done) -> SendOp {
         SendOp {
             kind: OpKind::Whole { uct_id, bytes },
+            done,
+        }
+    }
+
+    /// A message in fragments: `prefix` (and no header) on the first, offsets on the later
+    /// ones; `msg_id` and `worker` as the prefix names them.
+    pub(crate) fn frags(
+        ids: (u8, u8),
+        prefix: Vec<u8>,
+        data: Vec<u8>,
+        msg_id: u64,
+        worker: u64,
+        done: Done,
+    ) -> SendOp {
+        SendOp {
+            kind: OpKind::Frags {
+                ids,
+                prefix,
+                header: Vec::new(),
+                data,
+                msg_id,
+                worker,
+                sent: 0,
+                first_sent: false,
+            },
             done,
         }
     }
@@ -505,6 +534,7 @@ impl SendOp {
             OpKind::Flush(f) => f.progress(ep),
             OpKind::Rndv(r) => r.progress(ep),
             OpKind::Frags {
+                ids,
                 prefix,
                 header,
                 data,
@@ -517,15 +547,14 @@ impl SendOp {
                     let r = if !*first_sent {
                         let room = max.saturating_sub(prefix.len() + header.len());
                         let n = room.min(data.len());
-                        lane.am_bcopy(am_id::FIRST, |b| copy(b, &[prefix, header, &data[..n]]))
+                        lane.am_bcopy(ids.0, |b| copy(b, &[prefix, header, &data[..n]]))
                             .map(|_| n)
                     } else {
                         let n = (max - wire::MIDDLE_PREFIX_LEN).min(data.len() - *sent);
                         let mut mp = [0u8; wire::MIDDLE_PREFIX_LEN];
                         wire::put_middle_prefix(&mut mp, *worker, *msg_id, *sent as u64);
                         let chunk = &data[*sent..*sent + n];
-                        lane.am_bcopy(am_id::MIDDLE, |b| copy(b, &[&mp, chunk]))
-                            .map(|_| n)
+                        lane.am_bcopy(ids.1, |b| copy(b, &[&mp, chunk])).map(|_| n)
                     };
                     match r {
                         Ok(n) => {
@@ -549,6 +578,11 @@ impl SendOp {
                 (OpKind::Rndv(op), r) => op.finish(r),
                 _ => {}
             },
+            Done::Sync(id, w) => {
+                if let Some(w) = w.upgrade() {
+                    crate::tag::sync_sent(&w, id, r);
+                }
+            }
             Done::Rndv(id, w) => {
                 if let (Err(e), Some(w)) = (r, w.upgrade()) {
                     crate::rndv::finish_send(&w, id, Err(e));
@@ -642,6 +676,7 @@ impl EpInner {
         );
         Ok(SendOp {
             kind: OpKind::Frags {
+                ids: (am_id::FIRST, am_id::MIDDLE),
                 prefix,
                 header: header.to_vec(),
                 data,
@@ -699,7 +734,8 @@ impl Ep {
         check_flags(flags)?;
         if wants_rndv(&ep.limits, header.len(), data.len(), flags) {
             let (req, c) = request();
-            match crate::rndv::start(ep, id, header, data.to_vec(), flags, Done::Unit(c))? {
+            let word = rts_word(id, header, flags)?;
+            match crate::rndv::start(ep, am_id::RTS, word, header, data.to_vec(), Done::Unit(c))? {
                 Ok(op) => return self.send_op(op, req),
                 Err(_) if flags.contains(AmFlags::RNDV) => return Err(rts_too_big(ep, header)),
                 Err(_) => {}
@@ -752,7 +788,8 @@ impl Ep {
         check_flags(flags)?;
         let data = if wants_rndv(&ep.limits, header.len(), data.len(), flags) {
             let (req, c) = request();
-            match crate::rndv::start(ep, id, header, data, flags, Done::Buf(c))? {
+            let word = rts_word(id, header, flags)?;
+            match crate::rndv::start(ep, am_id::RTS, word, header, data, Done::Buf(c))? {
                 Ok(op) => return self.send_op(op, req),
                 Err(_) if flags.contains(AmFlags::RNDV) => return Err(rts_too_big(ep, header)),
                 Err((data, _)) => data,
@@ -769,7 +806,7 @@ impl Ep {
             && pn + header.len() <= l.max_zcopy_hdr
             && ep.can_send_now()
         {
-            match self.zcopy(&[&prefix[..pn], header].concat(), data)? {
+            match self.zcopy(am_id::SINGLE, &[&prefix[..pn], header].concat(), data)? {
                 Ok(issued) => return Ok(issued),
                 Err(data) => data,
             }
@@ -793,7 +830,12 @@ impl Ep {
 
     /// One zero-copy send of the application's buffer (registered for it, deregistered after).
     /// `Err(data)` inside: the lane had no resources; the buffer comes back.
-    fn zcopy(&self, hdr: &[u8], data: Vec<u8>) -> Result<std::result::Result<Issued<Vec<u8>>, Vec<u8>>> {
+    pub(crate) fn zcopy(
+        &self,
+        uct_id: u8,
+        hdr: &[u8],
+        data: Vec<u8>,
+    ) -> Result<std::result::Result<Issued<Vec<u8>>, Vec<u8>>> {
         let ep = &self.inner;
         let w = ep
             .worker
@@ -811,9 +853,7 @@ impl Ep {
             }
         });
         // Bound first: the iov's hold on `mem` must end before the buffer is given back.
-        let sent = ep
-            .am_ep()
-            .am_zcopy(am_id::SINGLE, hdr, &[mem.whole()], Some(&comp));
+        let sent = ep.am_ep().am_zcopy(uct_id, hdr, &[mem.whole()], Some(&comp));
         match sent {
             Ok(ucs::Outcome::InProgress) => Ok(Ok(Issued::Pending(req))),
             Ok(ucs::Outcome::Done) => {
@@ -829,7 +869,7 @@ impl Ep {
     }
 
     /// Sends `op` now as far as it goes, queueing the rest; `Done` when all of it went.
-    fn send_op<T>(&self, mut op: SendOp, mut req: crate::Request<T>) -> Result<Issued<T>> {
+    pub(crate) fn send_op<T>(&self, mut op: SendOp, mut req: crate::Request<T>) -> Result<Issued<T>> {
         let ep = &self.inner;
         if !ep.can_send_now() {
             self.enqueue(op);
@@ -860,13 +900,13 @@ impl Ep {
         }
     }
 
-    fn enqueue(&self, op: SendOp) {
+    pub(crate) fn enqueue(&self, op: SendOp) {
         self.inner.queue.borrow_mut().push_back(op);
         self.inner.dispatch();
     }
 }
 
-fn check_flags(flags: AmFlags) -> Result<()> {
+pub(crate) fn check_flags(flags: AmFlags) -> Result<()> {
     if flags.contains(AmFlags::RNDV) && flags.contains(AmFlags::EAGER) {
         return Err(Error::new(
             Status::InvalidParam,
@@ -876,12 +916,28 @@ fn check_flags(flags: AmFlags) -> Result<()> {
     Ok(())
 }
 
+/// The header word of an active message's RTS.
+fn rts_word(id: u16, header: &[u8], flags: AmFlags) -> Result<u64> {
+    let user_hdr_len = u32::try_from(header.len())
+        .map_err(|_| Error::new(Status::InvalidParam, "ucp: AM header longer than 4 GiB"))?;
+    Ok(AmHeader {
+        id,
+        flags: if flags.contains(AmFlags::REPLY) {
+            FLAG_REPLY
+        } else {
+            0
+        },
+        user_hdr_len,
+    }
+    .word())
+}
+
 /// Room an RTS leaves for the rkey when `am_protocol` predicts (transports' rkeys are
 /// smaller).
 const RKEY_ROOM: usize = 64;
 
 /// Rendezvous by flag, or by size unless `EAGER`.
-fn wants_rndv(l: &crate::ep::Limits, header_len: usize, len: usize, flags: AmFlags) -> bool {
+pub(crate) fn wants_rndv(l: &crate::ep::Limits, header_len: usize, len: usize, flags: AmFlags) -> bool {
     flags.contains(AmFlags::RNDV)
         || (!flags.contains(AmFlags::EAGER) && header_len.saturating_add(len) >= l.rndv_thresh)
 }

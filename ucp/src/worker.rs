@@ -100,6 +100,7 @@ pub(crate) struct WorkerInner {
     pub reasm: RefCell<Reassembly>,
     pub rndv: RefCell<crate::rndv::RndvState>,
     pub keepalive: crate::keepalive::Keepalive,
+    pub tag: RefCell<crate::tag::TagState>,
     /// Endpoints that failed since the last progress (acted on there), and whether any did.
     pub failed: RefCell<Vec<u64>>,
     pub has_failed: Cell<bool>,
@@ -236,6 +237,7 @@ impl Worker {
             reasm: RefCell::new(Reassembly::default()),
             rndv: RefCell::new(crate::rndv::RndvState::default()),
             keepalive: crate::keepalive::Keepalive::default(),
+            tag: RefCell::new(crate::tag::TagState::default()),
             failed: RefCell::new(Vec::new()),
             has_failed: Cell::new(false),
         });
@@ -340,7 +342,7 @@ fn install_handlers(inner: &Rc<WorkerInner>, idx: usize, iface: &Iface) -> Resul
         AmCbFlags::ASYNC
     };
     type Handler = fn(&Rc<WorkerInner>, usize, &AmMessage<'_>);
-    let table: [(u8, Handler); 8] = [
+    let table: [(u8, Handler); 14] = [
         (am_id::WIREUP, crate::wireup::on_message),
         (am_id::SINGLE, crate::am::on_single),
         (am_id::FIRST, crate::am::on_first),
@@ -349,6 +351,12 @@ fn install_handlers(inner: &Rc<WorkerInner>, idx: usize, iface: &Iface) -> Resul
         (am_id::ATS, crate::rndv::on_ats),
         (am_id::RTR, crate::rndv::on_rtr),
         (am_id::DATA, crate::rndv::on_data),
+        (am_id::TAG_EAGER, crate::tag::on_eager),
+        (am_id::TAG_SYNC, crate::tag::on_sync),
+        (am_id::TAG_FIRST, crate::tag::on_first),
+        (am_id::TAG_MIDDLE, crate::tag::on_middle),
+        (am_id::TAG_SYNC_ACK, crate::tag::on_sync_ack),
+        (am_id::TAG_RTS, crate::tag::on_rts),
     ];
     for (id, h) in table {
         let w = Rc::downgrade(inner);

@@ -16,14 +16,14 @@ use std::rc::{Rc, Weak};
 use ucs::{Error, Result, Status};
 use uct::{IfaceFlags, MemAccess};
 
-use crate::am::{AmFlags, Done, SendOp};
+use crate::am::{Done, SendOp};
 use crate::ep::EpInner;
-use crate::wire::{am_id, AmHeader, FLAG_REPLY};
+use crate::wire::am_id;
 use crate::worker::WorkerInner;
 
 pub(crate) use recv::recv_data;
 pub use recv::AmDataDesc;
-pub(crate) use recv::{on_data, on_rts, GetOp, RecvState};
+pub(crate) use recv::{desc_for, find_ep, on_data, on_rts, GetOp, RecvState};
 
 /// The sender's buffer: registered for the peer's `get_zcopy`, or plain (pipeline).
 pub(crate) enum SendBuf {
@@ -112,14 +112,15 @@ pub(crate) fn get_lane(
         .or_else(|| (0..lanes.lanes.len()).find(ok))
 }
 
-/// Starts a rendezvous send of `data`: the RTS to queue, or the data back when the RTS would
-/// not fit one transport message (the caller sends eagerly then).
+/// Starts a rendezvous send of `data`: the RTS (uct AM id `rts_id`, header word `word`, the
+/// application's `header`) to queue, or the data back when the RTS would not fit one transport
+/// message (the caller sends eagerly then).
 pub(crate) fn start(
     ep: &Rc<EpInner>,
-    id: u16,
+    rts_id: u8,
+    word: u64,
     header: &[u8],
     data: Vec<u8>,
-    flags: AmFlags,
     done: Done,
 ) -> Result<std::result::Result<SendOp, (Vec<u8>, Done)>> {
     let w = ep
@@ -150,8 +151,6 @@ pub(crate) fn start(
         }
         None => SendBuf::Vec(data),
     };
-    let user_hdr_len = u32::try_from(header.len())
-        .map_err(|_| Error::new(Status::InvalidParam, "ucp: AM header longer than 4 GiB"))?;
     if wire::RTS_LEN + rkey.len() + header.len() > ep.limits.max_bcopy || rkey.len() > usize::from(u16::MAX) {
         return Ok(Err((buf.into_vec(), done)));
     }
@@ -161,15 +160,7 @@ pub(crate) fn start(
         SendBuf::Vec(_) => 0,
     };
     let rts = wire::Rts {
-        hdr: AmHeader {
-            id,
-            flags: if flags.contains(AmFlags::REPLY) {
-                FLAG_REPLY
-            } else {
-                0
-            },
-            user_hdr_len,
-        },
+        word,
         worker: w.uuid,
         ep: ep.id.get(),
         rndv_id,
@@ -192,7 +183,7 @@ pub(crate) fn start(
         },
     );
     Ok(Ok(SendOp::control(
-        am_id::RTS,
+        rts_id,
         rts,
         Done::Rndv(rndv_id, Rc::downgrade(&w)),
     )))
@@ -209,7 +200,7 @@ pub(crate) fn finish_send(w: &WorkerInner, rndv_id: u64, r: Result<()>) {
     match s.done {
         Done::Unit(c) => c.complete(r),
         Done::Buf(c) => c.complete(r.map(|_| buf.map(SendBuf::into_vec).unwrap_or_default())),
-        Done::Nothing | Done::Rndv(..) => {}
+        Done::Nothing | Done::Rndv(..) | Done::Sync(..) => {}
     }
 }
 

@@ -55,7 +55,8 @@ impl Drop for AmDataDesc {
 }
 
 fn send_ats(ep: &Rc<EpInner>, rndv_id: u64, status: Status) {
-    if ep.check_usable().is_err() {
+    // Not from a worker being torn down (its unmatched descriptors drop then).
+    if ep.check_usable().is_err() || ep.worker.strong_count() == 0 {
         return;
     }
     let ats = wire::Ats {
@@ -75,7 +76,7 @@ fn violation(what: &str, e: &Error) {
 
 /// Our endpoint toward `(worker, ep)`: the one wireup paired with it, else (wireup not done on
 /// our side yet) any endpoint to that worker — the ids in the messages are the sender's.
-fn find_ep(w: &WorkerInner, worker: u64, ep: u64) -> Option<Rc<EpInner>> {
+pub(crate) fn find_ep(w: &WorkerInner, worker: u64, ep: u64) -> Option<Rc<EpInner>> {
     let t = w.eps.borrow();
     if let Some(e) = t.by_remote.get(&(worker, ep)).and_then(|id| t.get(*id)) {
         return Some(e);
@@ -93,30 +94,41 @@ pub(crate) fn on_rts(w: &Rc<WorkerInner>, _iface: usize, m: &uct::AmMessage<'_>)
         Ok(r) => r,
         Err(e) => return violation("rendezvous RTS", &e),
     };
+    let Some(desc) = desc_for(w, &r) else { return };
+    let hdr = crate::wire::AmHeader::from_word(r.word);
+    let reply = (hdr.flags & FLAG_REPLY != 0).then(|| Ep {
+        inner: desc.0.as_ref().expect("a new descriptor").ep.clone(),
+    });
+    am::deliver_rndv(w, hdr.id, r.user_hdr, reply, desc);
+}
+
+/// The descriptor of an announced message, or `None` (dropped with a log line) when it is
+/// too large or comes from a worker we have no endpoint to.
+pub(crate) fn desc_for(w: &WorkerInner, r: &wire::Rts<'_>) -> Option<AmDataDesc> {
     if r.total > am::MAX_MESSAGE {
         let e = Error::new(
             Status::ExceedsLimit,
             format!("a {}-byte message exceeds {}", r.total, am::MAX_MESSAGE),
         );
-        return violation("rendezvous RTS", &e);
+        violation("rendezvous RTS", &e);
+        return None;
     }
     let Some(ep) = find_ep(w, r.worker, r.ep) else {
         let e = Error::new(
             Status::InvalidParam,
             format!("no endpoint toward worker {:#x}", r.worker),
         );
-        return violation("rendezvous RTS", &e);
+        violation("rendezvous RTS", &e);
+        return None;
     };
-    let reply = (r.hdr.flags & FLAG_REPLY != 0).then(|| Ep { inner: ep.clone() });
-    let desc = AmDataDesc(Some(Desc {
+    Some(AmDataDesc(Some(Desc {
         ep,
         rndv_id: r.rndv_id,
         total: r.total as usize,
         addr: r.addr,
         resource: r.resource,
         rkey: r.rkey.to_vec(),
-    }));
-    am::deliver_rndv(w, r.hdr.id, r.user_hdr, reply, desc);
+    })))
 }
 
 /// A pipelined receive, waiting for DATA messages.

@@ -31,7 +31,8 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 /// Ready-to-send: the sender's message, announced; its data stays with the sender.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Rts<'a> {
-    pub hdr: AmHeader,
+    /// The AM header word, or the tag of a tag message.
+    pub word: u64,
     /// The sender's worker and its endpoint toward the receiver.
     pub worker: u64,
     pub ep: u64,
@@ -51,7 +52,7 @@ impl Rts<'_> {
     /// The encoded message.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(RTS_LEN + self.rkey.len() + self.user_hdr.len());
-        b.extend_from_slice(&self.hdr.word().to_le_bytes());
+        b.extend_from_slice(&self.word.to_le_bytes());
         for v in [self.worker, self.ep, self.rndv_id, self.total, self.addr] {
             b.extend_from_slice(&v.to_le_bytes());
         }
@@ -64,19 +65,37 @@ impl Rts<'_> {
     }
 }
 
+/// Decodes an active message's RTS (the header word checked, the user header after the rkey).
 pub fn decode_rts(b: &[u8]) -> Result<Rts<'_>> {
     if b.len() < RTS_LEN {
         return Err(short("rendezvous RTS", RTS_LEN, b.len()));
     }
     let hdr = AmHeader::from_word(u64_at(b, 0));
-    if hdr.flags & !FLAG_REPLY != 0 || b[3] != 0 || b[51..56].iter().any(|&x| x != 0) {
+    if hdr.flags & !FLAG_REPLY != 0 || b[3] != 0 {
         return Err(Error::new(
             Status::InvalidParam,
-            "ucp: rendezvous RTS: unknown flags or reserved bytes set",
+            "ucp: rendezvous RTS: unknown flags or reserved bits in the header word",
+        ));
+    }
+    decode_rts_with(b, hdr.user_hdr_len as usize)
+}
+
+/// Decodes a tag message's RTS (the word is the tag; no user header).
+pub fn decode_tag_rts(b: &[u8]) -> Result<Rts<'_>> {
+    if b.len() < RTS_LEN {
+        return Err(short("tag rendezvous RTS", RTS_LEN, b.len()));
+    }
+    decode_rts_with(b, 0)
+}
+
+fn decode_rts_with(b: &[u8], uh: usize) -> Result<Rts<'_>> {
+    if b[51..56].iter().any(|&x| x != 0) {
+        return Err(Error::new(
+            Status::InvalidParam,
+            "ucp: rendezvous RTS: reserved bytes set",
         ));
     }
     let rkey_len = u16::from_le_bytes([b[48], b[49]]) as usize;
-    let uh = hdr.user_hdr_len as usize;
     if (b.len() - RTS_LEN) as u64 != rkey_len as u64 + uh as u64 {
         return Err(Error::new(
             Status::InvalidParam,
@@ -95,7 +114,7 @@ pub fn decode_rts(b: &[u8]) -> Result<Rts<'_>> {
         ));
     }
     Ok(Rts {
-        hdr,
+        word: u64_at(b, 0),
         worker: u64_at(b, 8),
         ep: u64_at(b, 16),
         rndv_id: u64_at(b, 24),
@@ -217,11 +236,12 @@ mod tests {
 
     fn rts() -> Vec<u8> {
         Rts {
-            hdr: AmHeader {
+            word: AmHeader {
                 id: 7,
                 flags: FLAG_REPLY,
                 user_hdr_len: 3,
-            },
+            }
+            .word(),
             worker: 1,
             ep: 2,
             rndv_id: 3,
@@ -246,6 +266,15 @@ mod tests {
         let mut long = b.clone();
         long.push(0);
         assert!(decode_rts(&long).is_err());
+        // as a tag RTS the same bytes carry 3 bytes too many
+        assert!(decode_tag_rts(&b).is_err());
+        let tag = Rts {
+            word: u64::MAX,
+            user_hdr: b"",
+            ..decode_rts(&b).unwrap()
+        }
+        .encode();
+        assert_eq!(decode_tag_rts(&tag).unwrap().word, u64::MAX);
     }
 
     #[test]
