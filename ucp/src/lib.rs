@@ -19,6 +19,9 @@ pub mod lanes;
 pub mod proto;
 mod request;
 pub mod tl;
+#[cfg(feature = "tokio")]
+pub mod tokio;
+mod wakeup;
 pub mod wire;
 mod wireup;
 mod worker;
@@ -29,4 +32,5 @@ pub use context::{Context, ContextBuilder, Features};
 pub use ep::{CloseMode, Ep, EpParams, ErrMode};
 pub use request::{Issued, Request};
 pub use ucs::{Error, Outcome, Result, Status};
+pub use wakeup::WorkerWaker;
 pub use worker::Worker;

@@ -12,9 +12,10 @@ use uct::{AmCbFlags, AmMessage, AsyncMode, DeviceType, Iface, IfaceParams, Md};
 
 use crate::address::{AddressEntry, WorkerAddress};
 use crate::am::{AmHandler, AmHandlers, Reassembly};
-use crate::context::Context;
+use crate::context::{Context, Features};
 use crate::ep::{Ep, EpInner};
 use crate::tl::{TlAttr, TlInfo};
+use crate::wakeup::Wakeup;
 use crate::wire::am_id;
 
 /// One opened resource.
@@ -24,6 +25,8 @@ pub(crate) struct WIface {
     pub info: TlInfo,
     /// Usable for wireup only (`RUCX_TLS`'s auxiliary transports).
     pub aux_only: bool,
+    /// What `Worker::arm` arms on it (empty: not in the wakeup set).
+    pub arm_events: uct::ArmEvents,
 }
 
 /// The worker's endpoints: by local id (index + generation), and the maps wireup needs.
@@ -65,6 +68,11 @@ impl EpTable {
         }
     }
 
+    /// Every endpoint still alive.
+    pub fn live(&self) -> impl Iterator<Item = Rc<EpInner>> + '_ {
+        self.slots.iter().filter_map(|(_, w)| w.upgrade())
+    }
+
     /// Frees id `id` (the endpoint is gone).
     pub fn remove(&mut self, id: u64) {
         let (i, g) = (id as u32 as usize, (id >> 32) as u32);
@@ -91,6 +99,8 @@ pub(crate) struct WorkerInner {
     /// Endpoints that failed since the last progress (acted on there), and whether any did.
     pub failed: RefCell<Vec<u64>>,
     pub has_failed: Cell<bool>,
+    /// The wakeup fd and signal, with `Features::WAKEUP`.
+    pub wakeup: Option<Wakeup>,
 }
 
 impl WorkerInner {
@@ -126,6 +136,7 @@ impl Worker {
     /// A worker in `mode` ([`AsyncMode::Poll`]: no background thread).
     pub fn with_async_mode(ctx: &Context, mode: AsyncMode) -> Result<Worker> {
         let uct = uct::Worker::with_async_mode(mode)?;
+        let wakeup = ctx.inner.features.contains(Features::WAKEUP);
         let uuid = worker_uuid();
         let mut mds: Vec<(String, String, Md)> = Vec::new();
         let mut ifaces = Vec::new();
@@ -165,6 +176,19 @@ impl Worker {
                     continue;
                 }
             };
+            if wakeup && !crate::wakeup::usable(&iface, r.dev_type) {
+                tracing::warn!(
+                    "ucp: {}/{} not used: it has no event fd, and Features::WAKEUP was asked for",
+                    r.tl_name,
+                    r.dev_name
+                );
+                continue;
+            }
+            let arm_events = if wakeup {
+                crate::wakeup::arm_events(&iface)
+            } else {
+                uct::ArmEvents::EMPTY
+            };
             let info = TlInfo {
                 tl_name: r.tl_name.clone(),
                 dev_name: r.dev_name.clone(),
@@ -177,6 +201,7 @@ impl Worker {
                 iface,
                 info,
                 aux_only: r.aux_only,
+                arm_events,
             });
         }
         if ifaces.iter().all(|i| i.aux_only) {
@@ -200,6 +225,11 @@ impl Worker {
         };
         address.validate()?;
         let address = address.pack();
+        let wakeup = if wakeup {
+            Some(Wakeup::new(&uct, &ifaces)?)
+        } else {
+            None
+        };
         let inner = Rc::new(WorkerInner {
             ctx: ctx.clone(),
             uct,
@@ -212,6 +242,7 @@ impl Worker {
             reasm: RefCell::new(Reassembly::default()),
             failed: RefCell::new(Vec::new()),
             has_failed: Cell::new(false),
+            wakeup,
         });
         *slot.borrow_mut() = Rc::downgrade(&inner);
         for (i, w) in inner.ifaces.iter().enumerate() {
