@@ -9,4 +9,5 @@ mod keepalive;
 mod lifecycle;
 mod rndv;
 mod tag;
+mod wakeup;
 mod wireup;

@@ -24,6 +24,8 @@ impl Features {
     pub const RMA: Features = Features(4);
     pub const AMO32: Features = Features(8);
     pub const AMO64: Features = Features(16);
+    /// Sleeping until the worker has work: `Worker::{event_fd, arm, wait, waker}`. Interfaces
+    /// without an event fd are then not opened (a warning names them); self needs none.
     pub const WAKEUP: Features = Features(32);
     pub const STREAM: Features = Features(64);
 

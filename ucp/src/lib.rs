@@ -22,6 +22,9 @@ mod request;
 mod rndv;
 pub mod tag;
 pub mod tl;
+#[cfg(feature = "tokio")]
+pub mod tokio;
+mod wakeup;
 pub mod wire;
 mod wireup;
 mod worker;
@@ -34,4 +37,5 @@ pub use request::{Issued, Request};
 pub use rndv::AmDataDesc;
 pub use tag::{TagInfo, TagMsg, TagProbe, TagRecvd};
 pub use ucs::{Error, Outcome, Result, Status};
+pub use wakeup::WorkerWaker;
 pub use worker::{WeakWorker, Worker};

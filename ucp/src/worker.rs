@@ -12,9 +12,10 @@ use uct::{AmCbFlags, AmMessage, AsyncMode, DeviceType, Iface, IfaceParams, Md};
 
 use crate::address::{AddressEntry, WorkerAddress};
 use crate::am::{AmHandler, AmHandlers, Reassembly};
-use crate::context::Context;
+use crate::context::{Context, Features};
 use crate::ep::{Ep, EpInner};
 use crate::tl::{TlAttr, TlInfo};
+use crate::wakeup::Wakeup;
 use crate::wire::am_id;
 
 /// One opened resource.
@@ -24,6 +25,8 @@ pub(crate) struct WIface {
     pub info: TlInfo,
     /// Usable for wireup only (`RUCX_TLS`'s auxiliary transports).
     pub aux_only: bool,
+    /// What `Worker::arm` arms on it (empty: not in the wakeup set).
+    pub arm_events: uct::ArmEvents,
 }
 
 /// The worker's endpoints: by local id (index + generation), and the maps wireup needs.
@@ -104,6 +107,8 @@ pub(crate) struct WorkerInner {
     /// Endpoints that failed since the last progress (acted on there), and whether any did.
     pub failed: RefCell<Vec<u64>>,
     pub has_failed: Cell<bool>,
+    /// The wakeup fd and signal, with `Features::WAKEUP`.
+    pub wakeup: Option<Wakeup>,
 }
 
 impl WorkerInner {
@@ -151,6 +156,7 @@ impl Worker {
     /// A worker in `mode` ([`AsyncMode::Poll`]: no background thread).
     pub fn with_async_mode(ctx: &Context, mode: AsyncMode) -> Result<Worker> {
         let uct = uct::Worker::with_async_mode(mode)?;
+        let wakeup = ctx.inner.features.contains(Features::WAKEUP);
         let uuid = worker_uuid();
         let mut mds: Vec<(String, String, Md)> = Vec::new();
         let mut ifaces = Vec::new();
@@ -190,6 +196,19 @@ impl Worker {
                     continue;
                 }
             };
+            if wakeup && !crate::wakeup::usable(&iface, r.dev_type) {
+                tracing::warn!(
+                    "ucp: {}/{} not used: it has no event fd, and Features::WAKEUP was asked for",
+                    r.tl_name,
+                    r.dev_name
+                );
+                continue;
+            }
+            let arm_events = if wakeup {
+                crate::wakeup::arm_events(&iface)
+            } else {
+                uct::ArmEvents::EMPTY
+            };
             let info = TlInfo {
                 tl_name: r.tl_name.clone(),
                 dev_name: r.dev_name.clone(),
@@ -202,6 +221,7 @@ impl Worker {
                 iface,
                 info,
                 aux_only: r.aux_only,
+                arm_events,
             });
         }
         if ifaces.iter().all(|i| i.aux_only) {
@@ -225,6 +245,11 @@ impl Worker {
         };
         address.validate()?;
         let address = address.pack();
+        let wakeup = if wakeup {
+            Some(Wakeup::new(&uct, &ifaces)?)
+        } else {
+            None
+        };
         let inner = Rc::new(WorkerInner {
             ctx: ctx.clone(),
             uct,
@@ -240,6 +265,7 @@ impl Worker {
             tag: RefCell::new(crate::tag::TagState::default()),
             failed: RefCell::new(Vec::new()),
             has_failed: Cell::new(false),
+            wakeup,
         });
         *slot.borrow_mut() = Rc::downgrade(&inner);
         for (i, w) in inner.ifaces.iter().enumerate() {

@@ -76,6 +76,20 @@ impl EpInner {
             None => "AM pipeline".to_owned(),
         }
     }
+
+    /// True when queued sends or wireup messages could go now, with no transport event to
+    /// wait for (not waiting for resources or for the peer's wireup, not inside a dispatch).
+    pub(crate) fn can_progress_sends(&self) -> bool {
+        if self.pending_armed.get() || self.dispatching.get() {
+            return false;
+        }
+        let wireup = !self.wireup_q.borrow().is_empty();
+        match self.wired.get() {
+            Wired::Failed(_) | Wired::Closed => false,
+            Wired::WaitingForPeer => wireup,
+            Wired::Ready => wireup || !self.queue.borrow().is_empty(),
+        }
+    }
 }
 
 impl Drop for EpInner {
