@@ -7,7 +7,7 @@ use ucp::{AmFlags, WorkerAddress};
 use crate::harness::{pattern, uct_context, Setup};
 use crate::ucp_test;
 
-/// UCP's uct AM ids (docs/wire-ucp.md; 9..=14 are tag matching's).
+/// UCP's uct AM ids (docs/wire-ucp.md; 9..=14 are tag matching's, 15 streams').
 const WIREUP: u8 = 1;
 const SINGLE: u8 = 2;
 const FIRST: u8 = 3;
@@ -163,6 +163,8 @@ fn garbage(victim_uuid: u64, peer: u64) -> Vec<(u8, Vec<u8>)> {
         ),
         (13, [&le(12345)[..], &le(peer)[..]].concat()), // acknowledges nothing
         (14, vec![0; 30]),
+        (15, vec![1; 3]),                                            // stream message, short
+        (15, [&le(12345)[..], &le(1)[..], b"not a peer"].concat()), // stream from a stranger
         (DATA, vec![]),
         (
             DATA,

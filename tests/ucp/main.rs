@@ -8,6 +8,7 @@ mod hostile;
 mod keepalive;
 mod lifecycle;
 mod rndv;
+mod stream;
 mod tag;
 mod wakeup;
 mod wireup;

@@ -445,6 +445,8 @@ enum OpKind {
     Flush(crate::ep::FlushOp),
     /// A rendezvous step (the sender's DATA, the receiver's fetch).
     Rndv(crate::rndv::RndvOp),
+    /// Stream bytes.
+    Stream(crate::stream::StreamOp),
     /// A fragmented message: the first fragment (uct AM id `ids.0`) carries `prefix` and the
     /// header, the later ones (`ids.1`) offsets.
     Frags {
@@ -505,6 +507,13 @@ impl SendOp {
         }
     }
 
+    pub(crate) fn stream(op: crate::stream::StreamOp, c: Completer<()>) -> SendOp {
+        SendOp {
+            kind: OpKind::Stream(op),
+            done: Done::Unit(c),
+        }
+    }
+
     pub(crate) fn rndv(op: crate::rndv::RndvOp) -> SendOp {
         SendOp {
             kind: OpKind::Rndv(op),
@@ -533,6 +542,7 @@ impl SendOp {
             },
             OpKind::Flush(f) => f.progress(ep),
             OpKind::Rndv(r) => r.progress(ep),
+            OpKind::Stream(s) => s.progress(ep),
             OpKind::Frags {
                 ids,
                 prefix,
@@ -592,7 +602,9 @@ impl SendOp {
             Done::Buf(c) => {
                 let data = match self.kind {
                     OpKind::Frags { data, .. } => data,
-                    OpKind::Whole { .. } | OpKind::Flush(_) | OpKind::Rndv(_) => Vec::new(),
+                    OpKind::Whole { .. } | OpKind::Flush(_) | OpKind::Rndv(_) | OpKind::Stream(_) => {
+                        Vec::new()
+                    }
                 };
                 c.complete(r.map(|_| data));
             }

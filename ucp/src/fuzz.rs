@@ -22,12 +22,20 @@ fn check_error(e: &ucs::Error) {
 
 /// Target `ucp_am`: the first byte picks the message kind (single, first fragment, later
 /// fragment, rendezvous RTS, ATS, RTR, DATA, tag eager, tag sync, tag first fragment, tag sync
-/// acknowledgement, tag RTS), the rest is the message.
+/// acknowledgement, tag RTS, stream), the rest is the message.
 pub fn fuzz_am(data: &[u8]) {
     let Some((&kind, b)) = data.split_first() else {
         return;
     };
-    let kind = kind % 12;
+    let kind = kind % 13;
+    if kind == 12 {
+        return match crate::stream::decode(b) {
+            Ok((worker, ep, d)) => {
+                assert_eq!([&worker.to_le_bytes()[..], &ep.to_le_bytes()[..], d].concat(), b)
+            }
+            Err(e) => check_error(&e),
+        };
+    }
     if kind >= 7 {
         return fuzz_tag(kind, b);
     }
@@ -221,6 +229,7 @@ mod tests {
         out.push([&[9u8][..], &f.prefix()[..], b"first"].concat());
         out.push([&[10u8][..], &crate::tag::wire::encode_ack(3, 1)[..]].concat());
         out.push([&[11u8][..], &rts(42, b"").encode()].concat());
+        out.push([&[12u8][..], &[1u8; 16][..], b"stream"].concat());
         out
     }
 

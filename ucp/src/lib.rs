@@ -20,6 +20,7 @@ pub mod lanes;
 pub mod proto;
 mod request;
 mod rndv;
+pub mod stream;
 pub mod tag;
 pub mod tl;
 #[cfg(feature = "tokio")]

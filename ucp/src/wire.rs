@@ -33,6 +33,8 @@ pub mod am_id {
     pub const TAG_SYNC_ACK: u8 = 13;
     /// Tag matching: a rendezvous announcement.
     pub const TAG_RTS: u8 = 14;
+    /// Stream bytes.
+    pub const STREAM: u8 = 15;
 }
 
 /// Version of UCP's messages; a worker address carries it, so peers agree before any message.

@@ -294,6 +294,7 @@ fn on_request(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
         .borrow_mut()
         .by_remote
         .insert((msg.src_worker, msg.src_ep), ep.id.get());
+    crate::stream::on_wired(w, &ep);
     if let Err(e) = connect_lanes(&ep, &msg.lanes) {
         ep.fail(e.clone());
         return Err(e);
@@ -326,6 +327,7 @@ fn on_reply(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
         .borrow_mut()
         .by_remote
         .insert((msg.src_worker, msg.src_ep), ep.id.get());
+    crate::stream::on_wired(w, &ep);
     if let Err(e) = connect_lanes(&ep, &msg.lanes) {
         ep.fail(e.clone());
         return Err(e);

@@ -104,6 +104,7 @@ pub(crate) struct WorkerInner {
     pub rndv: RefCell<crate::rndv::RndvState>,
     pub keepalive: crate::keepalive::Keepalive,
     pub tag: RefCell<crate::tag::TagState>,
+    pub stream: RefCell<crate::stream::StreamState>,
     /// Endpoints that failed since the last progress (acted on there), and whether any did.
     pub failed: RefCell<Vec<u64>>,
     pub has_failed: Cell<bool>,
@@ -263,6 +264,7 @@ impl Worker {
             rndv: RefCell::new(crate::rndv::RndvState::default()),
             keepalive: crate::keepalive::Keepalive::default(),
             tag: RefCell::new(crate::tag::TagState::default()),
+            stream: RefCell::new(crate::stream::StreamState::default()),
             failed: RefCell::new(Vec::new()),
             has_failed: Cell::new(false),
             wakeup,
@@ -368,7 +370,7 @@ fn install_handlers(inner: &Rc<WorkerInner>, idx: usize, iface: &Iface) -> Resul
         AmCbFlags::ASYNC
     };
     type Handler = fn(&Rc<WorkerInner>, usize, &AmMessage<'_>);
-    let table: [(u8, Handler); 14] = [
+    let table: [(u8, Handler); 15] = [
         (am_id::WIREUP, crate::wireup::on_message),
         (am_id::SINGLE, crate::am::on_single),
         (am_id::FIRST, crate::am::on_first),
@@ -383,6 +385,7 @@ fn install_handlers(inner: &Rc<WorkerInner>, idx: usize, iface: &Iface) -> Resul
         (am_id::TAG_MIDDLE, crate::tag::on_middle),
         (am_id::TAG_SYNC_ACK, crate::tag::on_sync_ack),
         (am_id::TAG_RTS, crate::tag::on_rts),
+        (am_id::STREAM, crate::stream::on_stream),
     ];
     for (id, h) in table {
         let w = Rc::downgrade(inner);
