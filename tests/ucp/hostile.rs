@@ -163,7 +163,7 @@ fn garbage(victim_uuid: u64, peer: u64) -> Vec<(u8, Vec<u8>)> {
         ),
         (13, [&le(12345)[..], &le(peer)[..]].concat()), // acknowledges nothing
         (14, vec![0; 30]),
-        (15, vec![1; 3]),                                            // stream message, short
+        (15, vec![1; 3]),                                           // stream message, short
         (15, [&le(12345)[..], &le(1)[..], b"not a peer"].concat()), // stream from a stranger
         (DATA, vec![]),
         (
@@ -236,4 +236,91 @@ fn hostile_bytes_are_dropped(s: &Setup) {
     );
 }
 
-ucp_test!(hostile_bytes_are_dropped);
+/// A forged rendezvous announcement: an rkey the sender does not own (registered on another
+/// memory domain) and an address and length beyond what it covers. The receiver's fetch fails
+/// with an error, nothing is read from outside registered memory, and the worker goes on.
+fn forged_rendezvous(s: &Setup) {
+    if s.t.rdma {
+        return; // rc_verbs would fail the whole connection on a remote access error
+    }
+    let Some(p) = s.pair() else { return };
+    let victim = WorkerAddress::unpack(p.b.address()).unwrap();
+    let attacker = WorkerAddress::unpack(p.a.address()).unwrap();
+    let entry = victim
+        .entries
+        .iter()
+        .find(|e| e.tl.tl_name == s.t.tl_name)
+        .unwrap();
+    let resource = attacker
+        .entries
+        .iter()
+        .position(|e| e.tl.tl_name == s.t.tl_name)
+        .unwrap() as u8;
+    let uct = uct_context(s.t);
+    let (md, _) = uct.find_resource(&entry.tl.tl_name, &entry.tl.dev_name).unwrap();
+    let region = uct::Mem::register(&md, vec![7u8; 4096], uct::MemAccess::ALL).unwrap();
+    let rkey = region.pack_rkey().unwrap();
+    let iface = uct::Iface::open(
+        &md,
+        p.b.uct(),
+        uct::IfaceParams::new(&entry.tl.tl_name, &entry.tl.dev_name),
+    )
+    .unwrap();
+    let raw = iface
+        .ep_create_connected(&entry.dev_addr, &entry.iface_addr)
+        .unwrap();
+    // The victim must know the claimed sender: a real message from it first.
+    let inbox = p.inbox(2);
+    let _ = p.ep.am_send(2, b"real", b"first", AmFlags::default()).unwrap();
+    p.wait_for("the real message", || inbox.borrow().len() == 1);
+
+    let results: std::rc::Rc<std::cell::RefCell<Vec<ucp::Result<usize>>>> = Default::default();
+    let r2 = results.clone();
+    let w = p.b.downgrade();
+    p.b.set_am_handler(3, move |m| {
+        let desc = m.take_data_desc().expect("a rendezvous message");
+        let r3 = r2.clone();
+        match w.upgrade().unwrap().am_recv_data(desc, Vec::new()) {
+            Ok(issued) => issued.on_complete(move |r| r3.borrow_mut().push(r.map(|v| v.len()))),
+            Err(e) => r2.borrow_mut().push(Err(e)),
+        }
+    });
+    let cases = [
+        (region.addr() + (1 << 20), 4096u64), // outside the region
+        (region.addr(), 1 << 20),             // runs past its end
+    ];
+    for (i, &(addr, total)) in cases.iter().enumerate() {
+        let rts = [
+            &le(3)[..], // AM id 3, no header
+            &le(p.a.id())[..],
+            &le(12345)[..],
+            &le(900 + i as u64)[..],
+            &le(total)[..],
+            &le(addr)[..],
+            &(rkey.len() as u16).to_le_bytes()[..],
+            &[resource, 0, 0, 0, 0, 0][..],
+            &rkey[..],
+        ]
+        .concat();
+        p.wait_for("the raw endpoint to take the RTS", || {
+            match raw.am_bcopy(RTS, |b| {
+                b[..rts.len()].copy_from_slice(&rts);
+                rts.len()
+            }) {
+                Ok(_) => true,
+                Err(e) if e == ucs::Status::NoResource => false,
+                Err(e) => panic!("[{}] raw am_bcopy: {e}", p.name),
+            }
+        });
+        p.wait_for("the forged fetch to end", || results.borrow().len() == i + 1);
+        let r = &results.borrow()[i];
+        assert!(r.is_err(), "[{}] forged case {i} was fetched: {r:?}", p.name);
+    }
+    drop(region);
+    let _ =
+        p.ep.am_send(2, b"after", b"still here", AmFlags::default())
+            .unwrap();
+    p.wait_for("the next real message", || inbox.borrow().len() == 2);
+}
+
+ucp_test!(hostile_bytes_are_dropped, forged_rendezvous);

@@ -86,6 +86,7 @@ pub(crate) fn find_ep(w: &WorkerInner, worker: u64, ep: u64) -> Option<Rc<EpInne
         .chain(t.passive.iter())
         .find(|((uuid, _), _)| *uuid == worker)
         .map(|(_, e)| e.clone())
+        .or_else(|| t.live().find(|e| e.remote.uuid == worker))
 }
 
 /// RTS: a rendezvous message for the application's handler.
