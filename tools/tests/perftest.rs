@@ -123,3 +123,51 @@ fn errors_exit_like_ucx_perftest() {
     assert!(o.status.success());
     assert!(stdout(&o).contains("am_lat - UCT active message latency"));
 }
+
+/// The UCP tests, over tcp, in one process (`-l`) and as two threads with their own workers
+/// (`-L`), eager and rendezvous sizes, with `-V`: each completes its iterations and the data
+/// arrives intact. Few iterations; no timing is checked.
+#[test]
+fn ucp_tests_run_over_tcp() {
+    let tests = [
+        "tag_lat",
+        "tag_bw",
+        "tag_sync_lat",
+        "tag_sync_bw",
+        "ucp_am_lat",
+        "ucp_am_bw",
+        "stream_lat",
+        "stream_bw",
+    ];
+    for t in tests {
+        for mode in ["-l", "-L"] {
+            for size in ["8", "1048576"] {
+                let args = format!("{mode} -t {t} -n 20 -w 4 -s {size} -V");
+                let o = Command::new(env!("CARGO_BIN_EXE_rucx-perftest"))
+                    .args(args.split_whitespace())
+                    .env("RUCX_LOG_LEVEL", "warn")
+                    .env("RUCX_TLS", "tcp")
+                    .env("RUCX_NET_DEVICES", "lo")
+                    .env("RUCX_RNDV_THRESH", "65536")
+                    .output()
+                    .expect("rucx-perftest runs");
+                let out = stdout(&o);
+                assert!(
+                    o.status.success(),
+                    "{args}: exit {:?}\n{out}\n{}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                let row = out
+                    .lines()
+                    .find(|l| l.starts_with("Final:"))
+                    .unwrap_or_else(|| panic!("{args}: no final row\n{out}"));
+                assert_eq!(numbers(&row["Final:".len()..])[0], 20.0, "{args}: {row}");
+            }
+        }
+    }
+    // Not implemented yet: refused with a message, exit 255.
+    let o = perftest("-l -t ucp_put_bw -n 10");
+    assert_eq!(o.status.code(), Some(255));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not implemented by rucx-perftest yet"));
+}

@@ -106,6 +106,11 @@ impl Perf {
         self.current.time_acc = self.start_time_acc;
     }
 
+    /// The iterations of this run.
+    pub fn max_iter(&self) -> u64 {
+        self.max_iter
+    }
+
     /// Whether the run has done its iterations.
     #[inline(always)]
     pub fn done(&self) -> bool {

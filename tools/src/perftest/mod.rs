@@ -14,6 +14,7 @@ mod report;
 mod rte;
 mod runner;
 mod setup;
+mod ucp_bench;
 
 use std::io::Write as _;
 use std::os::unix::net::UnixStream;
@@ -124,8 +125,55 @@ fn run_test(mut p: Params, print: PrintFlags, mut rte: Rte) -> Result<()> {
     r
 }
 
+/// UCX's `ucx_perf_run` for UCP tests.
+fn ucp_perf_run(p: &Params, print: PrintFlags, rte: &mut Rte) -> Result<()> {
+    let pingpong = p.desc().ty == TestType::PingPong;
+    let mut perf = Perf::new(
+        p.max_iter,
+        p.report_interval,
+        pingpong,
+        p.percentile_rank,
+        Printer { flags: print },
+    );
+    let mut bench = ucp_bench::UcpBench::new(p, rte)?;
+    let result = (|| {
+        // Warm-up as for UCT: runs of 1, 2, 4, ... until -w iterations or the time is up.
+        let deadline = clock::accurate() + p.warmup_time;
+        let (mut chunk, mut total) = (1u64, 0u64);
+        while total < p.warmup_iter {
+            perf.set_warmup(chunk);
+            bench.run(p, &mut perf, rte)?;
+            perf.prepare_new_run(p.max_iter, p.report_interval);
+            let own = if clock::accurate() > deadline {
+                Status::Ok
+            } else {
+                Status::InProgress
+            };
+            match rte.exchange_status(own, &mut || bench.progress())? {
+                Status::InProgress => {}
+                Status::Ok => break,
+                e => return Err(rte::status_error(e)),
+            }
+            total += chunk;
+            chunk *= 2;
+        }
+        bench.run(p, &mut perf, rte)?;
+        rte.barrier(&mut || bench.progress())?;
+        perf.report_final();
+        if p.validate {
+            ucp_bench::exchange_validation(&bench, rte)?;
+        }
+        Ok(())
+    })();
+    let cleanup = bench.cleanup(rte);
+    result.and(cleanup)
+}
+
 /// UCX's `ucx_perf_run` for UCT tests.
 fn perf_run(p: &Params, print: PrintFlags, rte: &mut Rte) -> Result<()> {
+    if p.desc().api == params::Api::Ucp {
+        return ucp_perf_run(p, print, rte);
+    }
     let ctx = rucx::context();
     let pingpong = p.desc().ty == TestType::PingPong;
     let mut perf = Perf::new(

@@ -1,0 +1,423 @@
+//! `ucx_perftest`'s UCP tests on rucx's protocol layer: the same patterns as UCX's
+//! `ucp_tests.cc` — ping-pong (side 0 sends first, side 1 answers) and uni-directional streams
+//! (side 1 sends with up to `-O` operations outstanding, side 0 receives with up to `-O`
+//! receives posted) — over one `ucp::Ep` whose transports `RUCX_TLS` chooses.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use ucp::{AmFlags, Context, Ep, Features, Issued, Request, Worker};
+use ucs::{Error, Result, Status};
+
+use super::measure::Perf;
+use super::params::{AsyncKind, Params, TestType};
+use super::rte::{self, Rte};
+
+/// UCX's tag for the tag tests.
+const TAG: u64 = 0x1337_a880;
+/// The AM id of the AM tests.
+const AM_ID: u16 = 1;
+
+/// What a test moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Tag,
+    TagSync,
+    Am,
+    Stream,
+}
+
+impl Op {
+    fn of(name: &str) -> Option<Op> {
+        Some(match name {
+            "tag_lat" | "tag_bw" => Op::Tag,
+            "tag_sync_lat" | "tag_sync_bw" => Op::TagSync,
+            "ucp_am_lat" | "ucp_am_bw" => Op::Am,
+            "stream_lat" | "stream_bw" => Op::Stream,
+            _ => return None,
+        })
+    }
+
+    fn features(self) -> Features {
+        match self {
+            Op::Tag | Op::TagSync => Features::TAG,
+            Op::Am | Op::Stream => Features::AM,
+        }
+    }
+}
+
+/// Whether rucx-perftest runs UCP test `name` (the RMA and atomic ones are not there yet).
+pub fn supported(name: &str) -> bool {
+    Op::of(name).is_some()
+}
+
+/// The connected endpoint and the test's state.
+pub struct UcpBench {
+    op: Op,
+    worker: Worker,
+    ep: Ep,
+    len: usize,
+    window: usize,
+    loopback: bool,
+    sbuf: Vec<u8>,
+    /// A spare receive buffer (tag and stream receives hand theirs back).
+    rbuf: Option<Vec<u8>>,
+    /// AM arrivals (eager, or rendezvous fetched), and payloads that failed `-V`.
+    am_count: Rc<Cell<u64>>,
+    /// AM arrivals waited for so far, over all runs (a message may arrive during the barrier
+    /// before a run).
+    am_seen: u64,
+    bad: Rc<Cell<u64>>,
+    validate: bool,
+}
+
+fn pattern(i: usize) -> u8 {
+    (i as u8).wrapping_mul(13).wrapping_add(7)
+}
+
+impl UcpBench {
+    /// Context, worker, address exchange and wireup (both sides wired before the barrier).
+    pub fn new(p: &Params, rte: &mut Rte) -> Result<UcpBench> {
+        let name = p.desc().name;
+        let op = Op::of(name).ok_or_else(|| {
+            Error::new(
+                Status::Unsupported,
+                format!("rucx-perftest: UCP test {name} is not implemented yet"),
+            )
+        })?;
+        let len = p.message_size();
+        if op == Op::Stream && len == 0 {
+            return Err(Error::new(
+                Status::InvalidParam,
+                "rucx-perftest: stream tests need a message size of at least 1 (-s)",
+            ));
+        }
+        let ctx = Context::builder(rucx::context())
+            .features(op.features())
+            .build()?;
+        let mode = match p.async_mode {
+            AsyncKind::Thread => uct::AsyncMode::Thread,
+            AsyncKind::Poll => uct::AsyncMode::Poll,
+        };
+        let worker = Worker::with_async_mode(&ctx, mode)?;
+        rte.post(worker.address())?;
+        let peer = rte.recv(1 << 20, &mut || {
+            worker.progress();
+        })?;
+        let ep = worker.connect(&peer)?;
+        let am_count = Rc::new(Cell::new(0u64));
+        let bad = Rc::new(Cell::new(0u64));
+        if op == Op::Am {
+            install_am_handler(&worker, len, p.validate, &am_count, &bad);
+        }
+        let b = UcpBench {
+            op,
+            worker,
+            ep,
+            len,
+            window: p.max_outstanding.max(1) as usize,
+            loopback: p.loopback,
+            sbuf: (0..len).map(pattern).collect(),
+            rbuf: Some(vec![0; len]),
+            am_count,
+            am_seen: 0,
+            bad,
+            validate: p.validate,
+        };
+        // Wired both ways before anything is measured: a message each way.
+        b.ep.flush()?.wait(&b.worker)?;
+        rte.barrier(&mut || {
+            b.worker.progress();
+        })?;
+        Ok(b)
+    }
+
+    pub fn progress(&self) {
+        self.worker.progress();
+    }
+
+    /// One measured (or warm-up) run of `perf`'s iterations.
+    pub fn run(&mut self, p: &Params, perf: &mut Perf, rte: &mut Rte) -> Result<()> {
+        let me = rte.group_index();
+        rte.barrier(&mut || self.progress())?;
+        perf.start_clock();
+        let r = match p.desc().ty {
+            TestType::PingPong => self.pingpong(perf, me),
+            TestType::StreamUni if self.loopback => self.stream_loopback(perf),
+            TestType::StreamUni if me == 1 => self.stream_send(perf),
+            TestType::StreamUni => self.stream_recv(perf),
+        };
+        perf.get_time();
+        r
+    }
+
+    /// `-V`: the payloads that arrived different.
+    pub fn validation_status(&self) -> Status {
+        if self.bad.get() == 0 {
+            Status::Ok
+        } else {
+            tracing::error!(bad = self.bad.get(), "received data differs from what was sent");
+            Status::IoError
+        }
+    }
+
+    fn wait<T>(&self, r: Result<Issued<T>>) -> Result<T> {
+        match r? {
+            Issued::Done(v) => Ok(v),
+            Issued::Pending(mut q) => loop {
+                if let Some(v) = q.take() {
+                    return v;
+                }
+                self.worker.progress();
+            },
+        }
+    }
+
+    /// Sends one message; `Some(request)` while it is still in flight.
+    fn send(&self) -> Result<Option<Request<()>>> {
+        let r = match self.op {
+            Op::Tag => self.ep.tag_send(TAG, &self.sbuf),
+            Op::TagSync => self.ep.tag_send_sync(TAG, &self.sbuf),
+            Op::Am => self.ep.am_send(AM_ID, &[], &self.sbuf, AmFlags::default()),
+            Op::Stream => self.ep.stream_send(&self.sbuf),
+        }?;
+        Ok(match r {
+            Issued::Done(()) => None,
+            Issued::Pending(q) => Some(q),
+        })
+    }
+
+    fn send_wait(&self) -> Result<()> {
+        if let Some(q) = self.send()? {
+            self.wait(Ok(Issued::Pending(q)))?;
+        }
+        Ok(())
+    }
+
+    fn check(&self, data: &[u8]) {
+        if self.validate && (data.len() != self.len || data.iter().enumerate().any(|(i, &b)| b != pattern(i)))
+        {
+            self.bad.set(self.bad.get() + 1);
+        }
+    }
+
+    /// Receives one whole message.
+    fn recv_wait(&mut self) -> Result<()> {
+        match self.op {
+            Op::Tag | Op::TagSync => {
+                let buf = self.rbuf.take().unwrap_or_else(|| vec![0; self.len]);
+                let got = self.wait(self.worker.tag_recv(TAG, u64::MAX, buf))?;
+                self.check(&got.data);
+                self.rbuf = Some(got.data);
+            }
+            Op::Am => {
+                self.am_seen += 1;
+                while self.am_count.get() < self.am_seen {
+                    self.worker.progress();
+                }
+            }
+            Op::Stream => {
+                let mut left = self.len;
+                while left > 0 {
+                    let mut buf = self.rbuf.take().unwrap_or_default();
+                    buf.resize(left, 0);
+                    let got = self.wait(self.ep.stream_recv(buf, false))?;
+                    left -= got.len();
+                    self.rbuf = Some(got);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn pingpong(&mut self, perf: &mut Perf, me: usize) -> Result<()> {
+        let len = self.len as u64;
+        while !perf.done() {
+            if self.loopback {
+                self.send_wait_or_recv()?;
+                perf.update(1, len);
+            } else if me == 0 {
+                self.send_wait()?;
+                perf.update(1, len);
+                self.recv_wait()?;
+            } else {
+                self.recv_wait()?;
+                self.send_wait()?;
+                perf.update(1, len);
+            }
+        }
+        Ok(())
+    }
+
+    /// Side 1: sends with at most `-O` in flight, then waits for all and flushes.
+    fn stream_send(&mut self, perf: &mut Perf) -> Result<()> {
+        let len = self.len as u64;
+        let mut inflight: VecDeque<Request<()>> = VecDeque::new();
+        while !perf.done() {
+            self.reap(&mut inflight, self.window - 1)?;
+            if let Some(q) = self.send()? {
+                inflight.push_back(q);
+            }
+            perf.update(1, len);
+        }
+        self.reap(&mut inflight, 0)?;
+        self.wait(self.ep.flush())
+    }
+
+    /// Progresses until at most `keep` sends are in flight.
+    fn reap(&self, inflight: &mut VecDeque<Request<()>>, keep: usize) -> Result<()> {
+        while inflight.len() > keep {
+            while let Some(q) = inflight.front_mut() {
+                match q.take() {
+                    Some(r) => {
+                        r?;
+                        inflight.pop_front();
+                    }
+                    None => break,
+                }
+            }
+            if inflight.len() > keep {
+                self.worker.progress();
+            }
+        }
+        Ok(())
+    }
+
+    /// Side 0: receives the iterations' messages, up to `-O` receives posted.
+    fn stream_recv(&mut self, perf: &mut Perf) -> Result<()> {
+        let len = self.len as u64;
+        match self.op {
+            Op::Tag | Op::TagSync => {
+                let mut posted: VecDeque<Request<ucp::TagRecvd>> = VecDeque::new();
+                let mut spare: Vec<Vec<u8>> = Vec::new();
+                let mut issued = 0u64;
+                while !perf.done() {
+                    while posted.len() < self.window && issued < perf.max_iter() {
+                        let buf = spare.pop().unwrap_or_else(|| vec![0; self.len]);
+                        issued += 1;
+                        match self.worker.tag_recv(TAG, u64::MAX, buf)? {
+                            Issued::Done(got) => {
+                                self.check(&got.data);
+                                spare.push(got.data);
+                                perf.update(1, len);
+                            }
+                            Issued::Pending(q) => posted.push_back(q),
+                        }
+                    }
+                    self.worker.progress();
+                    while let Some(q) = posted.front_mut() {
+                        let Some(r) = q.take() else { break };
+                        let got = r?;
+                        self.check(&got.data);
+                        spare.push(got.data);
+                        posted.pop_front();
+                        perf.update(1, len);
+                    }
+                }
+            }
+            Op::Am | Op::Stream => {
+                while !perf.done() {
+                    self.recv_wait()?;
+                    perf.update(1, len);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Loopback (`-l`): one process sends and receives each message in turn.
+    fn stream_loopback(&mut self, perf: &mut Perf) -> Result<()> {
+        let len = self.len as u64;
+        while !perf.done() {
+            self.send_wait_or_recv()?;
+            perf.update(1, len);
+        }
+        Ok(())
+    }
+
+    fn send_wait_or_recv(&mut self) -> Result<()> {
+        // A synchronous or rendezvous send completes only once received: post the receive
+        // first for tags, so that the send can complete.
+        match self.op {
+            Op::Tag | Op::TagSync => {
+                let buf = self.rbuf.take().unwrap_or_else(|| vec![0; self.len]);
+                let r = self.worker.tag_recv(TAG, u64::MAX, buf)?;
+                self.send_wait()?;
+                let got = self.wait(Ok(r))?;
+                self.check(&got.data);
+                self.rbuf = Some(got.data);
+                Ok(())
+            }
+            _ => {
+                self.send_wait()?;
+                self.recv_wait()
+            }
+        }
+    }
+
+    /// Ends the test: both sides stop at the barrier, the endpoint closes.
+    pub fn cleanup(self, rte: &mut Rte) -> Result<()> {
+        let r = rte.barrier(&mut || {
+            self.worker.progress();
+        });
+        let _ = self.ep.close(ucp::CloseMode::Force);
+        r
+    }
+}
+
+/// AM id 1: counts arrivals; a rendezvous one is fetched first.
+fn install_am_handler(w: &Worker, len: usize, validate: bool, count: &Rc<Cell<u64>>, bad: &Rc<Cell<u64>>) {
+    let (c, b) = (count.clone(), bad.clone());
+    let wk = w.downgrade();
+    let spare: Rc<RefCell<Vec<u8>>> = Rc::default();
+    w.set_am_handler(AM_ID, move |m| {
+        let check = {
+            let b = b.clone();
+            move |d: &[u8]| {
+                if validate && (d.len() != len || d.iter().enumerate().any(|(i, &x)| x != pattern(i))) {
+                    b.set(b.get() + 1);
+                }
+            }
+        };
+        match m.take_data_desc() {
+            None => {
+                check(m.data());
+                c.set(c.get() + 1);
+            }
+            Some(desc) => {
+                let Some(w) = wk.upgrade() else { return };
+                let buf = std::mem::take(&mut *spare.borrow_mut());
+                let (c, spare, b) = (c.clone(), spare.clone(), b.clone());
+                let done = move |r: ucs::Result<Vec<u8>>| {
+                    match r {
+                        Ok(v) => {
+                            check(&v);
+                            *spare.borrow_mut() = v;
+                        }
+                        Err(e) => {
+                            tracing::error!("am_recv_data: {e}");
+                            b.set(b.get() + 1);
+                        }
+                    }
+                    c.set(c.get() + 1);
+                };
+                match w.am_recv_data(desc, buf) {
+                    Ok(issued) => issued.on_complete(done),
+                    Err(e) => done(Err(e)),
+                }
+            }
+        }
+    });
+}
+
+/// The status both sides agree on at the end of a `-V` run.
+pub fn exchange_validation(b: &UcpBench, rte: &mut Rte) -> Result<()> {
+    let own = b.validation_status();
+    match rte.exchange_status(own, &mut || {
+        b.progress();
+    })? {
+        Status::Ok => Ok(()),
+        e => Err(rte::status_error(e)),
+    }
+}
