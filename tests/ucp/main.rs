@@ -6,4 +6,5 @@ mod am;
 mod harness;
 mod hostile;
 mod lifecycle;
+mod sockaddr;
 mod wireup;

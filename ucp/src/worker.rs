@@ -91,6 +91,9 @@ pub(crate) struct WorkerInner {
     /// Endpoints that failed since the last progress (acted on there), and whether any did.
     pub failed: RefCell<Vec<u64>>,
     pub has_failed: Cell<bool>,
+    /// The connection manager (`listen`, `connect_sockaddr`), made on first use: it hooks a
+    /// progress callback then, so a worker that never uses it pays nothing.
+    pub cm: RefCell<Option<Rc<crate::cm::Cm>>>,
 }
 
 impl WorkerInner {
@@ -212,6 +215,7 @@ impl Worker {
             reasm: RefCell::new(Reassembly::default()),
             failed: RefCell::new(Vec::new()),
             has_failed: Cell::new(false),
+            cm: RefCell::new(None),
         });
         *slot.borrow_mut() = Rc::downgrade(&inner);
         for (i, w) in inner.ifaces.iter().enumerate() {
