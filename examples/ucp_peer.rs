@@ -8,6 +8,8 @@
 //! ucp_peer echo ADDR                 server: checks every message and sends it back, until BYE
 //! ucp_peer sizes ADDR [MAX]          client: every size class both ways, up to MAX bytes
 //!                                    (default 64 MiB), checked on both sides
+//! ucp_peer stall ADDR                server: takes one message, then stops progressing (until
+//!                                    killed)
 //! ucp_peer flood ADDR                client with error mode Peer: sends until the server dies,
 //!                                    then checks its requests failed and its error handler
 //!                                    ran once
@@ -55,6 +57,7 @@ fn run() -> Res<()> {
         ["echo", addr] => echo(addr),
         ["sizes", addr] => sizes(addr, 64 << 20),
         ["sizes", addr, max] => sizes(addr, num(max)? as usize),
+        ["stall", addr] => stall(addr),
         ["flood", addr] => flood(addr),
         _ => Err("usage: see the comment at the top of examples/ucp_peer.rs".into()),
     }
@@ -312,6 +315,22 @@ fn sizes(addr: &str, max: usize) -> Res<()> {
     Ok(())
 }
 
+fn stall(addr: &str) -> Res<()> {
+    let w = worker()?;
+    let eps = Rc::default();
+    let _l = listen(&w, addr, &eps)?;
+    let got = Rc::new(Cell::new(false));
+    let g = got.clone();
+    w.set_am_handler(DATA, move |_| g.set(true));
+    wait(&w, "a message", || got.get())?;
+    println!("stalled");
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    // The client's sends back up behind a receiver that no longer reads.
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
 fn flood(addr: &str) -> Res<()> {
     let w = worker()?;
     let calls = Rc::new(Cell::new(0u32));
@@ -331,11 +350,12 @@ fn flood(addr: &str) -> Res<()> {
     let mut announced = false;
     let start = Instant::now();
     // Sends 1 MiB messages, a few in flight, until the endpoint fails.
+    let window = 8;
     while calls.get() == 0 {
         if start.elapsed() > DEADLINE {
             return Err("the peer's death was never reported".into());
         }
-        if pending.len() < 4 {
+        if pending.len() < window {
             match ep.am_send_owned(DATA, &0u64.to_le_bytes(), pattern(1 << 20, 0), AmFlags::default()) {
                 Ok(Issued::Done(_)) => ok += 1,
                 Ok(Issued::Pending(r)) => pending.push(r),
@@ -354,7 +374,8 @@ fn flood(addr: &str) -> Res<()> {
                 false
             }
         });
-        if !announced && ok >= 2 {
+        // Mid-transfer: messages went, and more wait for the lane.
+        if !announced && ok >= 1 && pending.len() >= window {
             println!("transferring");
             std::io::stdout().flush().map_err(|e| e.to_string())?;
             announced = true;

@@ -157,11 +157,12 @@ fn every_size_class_both_ways() {
     assert!(rest.contains(&format!("echoed {n} messages")), "{rest}");
 }
 
-/// The server dies (SIGKILL) while a client with error mode Peer sends: the client's requests
+/// The server dies (SIGKILL) while a client with error mode Peer sends: the client's pending requests
 /// fail, its error handler runs once, from progress, and the client goes on to exit cleanly.
 #[test]
 fn peer_killed_mid_transfer() {
-    let (mut srv, addr, _out) = server(&["echo", "127.0.0.1:0"], &[]);
+    // The server stops reading after the first message: the client's sends back up.
+    let (mut srv, addr, _out) = server(&["stall", "127.0.0.1:0"], &[]);
     let mut cli = Proc(Some(spawn(&["flood", &addr])));
     let mut cout = BufReader::new(cli.child().stdout.take().expect("stdout"));
     line_starting(&mut cout, "transferring");
