@@ -43,6 +43,10 @@ use wire::{Kind, Msg, Reader, CONN_SN_BIT, FLAG_ERR_PEER};
 /// How long `connect_sockaddr` waits for the TCP connection and the server's address.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Clients whose REQUEST is still being read, at most; a new one beyond drops the oldest (a
+/// client that connects and never speaks holds a socket only until then).
+const MAX_INCOMING: usize = 256;
+
 /// A connection in its handshake.
 enum Side {
     /// Server: the client's REQUEST is being read.
@@ -159,7 +163,19 @@ impl Cm {
             Ok(sock) => {
                 sock.poke();
                 self.any.store(true, Ordering::Release);
-                self.conns.borrow_mut().push(Conn {
+                let mut conns = self.conns.borrow_mut();
+                let incoming = |c: &Conn| incoming_side(&c.side);
+                if incoming_side(&side) && conns.iter().filter(|c| incoming(c)).count() >= MAX_INCOMING {
+                    if let Some(i) = conns.iter().position(incoming) {
+                        let old = conns.remove(i);
+                        tracing::warn!(
+                            "ucp: connection manager: client {}: no REQUEST while {MAX_INCOMING} \
+                             others waited: connection dropped",
+                            old.peer
+                        );
+                    }
+                }
+                conns.push(Conn {
                     sock,
                     peer,
                     reader: Reader::default(),
@@ -383,6 +399,10 @@ impl Worker {
     pub fn connect_sockaddr(&self, addr: SocketAddr, params: EpParams) -> Result<Ep> {
         connect(&self.inner, addr, params)
     }
+}
+
+fn incoming_side(s: &Side) -> bool {
+    matches!(s, Side::Incoming { .. })
 }
 
 /// Reads what `c` has: its message once complete.
