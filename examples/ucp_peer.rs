@@ -5,7 +5,8 @@
 //! ucp_peer sink ADDR CLIENTS COUNT   server: accepts CLIENTS clients, each sends COUNT numbered
 //!                                    messages; checks that none is lost or duplicated
 //! ucp_peer send ADDR ID COUNT        client: sends COUNT numbered messages as client ID
-//! ucp_peer echo ADDR                 server: checks every message and sends it back, until BYE
+//! ucp_peer echo ADDR                 server: checks every message and sends it back; at BYE
+//!                                    prints the count and goes on serving (until killed)
 //! ucp_peer sizes ADDR [MAX]          client: every size class both ways, up to MAX bytes
 //!                                    (default 64 MiB), checked on both sides
 //! ucp_peer stall ADDR                server: takes one message, then stops progressing (until
@@ -243,7 +244,9 @@ fn echo(addr: &str) -> Res<()> {
     });
     w.set_am_handler(BYE, move |_| b.set(true));
     let mut echoed = 0;
-    while !bye.get() || !inbox.borrow().is_empty() {
+    let mut reported = false;
+    // Serves until killed: a client's last acknowledgements may still need this side.
+    loop {
         w.progress();
         let msgs: Vec<_> = inbox.borrow_mut().drain(..).collect();
         for (seed, data) in msgs {
@@ -261,13 +264,12 @@ fn echo(addr: &str) -> Res<()> {
             finish(&w, "the echo", r)?;
             echoed += 1;
         }
+        if bye.get() && !reported {
+            println!("echoed {echoed} messages");
+            std::io::stdout().flush().map_err(|e| e.to_string())?;
+            reported = true;
+        }
     }
-    let ep = eps.borrow().first().cloned();
-    if let Some(ep) = ep {
-        finish(&w, "flush", ep.flush())?;
-    }
-    println!("echoed {echoed} messages");
-    Ok(())
 }
 
 fn sizes(addr: &str, max: usize) -> Res<()> {
