@@ -59,13 +59,16 @@ fn worker(ctx: &Context) -> Res<Worker> {
 /// The server side: echoes every `ECHO` message back to its sender until `BYE`.
 fn serve(w: &Worker) -> Res<()> {
     let done = std::rc::Rc::new(std::cell::Cell::new(false));
-    w.set_am_handler(ECHO, |m| {
-        if let Some(ep) = m.reply_ep() {
-            // A failed echo shows up at the client as a missing reply.
-            if let Err(e) = ep.am_send(REPLY, m.header(), m.data(), AmFlags::default()) {
+    let wk = w.downgrade();
+    w.set_am_handler(ECHO, move |m| {
+        let Some(ep) = m.reply_ep().cloned() else { return };
+        // A failed echo shows up at the client as a missing reply.
+        let echo = move |data: ucp::Result<Vec<u8>>| {
+            if let Err(e) = data.and_then(|d| ep.am_send_owned(REPLY, &[], d, AmFlags::default())) {
                 eprintln!("ucp_hello_world: echo failed: {e}");
             }
-        }
+        };
+        receive(&wk, m, echo);
     });
     let d = done.clone();
     w.set_am_handler(BYE, move |_| d.set(true));
@@ -85,7 +88,11 @@ fn run_client(w: &Worker, server_address: &[u8]) -> Res<()> {
     let ep = w.connect(server_address).map_err(|e| format!("connect: {e}"))?;
     let got = std::rc::Rc::new(std::cell::RefCell::new(None::<Vec<u8>>));
     let g = got.clone();
-    w.set_am_handler(REPLY, move |m| *g.borrow_mut() = Some(m.data().to_vec()));
+    let wk = w.downgrade();
+    w.set_am_handler(REPLY, move |m| {
+        let g = g.clone();
+        receive(&wk, m, move |d| *g.borrow_mut() = Some(d.unwrap_or_default()));
+    });
     wait(w, "the endpoint to connect", || ep.is_connected())?;
     println!(
         "endpoint to worker {:#x}, lanes:\n{}",
@@ -123,6 +130,18 @@ fn run_client(w: &Worker, server_address: &[u8]) -> Res<()> {
     .map_err(|e| format!("goodbye: {e}"))?;
     println!("\nall echoes intact");
     Ok(())
+}
+
+/// Hands a message's data to `then`: at once, or (a rendezvous message, whose data is still
+/// at the sender) once fetched.
+fn receive(w: &ucp::WeakWorker, m: &mut ucp::AmMsg<'_>, then: impl FnOnce(ucp::Result<Vec<u8>>) + 'static) {
+    match (m.take_data_desc(), w.upgrade()) {
+        (Some(desc), Some(w)) => match w.am_recv_data(desc, Vec::new()) {
+            Ok(issued) => issued.on_complete(then),
+            Err(e) => then(Err(e)),
+        },
+        _ => then(Ok(m.data().to_vec())),
+    }
 }
 
 /// Sends `data` as an ECHO with a reply endpoint; waits until the buffer is free again.

@@ -11,7 +11,8 @@
 //!                                    (default 64 MiB), checked on both sides
 //! ucp_peer stall ADDR                server: takes one message, then stops progressing (until
 //!                                    killed)
-//! ucp_peer flood ADDR                client with error mode Peer: sends until the server dies,
+//! ucp_peer flood ADDR [rndv]         client with error mode Peer: sends (rndv: by rendezvous,
+//!                                    which waits for the server's fetch) until the server dies,
 //!                                    then checks its requests failed and its error handler
 //!                                    ran once
 //! ```
@@ -59,7 +60,8 @@ fn run() -> Res<()> {
         ["sizes", addr] => sizes(addr, 64 << 20),
         ["sizes", addr, max] => sizes(addr, num(max)? as usize),
         ["stall", addr] => stall(addr),
-        ["flood", addr] => flood(addr),
+        ["flood", addr] => flood(addr, AmFlags::default()),
+        ["flood", addr, "rndv"] => flood(addr, AmFlags::RNDV),
         _ => Err("usage: see the comment at the top of examples/ucp_peer.rs".into()),
     }
 }
@@ -105,6 +107,30 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u64).wrapping_mul(31).wrapping_add(seed) as u8)
         .collect()
+}
+
+/// Messages with id `id` go to `inbox` as (seed from the header, data); a rendezvous message's
+/// data is fetched first.
+fn collect(w: &Worker, id: u16, inbox: &Inbox) {
+    let i = inbox.clone();
+    let weak = w.downgrade();
+    w.set_am_handler(id, move |m| {
+        let seed = u64::from_le_bytes(m.header().try_into().unwrap_or([0; 8]));
+        let Some(desc) = m.take_data_desc() else {
+            i.borrow_mut().push((seed, m.data().to_vec()));
+            return;
+        };
+        let Some(w) = weak.upgrade() else { return };
+        let i = i.clone();
+        match w.am_recv_data(desc, Vec::new()) {
+            Ok(Issued::Done(v)) => i.borrow_mut().push((seed, v)),
+            Ok(Issued::Pending(r)) => r.on_complete(move |v| match v {
+                Ok(v) => i.borrow_mut().push((seed, v)),
+                Err(e) => eprintln!("ucp_peer: fetching message {seed}: {e}"),
+            }),
+            Err(e) => eprintln!("ucp_peer: fetching message {seed}: {e}"),
+        }
+    });
 }
 
 /// Listens; accepted endpoints go to `eps`.
@@ -237,11 +263,8 @@ fn echo(addr: &str) -> Res<()> {
     let _l = listen(&w, addr, &eps)?;
     let inbox: Inbox = Rc::default();
     let bye = Rc::new(Cell::new(false));
-    let (i, b) = (inbox.clone(), bye.clone());
-    w.set_am_handler(DATA, move |m| {
-        let seed = u64::from_le_bytes(m.header().try_into().unwrap_or([0; 8]));
-        i.borrow_mut().push((seed, m.data().to_vec()));
-    });
+    let b = bye.clone();
+    collect(&w, DATA, &inbox);
     w.set_am_handler(BYE, move |_| b.set(true));
     let mut echoed = 0;
     let mut reported = false;
@@ -278,11 +301,7 @@ fn sizes(addr: &str, max: usize) -> Res<()> {
         .connect_sockaddr(sockaddr(addr)?, EpParams::new())
         .map_err(|e| format!("connect to {addr}: {e}"))?;
     let got: Inbox = Rc::default();
-    let g = got.clone();
-    w.set_am_handler(ECHO, move |m| {
-        let seed = u64::from_le_bytes(m.header().try_into().unwrap_or([0; 8]));
-        g.borrow_mut().push((seed, m.data().to_vec()));
-    });
+    collect(&w, ECHO, &got);
     // The endpoint's protocols are known once it is wired.
     wait(&w, "the connection", || ep.is_connected())?;
     let sizes = size_classes(&ep, max);
@@ -333,7 +352,7 @@ fn stall(addr: &str) -> Res<()> {
     }
 }
 
-fn flood(addr: &str) -> Res<()> {
+fn flood(addr: &str, flags: AmFlags) -> Res<()> {
     let w = worker()?;
     let calls = Rc::new(Cell::new(0u32));
     let c = calls.clone();
@@ -358,7 +377,7 @@ fn flood(addr: &str) -> Res<()> {
             return Err("the peer's death was never reported".into());
         }
         if pending.len() < window {
-            match ep.am_send_owned(DATA, &0u64.to_le_bytes(), pattern(1 << 20, 0), AmFlags::default()) {
+            match ep.am_send_owned(DATA, &0u64.to_le_bytes(), pattern(1 << 20, 0), flags) {
                 Ok(Issued::Done(_)) => ok += 1,
                 Ok(Issued::Pending(r)) => pending.push(r),
                 Err(_) => refused += 1,

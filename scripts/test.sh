@@ -56,6 +56,12 @@ step build cargo build --workspace --all-targets
 # rust-version is the real minimum: no std API newer than it (clippy's incompatible_msrv)
 step msrv cargo clippy --workspace --all-targets -- -A clippy::all -D clippy::incompatible_msrv
 step test cargo test --workspace --no-fail-fast
+# the optional tokio integration (ucp::tokio, the ucp_async example and its test): not in the
+# default features, so the steps above leave it out
+step tokio bash -c 'cargo clippy -p ucp -p rucx --features ucp/tokio,rucx/tokio --lib --example ucp_async --test ucp_async -- -A clippy::all -D clippy::incompatible_msrv &&
+  cargo build -p rucx --features tokio --example ucp_async &&
+  cargo test -p rucx --features tokio --test ucp_async &&
+  cargo test -p ucp --features tokio --doc'
 # the testbed's TCG plugins (diagnostics, not run here) must keep compiling
 step plugins bash -c 'for f in bench/vm/tcg-count.c bench/vm/tcg-syscall-times.c; do
   cc -O2 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden -o /dev/null "$f" -lpthread || exit 1; done'

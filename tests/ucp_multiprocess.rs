@@ -1,6 +1,6 @@
 //! UCP across processes, with the `ucp_peer` example (client and server find each other by
 //! IP address and port): many clients to one server, every size class both ways, and a server
-//! killed mid-transfer. Over tcp on loopback (`RUCX_TLS=tcp`); the size classes also over rc
+//! killed mid-transfer and mid-rendezvous. Over tcp on loopback (`RUCX_TLS=tcp`); the size classes also over rc
 //! and ud where the host has an RDMA device (the soft-RoCE VM: `testbed/rxe-vm.sh`).
 //!
 //! `cargo test -p rucx` builds the examples first; with a target filter build it yourself:
@@ -161,8 +161,8 @@ fn many_clients_to_one_server() {
     );
 }
 
-/// Short, bcopy, zero-copy (where the transport has it) and fragmented messages up to 64 MiB,
-/// each way, checked on both sides.
+/// Short, bcopy, zero-copy (where the transport has it), fragmented and rendezvous messages up
+/// to 64 MiB, each way, checked on both sides.
 #[test]
 fn every_size_class_both_ways() {
     // The soft-RoCE VM emulates its CPU: 8 MiB there.
@@ -182,6 +182,10 @@ fn every_size_class_both_ways() {
         for proto in &protos[..if zcopy { 4 } else { 3 }] {
             assert!(o.contains(proto), "[{name}] no {proto:?} message:\n{o}");
         }
+        // tcp's rendezvous threshold is a few MiB.
+        if name == "tcp" {
+            assert!(o.contains("rendezvous\n"), "[{name}] no rendezvous message:\n{o}");
+        }
         assert!(o.contains(&format!("{max} bytes both ways")), "[{name}] {o}");
         assert!(o.contains("all sizes intact"), "[{name}] {o}");
         let n = o.lines().filter(|l| l.contains("bytes both ways")).count();
@@ -194,13 +198,15 @@ fn every_size_class_both_ways() {
     }
 }
 
-/// The server dies (SIGKILL) while a client with error mode Peer sends: the client's pending requests
-/// fail, its error handler runs once, from progress, and the client goes on to exit cleanly.
-#[test]
-fn peer_killed_mid_transfer() {
+/// The server dies (SIGKILL) while a client with error mode Peer sends (`flood_args`): the
+/// client's pending requests fail, its error handler runs once, from progress, and the client
+/// goes on to exit cleanly.
+fn peer_killed(flood_args: &[&str]) {
     // The server stops reading after the first message: the client's sends back up.
     let (mut srv, addr, _out) = server(&["stall", "127.0.0.1:0"], &TCP);
-    let mut cli = Proc(Some(spawn(&["flood", &addr])));
+    let mut args = vec!["flood", &addr];
+    args.extend_from_slice(flood_args);
+    let mut cli = Proc(Some(spawn(&args)));
     let mut cout = BufReader::new(cli.child().stdout.take().expect("stdout"));
     line_starting(&mut cout, "transferring");
     srv.child().kill().expect("kill the server");
@@ -215,4 +221,16 @@ fn peer_killed_mid_transfer() {
         .and_then(|n| n.parse().ok())
         .expect("a failed count");
     assert!(failed > 0, "no request failed: {report}");
+}
+
+/// Killed mid-transfer: eager messages (fragments) queued behind a full connection.
+#[test]
+fn peer_killed_mid_transfer() {
+    peer_killed(&[]);
+}
+
+/// Killed mid-rendezvous: announced messages wait for a fetch that never comes.
+#[test]
+fn peer_killed_mid_rendezvous() {
+    peer_killed(&["rndv"]);
 }

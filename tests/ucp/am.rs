@@ -55,7 +55,8 @@ fn sizes(s: &Setup) {
 /// Each size class forced with the thresholds: the endpoint reports the protocol the
 /// configuration asks for, and messages of that class arrive intact (copied and owned sends).
 fn forced_protocols(s: &Setup) {
-    let cases: &[(&str, &str, bool, fn(AmProto) -> bool)] = &[
+    type Case = (&'static str, &'static str, bool, fn(AmProto) -> bool);
+    let cases: &[Case] = &[
         // copied sends: everything leaves am_short
         ("BCOPY_THRESH", "0", false, |p| {
             matches!(p, AmProto::Bcopy | AmProto::Fragments(_))
@@ -68,7 +69,7 @@ fn forced_protocols(s: &Setup) {
         ("ZCOPY_THRESH", "inf", true, |p| !matches!(p, AmProto::Zcopy)),
     ];
     for &(var, value, owned, ok) in cases {
-        let Some(p) = s.with(var, value).pair() else {
+        let Some(p) = s.with(var, value).with("RNDV_THRESH", "inf").pair() else {
             return;
         };
         let inbox = p.inbox(4);
@@ -111,7 +112,7 @@ fn forced_protocols(s: &Setup) {
         "[{}]",
         p.name
     );
-    let big = p.ep.am_protocol(0, 8 << 20, AmFlags::default(), false);
+    let big = p.ep.am_protocol(0, 8 << 20, AmFlags::EAGER, false);
     assert!(
         matches!(big, AmProto::Fragments(n) if n > 1),
         "[{}] 8 MiB go {big:?}",
@@ -187,7 +188,10 @@ fn order(s: &Setup) {
 
 /// The handler answers through the reply endpoint; the sender's handler gets the answer.
 fn reply(s: &Setup) {
-    let Some(p) = s.pair() else { return };
+    // Eager: the handler reads the data in place (rendezvous has its own tests).
+    let Some(p) = s.with("RNDV_THRESH", "inf").pair() else {
+        return;
+    };
     let answers = p_inbox_a(&p, 2);
     p.b.set_am_handler(1, |m| {
         let ep = m.reply_ep().expect("sent with REPLY: a reply endpoint");
@@ -227,7 +231,9 @@ fn p_inbox_a(p: &crate::harness::Pair, id: u16) -> crate::harness::Inbox {
 
 /// A handler keeps a message's data beyond its call.
 fn keep(s: &Setup) {
-    let Some(p) = s.pair() else { return };
+    let Some(p) = s.with("RNDV_THRESH", "inf").pair() else {
+        return;
+    };
     let kept = Rc::new(RefCell::new(Vec::new()));
     let k = kept.clone();
     p.b.set_am_handler(9, move |m| k.borrow_mut().push(m.keep()));
@@ -249,19 +255,12 @@ fn keep(s: &Setup) {
 }
 
 /// Rendezvous is refused, saying so.
-fn rndv_unsupported(s: &Setup) {
-    let Some(p) = s.pair() else { return };
-    let e = p.ep.am_send(1, &[], b"x", AmFlags::RNDV).unwrap_err();
-    assert_eq!(e, ucs::Status::Unsupported);
-    assert!(e.context().is_some());
-}
-
 /// 64 MiB in one message (fragmented everywhere).
 fn large(s: &Setup) {
     let Some(p) = s.pair() else { return };
     let inbox = p.inbox(5);
     let data = pattern(64 << 20, 9);
-    let back = match p.ep.am_send_owned(5, &[], data, AmFlags::default()).unwrap() {
+    let back = match p.ep.am_send_owned(5, &[], data, AmFlags::EAGER).unwrap() {
         Issued::Done(v) => v,
         Issued::Pending(mut r) => {
             p.wait_for("the 64 MiB send", || r.is_done());
@@ -272,13 +271,4 @@ fn large(s: &Setup) {
     assert!(inbox.borrow()[0].1 == back, "[{}] 64 MiB message", p.name);
 }
 
-ucp_test!(
-    sizes,
-    forced_protocols,
-    owned,
-    order,
-    reply,
-    keep,
-    rndv_unsupported,
-    large
-);
+ucp_test!(sizes, forced_protocols, owned, order, reply, keep, large);

@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use ucp::{AmFlags, Context, Ep, Worker};
+use ucp::{AmFlags, Context, Ep, Features, Worker};
 use uct::AsyncMode;
 
 /// How long any wait may take before the test fails.
@@ -80,7 +80,14 @@ pub fn uct_context(t: &Target) -> uct::Context {
 /// The context of `t` with `extra` configuration set in code; `None` (with a note) for an
 /// RDMA target on a host without RDMA.
 pub fn context(t: &Target, extra: &[(&str, &str)]) -> Option<Context> {
-    let mut b = Context::builder(uct_context(t)).config("TLS", t.tls);
+    context_with(t, extra, Features::AM)
+}
+
+/// [`context`] with `features`.
+pub fn context_with(t: &Target, extra: &[(&str, &str)], features: Features) -> Option<Context> {
+    let mut b = Context::builder(uct_context(t))
+        .features(features)
+        .config("TLS", t.tls);
     if !t.rdma {
         b = b.config("NET_DEVICES", "lo");
     }
@@ -120,10 +127,20 @@ impl Setup {
         Setup { t: self.t, extra }
     }
 
+    /// The context of this target with `features`, or `None` (skipped).
+    pub fn context(&self, features: Features) -> Option<Context> {
+        let extra: Vec<(&str, &str)> = self.extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        context_with(self.t, &extra, features)
+    }
+
     /// A connected pair on this target, or `None` (skipped).
     pub fn pair(&self) -> Option<Pair> {
-        let extra: Vec<(&str, &str)> = self.extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let ctx = context(self.t, &extra)?;
+        self.pair_with(Features::AM)
+    }
+
+    /// A connected pair whose context has `features`.
+    pub fn pair_with(&self, features: Features) -> Option<Pair> {
+        let ctx = self.context(features)?;
         let a = Worker::with_async_mode(&ctx, AsyncMode::Poll)
             .unwrap_or_else(|e| panic!("[{}] worker: {e}", self.t.name));
         let b = if self.t.two_workers {
@@ -180,10 +197,30 @@ impl Pair {
     pub fn inbox(&self, id: u16) -> Inbox {
         let inbox: Inbox = Rc::default();
         let i = inbox.clone();
+        let w = self.b.downgrade();
+        let name = self.name;
         self.b.set_am_handler(id, move |m| {
             let reply = m.reply_ep().is_some();
-            i.borrow_mut()
-                .push((m.header().to_vec(), m.data().to_vec(), reply));
+            let header = m.header().to_vec();
+            // Rendezvous: fetch the data, record the message when it is in.
+            if let Some(desc) = m.take_data_desc() {
+                let w = w.upgrade().expect("the worker runs its handler");
+                match w.am_recv_data(desc, Vec::new()) {
+                    Ok(ucp::Issued::Done(v)) => i.borrow_mut().push((header, v, reply)),
+                    Ok(ucp::Issued::Pending(r)) => {
+                        let i = i.clone();
+                        r.on_complete(move |res| match res {
+                            Ok(v) => i.borrow_mut().push((header, v, reply)),
+                            // A fetch still waiting when the worker goes (a spoofed RTS).
+                            Err(e) if e == ucs::Status::Canceled => {}
+                            Err(e) => panic!("[{name}] am_recv_data: {e}"),
+                        })
+                    }
+                    Err(e) => panic!("[{name}] am_recv_data: {e}"),
+                }
+                return;
+            }
+            i.borrow_mut().push((header, m.data().to_vec(), reply));
         });
         inbox
     }

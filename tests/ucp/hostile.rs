@@ -1,5 +1,5 @@
-//! Hostile bytes: a raw uct endpoint sends malformed UCP messages (headers, fragments, wireup)
-//! to a worker's interface. Each is dropped with a log line; the worker keeps serving its real
+//! Hostile bytes: a raw uct endpoint sends malformed UCP messages (headers, fragments, wireup,
+//! rendezvous) to a worker's interface. Each is dropped with a log line; the worker keeps serving its real
 //! peer, and messages it was reassembling from that peer are not disturbed.
 
 use ucp::{AmFlags, WorkerAddress};
@@ -7,18 +7,39 @@ use ucp::{AmFlags, WorkerAddress};
 use crate::harness::{pattern, uct_context, Setup};
 use crate::ucp_test;
 
-/// UCP's uct AM ids (docs/wire-ucp.md).
+/// UCP's uct AM ids (docs/wire-ucp.md; 9..=14 are tag matching's, 15 streams').
 const WIREUP: u8 = 1;
 const SINGLE: u8 = 2;
 const FIRST: u8 = 3;
 const MIDDLE: u8 = 4;
+const RTS: u8 = 5;
+const ATS: u8 = 6;
+const RTR: u8 = 7;
+const DATA: u8 = 8;
+
+/// A rendezvous announcement: header word, worker, ep, rndv id, total, address, rkey length,
+/// resource, reserved, rkey.
+fn rts(worker: u64, total: u64, resource: u8, rkey: &[u8]) -> Vec<u8> {
+    [
+        &le(2)[..],
+        &le(worker)[..],
+        &le(1)[..],
+        &le(77)[..],
+        &le(total)[..],
+        &le(0x1000)[..],
+        &(rkey.len() as u16).to_le_bytes()[..],
+        &[resource, 0, 0, 0, 0, 0][..],
+        rkey,
+    ]
+    .concat()
+}
 
 fn le(v: u64) -> [u8; 8] {
     v.to_le_bytes()
 }
 
-/// Malformed messages, by uct AM id.
-fn garbage(victim_uuid: u64) -> Vec<(u8, Vec<u8>)> {
+/// Malformed and spoofed messages, by uct AM id (`peer`: the victim's real peer).
+fn garbage(victim_uuid: u64, peer: u64) -> Vec<(u8, Vec<u8>)> {
     let word = |id: u64, flags: u64, uh: u64| le(id | flags << 16 | uh << 32);
     let mut v = vec![
         (SINGLE, vec![]),
@@ -113,6 +134,42 @@ fn garbage(victim_uuid: u64) -> Vec<(u8, Vec<u8>)> {
             .concat(),
         ),
         (9, b"an AM id UCP does not use".to_vec()),
+        (RTS, vec![5; 20]),
+        (RTS, rts(12345, 100, 255, &[])),         // no endpoint to that worker
+        (RTS, rts(peer, 1 << 40, 255, &[])),      // 1 TiB
+        (RTS, rts(peer, 100, 0, &[])),            // a resource without rkey
+        (RTS, rts(peer, 100, 0, b"not an rkey")), // spoofed: the fetch must fail cleanly
+        (ATS, vec![1; 23]),
+        (ATS, [&le(5)[..], &le(peer)[..], &[0; 8][..]].concat()), // unknown transfer
+        (RTR, [&le(5)[..], &le(6)[..], &le(peer)[..]].concat()),
+        (9, vec![1, 2, 3]), // tag message shorter than its tag
+        (10, vec![0; 20]),  // synchronous tag message, truncated
+        (
+            11,
+            [
+                &le(5)[..],
+                &le(peer)[..],
+                &le(1)[..],
+                &le(2)[..],
+                &le(0)[..],
+                &le(0)[..],
+                b"more than two",
+            ]
+            .concat(),
+        ),
+        (
+            12,
+            [&le(peer)[..], &le(77)[..], &le(0)[..], b"no such message"].concat(),
+        ),
+        (13, [&le(12345)[..], &le(peer)[..]].concat()), // acknowledges nothing
+        (14, vec![0; 30]),
+        (15, vec![1; 3]),                                           // stream message, short
+        (15, [&le(12345)[..], &le(1)[..], b"not a peer"].concat()), // stream from a stranger
+        (DATA, vec![]),
+        (
+            DATA,
+            [&le(41)[..], &le(peer)[..], &le(0)[..], b"no such receive"].concat(),
+        ),
     ];
     v.push((WIREUP, [&[7u8][..], &[0; 60][..]].concat())); // another version
     v
@@ -145,7 +202,7 @@ fn hostile_bytes_are_dropped(s: &Setup) {
     let inbox = p.inbox(2);
     let big = pattern(1 << 20, 5);
     let _ = p.ep.am_send(2, b"real", &big, AmFlags::default()).unwrap();
-    for (id, bytes) in garbage(victim.uuid) {
+    for (id, bytes) in garbage(victim.uuid, p.a.id()) {
         p.wait_for("the raw endpoint to take a message", || {
             match raw.am_bcopy(id, |b| {
                 let n = bytes.len().min(b.len());
@@ -179,4 +236,91 @@ fn hostile_bytes_are_dropped(s: &Setup) {
     );
 }
 
-ucp_test!(hostile_bytes_are_dropped);
+/// A forged rendezvous announcement: an rkey the sender does not own (registered on another
+/// memory domain) and an address and length beyond what it covers. The receiver's fetch fails
+/// with an error, nothing is read from outside registered memory, and the worker goes on.
+fn forged_rendezvous(s: &Setup) {
+    if s.t.rdma {
+        return; // rc_verbs would fail the whole connection on a remote access error
+    }
+    let Some(p) = s.pair() else { return };
+    let victim = WorkerAddress::unpack(p.b.address()).unwrap();
+    let attacker = WorkerAddress::unpack(p.a.address()).unwrap();
+    let entry = victim
+        .entries
+        .iter()
+        .find(|e| e.tl.tl_name == s.t.tl_name)
+        .unwrap();
+    let resource = attacker
+        .entries
+        .iter()
+        .position(|e| e.tl.tl_name == s.t.tl_name)
+        .unwrap() as u8;
+    let uct = uct_context(s.t);
+    let (md, _) = uct.find_resource(&entry.tl.tl_name, &entry.tl.dev_name).unwrap();
+    let region = uct::Mem::register(&md, vec![7u8; 4096], uct::MemAccess::ALL).unwrap();
+    let rkey = region.pack_rkey().unwrap();
+    let iface = uct::Iface::open(
+        &md,
+        p.b.uct(),
+        uct::IfaceParams::new(&entry.tl.tl_name, &entry.tl.dev_name),
+    )
+    .unwrap();
+    let raw = iface
+        .ep_create_connected(&entry.dev_addr, &entry.iface_addr)
+        .unwrap();
+    // The victim must know the claimed sender: a real message from it first.
+    let inbox = p.inbox(2);
+    let _ = p.ep.am_send(2, b"real", b"first", AmFlags::default()).unwrap();
+    p.wait_for("the real message", || inbox.borrow().len() == 1);
+
+    let results: std::rc::Rc<std::cell::RefCell<Vec<ucp::Result<usize>>>> = Default::default();
+    let r2 = results.clone();
+    let w = p.b.downgrade();
+    p.b.set_am_handler(3, move |m| {
+        let desc = m.take_data_desc().expect("a rendezvous message");
+        let r3 = r2.clone();
+        match w.upgrade().unwrap().am_recv_data(desc, Vec::new()) {
+            Ok(issued) => issued.on_complete(move |r| r3.borrow_mut().push(r.map(|v| v.len()))),
+            Err(e) => r2.borrow_mut().push(Err(e)),
+        }
+    });
+    let cases = [
+        (region.addr() + (1 << 20), 4096u64), // outside the region
+        (region.addr(), 1 << 20),             // runs past its end
+    ];
+    for (i, &(addr, total)) in cases.iter().enumerate() {
+        let rts = [
+            &le(3)[..], // AM id 3, no header
+            &le(p.a.id())[..],
+            &le(12345)[..],
+            &le(900 + i as u64)[..],
+            &le(total)[..],
+            &le(addr)[..],
+            &(rkey.len() as u16).to_le_bytes()[..],
+            &[resource, 0, 0, 0, 0, 0][..],
+            &rkey[..],
+        ]
+        .concat();
+        p.wait_for("the raw endpoint to take the RTS", || {
+            match raw.am_bcopy(RTS, |b| {
+                b[..rts.len()].copy_from_slice(&rts);
+                rts.len()
+            }) {
+                Ok(_) => true,
+                Err(e) if e == ucs::Status::NoResource => false,
+                Err(e) => panic!("[{}] raw am_bcopy: {e}", p.name),
+            }
+        });
+        p.wait_for("the forged fetch to end", || results.borrow().len() == i + 1);
+        let r = &results.borrow()[i];
+        assert!(r.is_err(), "[{}] forged case {i} was fetched: {r:?}", p.name);
+    }
+    drop(region);
+    let _ =
+        p.ep.am_send(2, b"after", b"still here", AmFlags::default())
+            .unwrap();
+    p.wait_for("the next real message", || inbox.borrow().len() == 2);
+}
+
+ucp_test!(hostile_bytes_are_dropped, forged_rendezvous);

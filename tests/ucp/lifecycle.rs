@@ -176,11 +176,7 @@ fn peer_failure(s: &Setup) {
     );
     assert!(ab.am_send(1, &[], b"after", AmFlags::default()).is_err());
     if let Some(mut r) = last {
-        assert!(
-            matches!(r.take(), Some(_)),
-            "[{}] a queued send left pending",
-            s.t.name
-        );
+        assert!(r.take().is_some(), "[{}] a queued send left pending", s.t.name);
     }
     // The other endpoint is unharmed.
     let _ = ac.am_send(1, &[], b"hello c", AmFlags::default()).unwrap();

@@ -5,6 +5,11 @@
 mod am;
 mod harness;
 mod hostile;
+mod keepalive;
 mod lifecycle;
+mod rndv;
 mod sockaddr;
+mod stream;
+mod tag;
+mod wakeup;
 mod wireup;

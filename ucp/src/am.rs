@@ -21,7 +21,7 @@ use crate::wire::{self, am_id, AmHeader, ReplyTo, FLAG_REPLY};
 use crate::worker::WorkerInner;
 
 /// Largest message a receiver reassembles.
-const MAX_MESSAGE: u64 = 1 << 36;
+pub(crate) const MAX_MESSAGE: u64 = 1 << 36;
 
 // ------------------------------------------------------------------------------ handlers
 
@@ -61,7 +61,8 @@ impl AmFlags {
     pub const REPLY: AmFlags = AmFlags(1);
     /// Eager protocols only (never rendezvous).
     pub const EAGER: AmFlags = AmFlags(2);
-    /// Rendezvous (the receiver fetches the data): not supported yet, `Unsupported`.
+    /// Rendezvous whatever the size: the receiver fetches the data into a buffer it gives
+    /// ([`crate::Worker::am_recv_data`]). Not together with `EAGER`.
     pub const RNDV: AmFlags = AmFlags(4);
 
     pub fn contains(self, o: AmFlags) -> bool {
@@ -87,6 +88,9 @@ pub enum AmProto {
     Zcopy,
     /// Split into this many segments, each copied (`am_bcopy`) and reassembled by the receiver.
     Fragments(usize),
+    /// Announced (RTS); the receiver fetches the data with `get_zcopy` or asks for it in
+    /// pieces on the AM lane.
+    Rndv,
 }
 
 impl std::fmt::Display for AmProto {
@@ -96,6 +100,7 @@ impl std::fmt::Display for AmProto {
             AmProto::Bcopy => f.write_str("eager bcopy"),
             AmProto::Zcopy => f.write_str("eager zcopy"),
             AmProto::Fragments(n) => write!(f, "eager bcopy, {n} fragments"),
+            AmProto::Rndv => f.write_str("rendezvous"),
         }
     }
 }
@@ -111,6 +116,8 @@ enum Body<'a> {
     },
     /// Reassembled into a buffer of our own (empty once kept).
     Owned(Vec<u8>),
+    /// Rendezvous: the data is still at the sender (the descriptor, until taken; the length).
+    Rndv(Option<crate::rndv::AmDataDesc>, usize),
 }
 
 /// An active message as its handler sees it.
@@ -156,27 +163,48 @@ impl<'a> AmMsg<'a> {
         self.header
     }
 
-    /// The data (valid during the handler; [`AmMsg::keep`] keeps it).
+    /// The data (valid during the handler; [`AmMsg::keep`] keeps it). Empty for a rendezvous
+    /// message: its data is fetched with [`AmMsg::take_data_desc`].
     pub fn data(&self) -> &[u8] {
         match &self.body {
             Body::Lent { bytes, .. } => bytes,
             Body::Owned(v) => v,
+            Body::Rndv(..) => &[],
         }
     }
 
-    /// Length of the data.
+    /// Length of the data (a rendezvous message's too).
     pub fn len(&self) -> usize {
-        self.data().len()
+        match &self.body {
+            Body::Rndv(_, n) => *n,
+            _ => self.data().len(),
+        }
     }
 
     /// True for a message without data.
     pub fn is_empty(&self) -> bool {
-        self.data().is_empty()
+        self.len() == 0
+    }
+
+    /// True when the data is still at the sender (rendezvous).
+    pub fn is_rndv(&self) -> bool {
+        matches!(self.body, Body::Rndv(..))
+    }
+
+    /// The descriptor of a rendezvous message's data, for [`crate::Worker::am_recv_data`]
+    /// (in the handler or later); `None` for other messages or once taken. Not taken, the
+    /// message is discarded when the handler returns and the sender released.
+    pub fn take_data_desc(&mut self) -> Option<crate::rndv::AmDataDesc> {
+        match &mut self.body {
+            Body::Rndv(d, _) => d.take(),
+            _ => None,
+        }
     }
 
     /// Keeps the data beyond the handler: the transport's buffer itself where it lends it, the
     /// reassembled buffer of a fragmented message, else a copy. Afterwards [`AmMsg::data`] is
-    /// empty for a reassembled message.
+    /// empty for a reassembled message. Empty for a rendezvous message (use
+    /// [`AmMsg::take_data_desc`]).
     pub fn keep(&mut self) -> AmData {
         match &mut self.body {
             Body::Lent { bytes, msg, start } => {
@@ -192,6 +220,7 @@ impl<'a> AmMsg<'a> {
                 }
             }
             Body::Owned(v) => AmData(Kept::Vec(std::mem::take(v))),
+            Body::Rndv(..) => AmData(Kept::Vec(Vec::new())),
         }
     }
 
@@ -228,6 +257,24 @@ fn deliver(w: &Rc<WorkerInner>, msg: &mut AmMsg<'_>) {
             msg.id
         );
     }
+}
+
+/// Delivers a rendezvous message (RTS) to its handler.
+pub(crate) fn deliver_rndv(
+    w: &Rc<WorkerInner>,
+    id: u16,
+    header: &[u8],
+    reply: Option<Ep>,
+    desc: crate::rndv::AmDataDesc,
+) {
+    let n = desc.len();
+    let mut msg = AmMsg {
+        id,
+        header,
+        body: Body::Rndv(Some(desc), n),
+        reply,
+    };
+    deliver(w, &mut msg);
 }
 
 fn reply_ep(w: &WorkerInner, worker: u64, ep: u64) -> Option<Ep> {
@@ -378,6 +425,11 @@ pub(crate) enum Done {
     Unit(Completer<()>),
     /// Gives the application's buffer back.
     Buf(Completer<Vec<u8>>),
+    /// A rendezvous RTS: the transfer completes later (ATS, or the last DATA); a failed RTS
+    /// fails it.
+    Rndv(u64, std::rc::Weak<WorkerInner>),
+    /// A synchronous tag send's data: it completes once sent and acknowledged.
+    Sync(u64, std::rc::Weak<WorkerInner>),
 }
 
 /// A send that waits in an endpoint's queue (or is being sent in pieces).
@@ -391,8 +443,14 @@ enum OpKind {
     Whole { uct_id: u8, bytes: Vec<u8> },
     /// Flushes the lanes once everything before it was handed to them.
     Flush(crate::ep::FlushOp),
-    /// A fragmented message: the first fragment carries `prefix` and the header.
+    /// A rendezvous step (the sender's DATA, the receiver's fetch).
+    Rndv(crate::rndv::RndvOp),
+    /// Stream bytes.
+    Stream(crate::stream::StreamOp),
+    /// A fragmented message: the first fragment (uct AM id `ids.0`) carries `prefix` and the
+    /// header, the later ones (`ids.1`) offsets.
     Frags {
+        ids: (u8, u8),
         prefix: Vec<u8>,
         header: Vec<u8>,
         data: Vec<u8>,
@@ -413,13 +471,61 @@ impl SendOp {
 
     /// A wireup message that must follow the data queued before it (CLOSE).
     pub(crate) fn wireup(bytes: Vec<u8>) -> SendOp {
-        let (_req, c) = request();
+        SendOp::control(am_id::WIREUP, bytes, Done::Nothing)
+    }
+
+    /// One protocol message on the AM lane, in order with the data.
+    pub(crate) fn control(uct_id: u8, bytes: Vec<u8>, done: Done) -> SendOp {
         SendOp {
-            kind: OpKind::Whole {
-                uct_id: am_id::WIREUP,
-                bytes,
+            kind: OpKind::Whole { uct_id, bytes },
+            done,
+        }
+    }
+
+    /// A message in fragments: `prefix` (and no header) on the first, offsets on the later
+    /// ones; `msg_id` and `worker` as the prefix names them.
+    pub(crate) fn frags(
+        ids: (u8, u8),
+        prefix: Vec<u8>,
+        data: Vec<u8>,
+        msg_id: u64,
+        worker: u64,
+        done: Done,
+    ) -> SendOp {
+        SendOp {
+            kind: OpKind::Frags {
+                ids,
+                prefix,
+                header: Vec::new(),
+                data,
+                msg_id,
+                worker,
+                sent: 0,
+                first_sent: false,
             },
+            done,
+        }
+    }
+
+    pub(crate) fn stream(op: crate::stream::StreamOp, c: Completer<()>) -> SendOp {
+        SendOp {
+            kind: OpKind::Stream(op),
             done: Done::Unit(c),
+        }
+    }
+
+    pub(crate) fn rndv(op: crate::rndv::RndvOp) -> SendOp {
+        SendOp {
+            kind: OpKind::Rndv(op),
+            done: Done::Nothing,
+        }
+    }
+
+    /// The lane whose resources it waits for.
+    pub fn lane(&self, ep: &EpInner) -> usize {
+        match &self.kind {
+            OpKind::Rndv(r) => r.lane(ep),
+            _ => ep.lanes.am,
         }
     }
 
@@ -435,7 +541,10 @@ impl SendOp {
                 Err(e) => Err(e),
             },
             OpKind::Flush(f) => f.progress(ep),
+            OpKind::Rndv(r) => r.progress(ep),
+            OpKind::Stream(s) => s.progress(ep),
             OpKind::Frags {
+                ids,
                 prefix,
                 header,
                 data,
@@ -448,15 +557,14 @@ impl SendOp {
                     let r = if !*first_sent {
                         let room = max.saturating_sub(prefix.len() + header.len());
                         let n = room.min(data.len());
-                        lane.am_bcopy(am_id::FIRST, |b| copy(b, &[prefix, header, &data[..n]]))
+                        lane.am_bcopy(ids.0, |b| copy(b, &[prefix, header, &data[..n]]))
                             .map(|_| n)
                     } else {
                         let n = (max - wire::MIDDLE_PREFIX_LEN).min(data.len() - *sent);
                         let mut mp = [0u8; wire::MIDDLE_PREFIX_LEN];
                         wire::put_middle_prefix(&mut mp, *worker, *msg_id, *sent as u64);
                         let chunk = &data[*sent..*sent + n];
-                        lane.am_bcopy(am_id::MIDDLE, |b| copy(b, &[&mp, chunk]))
-                            .map(|_| n)
+                        lane.am_bcopy(ids.1, |b| copy(b, &[&mp, chunk])).map(|_| n)
                     };
                     match r {
                         Ok(n) => {
@@ -475,16 +583,28 @@ impl SendOp {
     /// Completes the send's request (with the buffer, for owned sends).
     pub fn finish(self, r: Result<()>) {
         match self.done {
-            Done::Nothing => {
-                if let (OpKind::Flush(f), Err(e)) = (self.kind, r) {
-                    f.fail(e);
+            Done::Nothing => match (self.kind, r) {
+                (OpKind::Flush(f), Err(e)) => f.fail(e),
+                (OpKind::Rndv(op), r) => op.finish(r),
+                _ => {}
+            },
+            Done::Sync(id, w) => {
+                if let Some(w) = w.upgrade() {
+                    crate::tag::sync_sent(&w, id, r);
+                }
+            }
+            Done::Rndv(id, w) => {
+                if let (Err(e), Some(w)) = (r, w.upgrade()) {
+                    crate::rndv::finish_send(&w, id, Err(e));
                 }
             }
             Done::Unit(c) => c.complete(r),
             Done::Buf(c) => {
                 let data = match self.kind {
                     OpKind::Frags { data, .. } => data,
-                    OpKind::Whole { .. } | OpKind::Flush(_) => Vec::new(),
+                    OpKind::Whole { .. } | OpKind::Flush(_) | OpKind::Rndv(_) | OpKind::Stream(_) => {
+                        Vec::new()
+                    }
                 };
                 c.complete(r.map(|_| data));
             }
@@ -568,6 +688,7 @@ impl EpInner {
         );
         Ok(SendOp {
             kind: OpKind::Frags {
+                ids: (am_id::FIRST, am_id::MIDDLE),
                 prefix,
                 header: header.to_vec(),
                 data,
@@ -588,6 +709,11 @@ impl Ep {
     pub fn am_protocol(&self, header_len: usize, len: usize, flags: AmFlags, owned: bool) -> AmProto {
         let l = self.inner.limits;
         let reply = flags.contains(AmFlags::REPLY);
+        if wants_rndv(&l, header_len, len, flags)
+            && crate::rndv::wire::RTS_LEN + RKEY_ROOM + header_len <= l.max_bcopy
+        {
+            return AmProto::Rndv;
+        }
         let pn = wire::single_prefix_len(reply);
         let total = pn + header_len + len;
         if owned
@@ -618,6 +744,15 @@ impl Ep {
         let ep = &self.inner;
         ep.check_usable()?;
         check_flags(flags)?;
+        if wants_rndv(&ep.limits, header.len(), data.len(), flags) {
+            let (req, c) = request();
+            let word = rts_word(id, header, flags)?;
+            match crate::rndv::start(ep, am_id::RTS, word, header, data.to_vec(), Done::Unit(c))? {
+                Ok(op) => return self.send_op(op, req),
+                Err(_) if flags.contains(AmFlags::RNDV) => return Err(rts_too_big(ep, header)),
+                Err(_) => {}
+            }
+        }
         let (prefix, pn) = single_prefix(ep, id, header, flags)?;
         let prefix = &prefix[..pn];
         let total = pn + header.len() + data.len();
@@ -663,6 +798,17 @@ impl Ep {
         let ep = &self.inner;
         ep.check_usable()?;
         check_flags(flags)?;
+        let data = if wants_rndv(&ep.limits, header.len(), data.len(), flags) {
+            let (req, c) = request();
+            let word = rts_word(id, header, flags)?;
+            match crate::rndv::start(ep, am_id::RTS, word, header, data, Done::Buf(c))? {
+                Ok(op) => return self.send_op(op, req),
+                Err(_) if flags.contains(AmFlags::RNDV) => return Err(rts_too_big(ep, header)),
+                Err((data, _)) => data,
+            }
+        } else {
+            data
+        };
         let (prefix, pn) = single_prefix(ep, id, header, flags)?;
         let total = pn + header.len() + data.len();
         let l = ep.limits;
@@ -672,7 +818,7 @@ impl Ep {
             && pn + header.len() <= l.max_zcopy_hdr
             && ep.can_send_now()
         {
-            match self.zcopy(&[&prefix[..pn], header].concat(), data)? {
+            match self.zcopy(am_id::SINGLE, &[&prefix[..pn], header].concat(), data)? {
                 Ok(issued) => return Ok(issued),
                 Err(data) => data,
             }
@@ -696,7 +842,12 @@ impl Ep {
 
     /// One zero-copy send of the application's buffer (registered for it, deregistered after).
     /// `Err(data)` inside: the lane had no resources; the buffer comes back.
-    fn zcopy(&self, hdr: &[u8], data: Vec<u8>) -> Result<std::result::Result<Issued<Vec<u8>>, Vec<u8>>> {
+    pub(crate) fn zcopy(
+        &self,
+        uct_id: u8,
+        hdr: &[u8],
+        data: Vec<u8>,
+    ) -> Result<std::result::Result<Issued<Vec<u8>>, Vec<u8>>> {
         let ep = &self.inner;
         let w = ep
             .worker
@@ -714,9 +865,7 @@ impl Ep {
             }
         });
         // Bound first: the iov's hold on `mem` must end before the buffer is given back.
-        let sent = ep
-            .am_ep()
-            .am_zcopy(am_id::SINGLE, hdr, &[mem.whole()], Some(&comp));
+        let sent = ep.am_ep().am_zcopy(uct_id, hdr, &[mem.whole()], Some(&comp));
         match sent {
             Ok(ucs::Outcome::InProgress) => Ok(Ok(Issued::Pending(req))),
             Ok(ucs::Outcome::Done) => {
@@ -732,7 +881,7 @@ impl Ep {
     }
 
     /// Sends `op` now as far as it goes, queueing the rest; `Done` when all of it went.
-    fn send_op<T>(&self, mut op: SendOp, mut req: crate::Request<T>) -> Result<Issued<T>> {
+    pub(crate) fn send_op<T>(&self, mut op: SendOp, mut req: crate::Request<T>) -> Result<Issued<T>> {
         let ep = &self.inner;
         if !ep.can_send_now() {
             self.enqueue(op);
@@ -763,20 +912,57 @@ impl Ep {
         }
     }
 
-    fn enqueue(&self, op: SendOp) {
+    pub(crate) fn enqueue(&self, op: SendOp) {
         self.inner.queue.borrow_mut().push_back(op);
         self.inner.dispatch();
     }
 }
 
-fn check_flags(flags: AmFlags) -> Result<()> {
-    if flags.contains(AmFlags::RNDV) {
+pub(crate) fn check_flags(flags: AmFlags) -> Result<()> {
+    if flags.contains(AmFlags::RNDV) && flags.contains(AmFlags::EAGER) {
         return Err(Error::new(
-            Status::Unsupported,
-            "ucp: rendezvous active messages are not supported yet (AmFlags::RNDV)",
+            Status::InvalidParam,
+            "ucp: AmFlags::RNDV and AmFlags::EAGER together: pick one",
         ));
     }
     Ok(())
+}
+
+/// The header word of an active message's RTS.
+fn rts_word(id: u16, header: &[u8], flags: AmFlags) -> Result<u64> {
+    let user_hdr_len = u32::try_from(header.len())
+        .map_err(|_| Error::new(Status::InvalidParam, "ucp: AM header longer than 4 GiB"))?;
+    Ok(AmHeader {
+        id,
+        flags: if flags.contains(AmFlags::REPLY) {
+            FLAG_REPLY
+        } else {
+            0
+        },
+        user_hdr_len,
+    }
+    .word())
+}
+
+/// Room an RTS leaves for the rkey when `am_protocol` predicts (transports' rkeys are
+/// smaller).
+const RKEY_ROOM: usize = 64;
+
+/// Rendezvous by flag, or by size unless `EAGER`.
+pub(crate) fn wants_rndv(l: &crate::ep::Limits, header_len: usize, len: usize, flags: AmFlags) -> bool {
+    flags.contains(AmFlags::RNDV)
+        || (!flags.contains(AmFlags::EAGER) && header_len.saturating_add(len) >= l.rndv_thresh)
+}
+
+fn rts_too_big(ep: &EpInner, header: &[u8]) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!(
+            "ucp: AmFlags::RNDV with a {}-byte header: the announcement does not fit the {}-byte              segment of the AM lane (shorten the header or send eagerly)",
+            header.len(),
+            ep.limits.max_bcopy
+        ),
+    )
 }
 
 /// The application's buffer back from a `Mem` no operation holds any more.

@@ -70,8 +70,8 @@ const FIELDS: &[ConfigField] = &[
         "RNDV_SCHEME",
         "auto",
         ConfigKind::Enum(RNDV_SCHEMES),
-        "How rendezvous moves the data: get_zcopy (the receiver reads it), put_zcopy (the \
-             sender writes it), am (active-message fragments); auto: the best the lanes support.",
+        "How rendezvous moves the data: get_zcopy (the receiver reads it where a lane can), am \
+             (fragments on the AM lane); auto: get_zcopy, else am. put_zcopy: Unsupported.",
     ),
     ConfigField::new(
         "RNDV_PERF_DIFF",
@@ -124,8 +124,8 @@ const FIELDS: &[ConfigField] = &[
         "KEEPALIVE_INTERVAL",
         "20s",
         ConfigKind::Time,
-        "How often endpoints that detect peer failure check that the peer is alive; inf: \
-             never.",
+        "How often endpoints in error mode Peer probe their peer; one that answers no probe \
+             for three intervals fails with EndpointTimeout. inf: never.",
     ),
 ];
 

@@ -24,6 +24,8 @@ impl Features {
     pub const RMA: Features = Features(4);
     pub const AMO32: Features = Features(8);
     pub const AMO64: Features = Features(16);
+    /// Sleeping until the worker has work: `Worker::{event_fd, arm, wait, waker}`. Interfaces
+    /// without an event fd are then not opened (a warning names them); self needs none.
     pub const WAKEUP: Features = Features(32);
     pub const STREAM: Features = Features(64);
 
@@ -96,6 +98,12 @@ impl ContextBuilder {
         config::register();
         ucs::config::check_known(&self.settings)?;
         let cfg = UcpConfig::read(&self.settings)?;
+        if cfg.rndv_scheme == crate::config::RndvScheme::PutZcopy {
+            return Err(Error::new(
+                Status::Unsupported,
+                "ucp: RUCX_RNDV_SCHEME=put_zcopy is not implemented; use auto, get_zcopy or am",
+            ));
+        }
         let tls = TlsFilter::parse(&cfg.tls)?;
         let net = ucs::config::NET_TABLE
             .with(&self.settings)

@@ -21,12 +21,28 @@ fn check_error(e: &ucs::Error) {
 }
 
 /// Target `ucp_am`: the first byte picks the message kind (single, first fragment, later
-/// fragment), the rest is the message.
+/// fragment, rendezvous RTS, ATS, RTR, DATA, tag eager, tag sync, tag first fragment, tag sync
+/// acknowledgement, tag RTS, stream), the rest is the message.
 pub fn fuzz_am(data: &[u8]) {
     let Some((&kind, b)) = data.split_first() else {
         return;
     };
-    match kind % 3 {
+    let kind = kind % 13;
+    if kind == 12 {
+        return match crate::stream::decode(b) {
+            Ok((worker, ep, d)) => {
+                assert_eq!([&worker.to_le_bytes()[..], &ep.to_le_bytes()[..], d].concat(), b)
+            }
+            Err(e) => check_error(&e),
+        };
+    }
+    if kind >= 7 {
+        return fuzz_tag(kind, b);
+    }
+    if kind >= 3 {
+        return fuzz_rndv(kind, b);
+    }
+    match kind {
         0 => match wire::decode_single(b) {
             Ok(s) => {
                 let mut p = [0u8; 24];
@@ -49,6 +65,72 @@ pub fn fuzz_am(data: &[u8]) {
                 let mut p = [0u8; wire::MIDDLE_PREFIX_LEN];
                 wire::put_middle_prefix(&mut p, m.worker, m.msg_id, m.offset);
                 assert_eq!([&p[..], m.data].concat(), b);
+            }
+            Err(e) => check_error(&e),
+        },
+    }
+}
+
+fn fuzz_rndv(kind: u8, b: &[u8]) {
+    use crate::rndv::wire as rw;
+    match kind {
+        3 => match rw::decode_rts(b) {
+            Ok(r) => assert_eq!(r.encode(), b),
+            Err(e) => check_error(&e),
+        },
+        4 => match rw::decode_ats(b) {
+            Ok(a) => {
+                // Unknown error codes decode to a known one: compare what is canonical.
+                let again = rw::decode_ats(&a.encode()).expect("re-encoded ATS decodes");
+                assert_eq!(again, a);
+            }
+            Err(e) => check_error(&e),
+        },
+        5 => match rw::decode_rtr(b) {
+            Ok(r) => assert_eq!(r.encode(), b),
+            Err(e) => check_error(&e),
+        },
+        _ => match rw::decode_data(b) {
+            Ok(d) => {
+                let mut p = [0u8; rw::DATA_PREFIX_LEN];
+                rw::put_data_prefix(&mut p, d.recv_id, d.worker, d.offset);
+                assert_eq!([&p[..], d.data].concat(), b);
+            }
+            Err(e) => check_error(&e),
+        },
+    }
+}
+
+fn fuzz_tag(kind: u8, b: &[u8]) {
+    use crate::tag::wire as tw;
+    match kind {
+        7 => match tw::decode_eager(b) {
+            Ok((tag, d)) => assert_eq!([&tag.to_le_bytes()[..], d].concat(), b),
+            Err(e) => check_error(&e),
+        },
+        8 => match tw::decode_sync(b) {
+            Ok((tag, from, d)) => {
+                let mut p = [0u8; tw::SYNC_LEN];
+                tw::put_sync_prefix(&mut p, tag, from);
+                assert_eq!([&p[..], d].concat(), b);
+            }
+            Err(e) => check_error(&e),
+        },
+        9 => match tw::decode_first(b) {
+            Ok(f) => {
+                assert!(f.data.len() as u64 <= f.total);
+                assert_eq!([&f.prefix()[..], f.data].concat(), b);
+            }
+            Err(e) => check_error(&e),
+        },
+        10 => match tw::decode_ack(b) {
+            Ok((req, worker)) => assert_eq!(tw::encode_ack(req, worker), b),
+            Err(e) => check_error(&e),
+        },
+        _ => match crate::rndv::wire::decode_tag_rts(b) {
+            Ok(r) => {
+                assert!(r.user_hdr.is_empty());
+                assert_eq!(r.encode(), b);
             }
             Err(e) => check_error(&e),
         },
@@ -105,6 +187,55 @@ mod tests {
         let mut p = [0u8; wire::MIDDLE_PREFIX_LEN];
         wire::put_middle_prefix(&mut p, 5, 6, 5);
         out.push([&[2u8][..], &p[..], b"middle"].concat());
+        let rts = |word, user_hdr: &'static [u8]| crate::rndv::wire::Rts {
+            word,
+            worker: 1,
+            ep: 2,
+            rndv_id: 3,
+            total: 4096,
+            addr: 0x1000,
+            resource: 0,
+            rkey: b"key",
+            user_hdr,
+        };
+        out.push([&[3u8][..], &rts(hdr(0, 2).word(), b"hh").encode()].concat());
+        let ats = crate::rndv::wire::Ats {
+            rndv_id: 3,
+            worker: 1,
+            status: Status::Ok,
+        };
+        out.push([&[4u8][..], &ats.encode()].concat());
+        let rtr = crate::rndv::wire::Rtr {
+            rndv_id: 3,
+            recv_id: 4,
+            worker: 1,
+        };
+        out.push([&[5u8][..], &rtr.encode()].concat());
+        let mut d = [0u8; crate::rndv::wire::DATA_PREFIX_LEN];
+        crate::rndv::wire::put_data_prefix(&mut d, 4, 1, 0);
+        out.push([&[6u8][..], &d[..], b"data"].concat());
+        out.push([&[7u8][..], &42u64.to_le_bytes()[..], b"tagged"].concat());
+        let from = crate::tag::wire::SyncFrom {
+            worker: 1,
+            ep: 2,
+            req: 3,
+        };
+        let mut sp = [0u8; crate::tag::wire::SYNC_LEN];
+        crate::tag::wire::put_sync_prefix(&mut sp, 42, from);
+        out.push([&[8u8][..], &sp[..], b"sync"].concat());
+        let f = crate::tag::wire::First {
+            tag: 42,
+            worker: 1,
+            msg_id: 2,
+            total: 100,
+            req: 3,
+            ep: 4,
+            data: b"",
+        };
+        out.push([&[9u8][..], &f.prefix()[..], b"first"].concat());
+        out.push([&[10u8][..], &crate::tag::wire::encode_ack(3, 1)[..]].concat());
+        out.push([&[11u8][..], &rts(42, b"").encode()].concat());
+        out.push([&[12u8][..], &[1u8; 16][..], b"stream"].concat());
         out
     }
 

@@ -17,10 +17,17 @@ mod context;
 mod ep;
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
+mod keepalive;
 pub mod lanes;
 pub mod proto;
 mod request;
+mod rndv;
+pub mod stream;
+pub mod tag;
 pub mod tl;
+#[cfg(feature = "tokio")]
+pub mod tokio;
+mod wakeup;
 pub mod wire;
 mod wireup;
 mod worker;
@@ -31,5 +38,8 @@ pub use cm::{ConnRequest, Listener, ListenerParams, CONNECT_TIMEOUT};
 pub use context::{Context, ContextBuilder, Features};
 pub use ep::{CloseMode, Ep, EpParams, ErrMode};
 pub use request::{Issued, Request};
+pub use rndv::AmDataDesc;
+pub use tag::{TagInfo, TagMsg, TagProbe, TagRecvd};
 pub use ucs::{Error, Outcome, Result, Status};
-pub use worker::Worker;
+pub use wakeup::WorkerWaker;
+pub use worker::{WeakWorker, Worker};

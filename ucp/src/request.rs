@@ -28,6 +28,8 @@ struct Shared<T> {
     result: Option<Result<T>>,
     waker: Option<Waker>,
     callback: Option<Callback<T>>,
+    /// Withdraws the operation (a posted receive), if it can still be withdrawn.
+    cancel: Option<Box<dyn FnOnce()>>,
 }
 
 /// The operation's side: completes the request (from progress). Dropped without completing
@@ -58,7 +60,11 @@ impl<T> Drop for Completer<T> {
 }
 
 fn finish<T>(s: &Rc<RefCell<Shared<T>>>, r: Result<T>) {
-    let cb = s.borrow_mut().callback.take();
+    let cb = {
+        let mut s = s.borrow_mut();
+        s.cancel = None;
+        s.callback.take()
+    };
     match cb {
         Some(cb) => cb(r),
         None => {
@@ -84,6 +90,7 @@ pub(crate) fn request<T>() -> (Request<T>, Completer<T>) {
         result: None,
         waker: None,
         callback: None,
+        cancel: None,
     }));
     (Request(s.clone()), Completer(Some(s)))
 }
@@ -107,6 +114,25 @@ impl<T> Request<T> {
             Some(r) => f(r),
             None => self.0.borrow_mut().callback = Some(Box::new(f)),
         }
+    }
+
+    /// Withdraws the operation if it has not started (a posted tag receive no message has
+    /// matched yet): it completes with `Canceled`, its callback runs now. True when withdrawn;
+    /// operations that cannot be withdrawn (sends, matched receives) go on.
+    pub fn cancel(&self) -> bool {
+        let f = self.0.borrow_mut().cancel.take();
+        match f {
+            Some(f) => {
+                f();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sets what [`Request::cancel`] does.
+    pub(crate) fn set_cancel(&self, f: impl FnOnce() + 'static) {
+        self.0.borrow_mut().cancel = Some(Box::new(f));
     }
 
     /// Progresses `worker` until the operation finishes.

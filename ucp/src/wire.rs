@@ -15,6 +15,26 @@ pub mod am_id {
     pub const FIRST: u8 = 3;
     /// A later fragment.
     pub const MIDDLE: u8 = 4;
+    /// Rendezvous: ready-to-send (sender → receiver).
+    pub const RTS: u8 = 5;
+    /// Rendezvous: the receiver is done with the sender's buffer.
+    pub const ATS: u8 = 6;
+    /// Rendezvous: ready-to-receive, send the data in DATA messages.
+    pub const RTR: u8 = 7;
+    /// Rendezvous: a piece of the data (pipeline).
+    pub const DATA: u8 = 8;
+    /// Tag matching: an eager message, plain and synchronous.
+    pub const TAG_EAGER: u8 = 9;
+    pub const TAG_SYNC: u8 = 10;
+    /// Tag matching: the first fragment of a longer message, and a later one.
+    pub const TAG_FIRST: u8 = 11;
+    pub const TAG_MIDDLE: u8 = 12;
+    /// Tag matching: a synchronous send matched (receiver → sender).
+    pub const TAG_SYNC_ACK: u8 = 13;
+    /// Tag matching: a rendezvous announcement.
+    pub const TAG_RTS: u8 = 14;
+    /// Stream bytes.
+    pub const STREAM: u8 = 15;
 }
 
 /// Version of UCP's messages; a worker address carries it, so peers agree before any message.

@@ -25,9 +25,13 @@ const REPLY: u8 = 2;
 const ACK: u8 = 3;
 /// The sender closed its endpoint (`Ep::close` with `CloseMode::Flush`).
 const CLOSE: u8 = 4;
+/// Keepalive: a probe (`FLAG_PROBE`, answered at once) or the answer to one.
+const KEEPALIVE: u8 = 5;
 const FIXED: usize = 40;
 /// Flag: the initiator's endpoint uses `ErrMode::Peer` (both sides select lanes with it).
 pub(crate) const FLAG_ERR_PEER: u8 = 1;
+/// Flag of a KEEPALIVE: a probe, to be answered.
+const FLAG_PROBE: u8 = 2;
 const MAX_LANE_ADDRS: usize = 64;
 
 /// The address of one endpoint-to-endpoint lane: the sender's resource, the receiver's, and
@@ -88,12 +92,12 @@ impl Msg {
             )));
         }
         let kind = b[1];
-        if !(REQUEST..=CLOSE).contains(&kind) {
+        if !(REQUEST..=KEEPALIVE).contains(&kind) {
             return Err(bad(format!("unknown type {kind}")));
         }
         let n_lanes = b[2] as usize;
         let flags = b[3];
-        if flags & !FLAG_ERR_PEER != 0 {
+        if flags & !(FLAG_ERR_PEER | FLAG_PROBE) != 0 {
             return Err(bad(format!("unknown flags {flags:#04x}")));
         }
         let addr_len = u32::from_le_bytes(b[4..8].try_into().expect("4")) as usize;
@@ -247,7 +251,8 @@ pub(crate) fn on_message(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) 
         REQUEST => on_request(w, &msg),
         REPLY => on_reply(w, &msg),
         ACK => on_ack(w, &msg),
-        _ => on_close(w, &msg),
+        CLOSE => on_close(w, &msg),
+        _ => on_keepalive(w, &msg),
     };
     if let Err(e) = r {
         tracing::warn!("ucp: wireup from worker {:#x}: {e}", msg.src_worker);
@@ -289,6 +294,7 @@ fn on_request(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
         .borrow_mut()
         .by_remote
         .insert((msg.src_worker, msg.src_ep), ep.id.get());
+    crate::stream::on_wired(w, &ep);
     if let Err(e) = connect_lanes(&ep, &msg.lanes) {
         ep.fail(e.clone());
         return Err(e);
@@ -321,6 +327,7 @@ fn on_reply(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
         .borrow_mut()
         .by_remote
         .insert((msg.src_worker, msg.src_ep), ep.id.get());
+    crate::stream::on_wired(w, &ep);
     if let Err(e) = connect_lanes(&ep, &msg.lanes) {
         ep.fail(e.clone());
         return Err(e);
@@ -360,6 +367,44 @@ pub(crate) fn close_message(ep: &EpInner) -> Option<Vec<u8>> {
         lanes: Vec::new(),
     };
     Some(m.encode())
+}
+
+/// A KEEPALIVE from `ep` (a `probe`, or the answer to ours).
+pub(crate) fn keepalive_message(ep: &EpInner, probe: bool) -> Option<Vec<u8>> {
+    let w = ep.worker.upgrade()?;
+    let m = Msg {
+        kind: KEEPALIVE,
+        flags: if probe { FLAG_PROBE } else { 0 },
+        src_worker: w.uuid,
+        src_ep: ep.id.get(),
+        dst_ep: ep.remote_ep.get()?,
+        conn_sn: ep.conn_sn,
+        address: Vec::new(),
+        lanes: Vec::new(),
+    };
+    Some(m.encode())
+}
+
+/// The peer is alive: note it, and answer a probe.
+fn on_keepalive(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
+    let ep = {
+        let t = w.eps.borrow();
+        t.by_remote
+            .get(&(msg.src_worker, msg.src_ep))
+            .and_then(|&id| t.get(id))
+    };
+    let Some(ep) = ep.filter(|e| e.id.get() == msg.dst_ep) else {
+        // Closed here meanwhile, or not wired on our side yet: the prober's timeout decides.
+        tracing::debug!("ucp: keepalive from worker {:#x} for no endpoint", msg.src_worker);
+        return Ok(());
+    };
+    ep.last_rx.set(std::time::Instant::now());
+    if msg.flags & FLAG_PROBE != 0 {
+        if let Some(bytes) = keepalive_message(&ep, false) {
+            ep.send_wireup(bytes);
+        }
+    }
+    Ok(())
 }
 
 fn on_close(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {

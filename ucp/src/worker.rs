@@ -12,9 +12,10 @@ use uct::{AmCbFlags, AmMessage, AsyncMode, DeviceType, Iface, IfaceParams, Md};
 
 use crate::address::{AddressEntry, WorkerAddress};
 use crate::am::{AmHandler, AmHandlers, Reassembly};
-use crate::context::Context;
+use crate::context::{Context, Features};
 use crate::ep::{Ep, EpInner};
 use crate::tl::{TlAttr, TlInfo};
+use crate::wakeup::Wakeup;
 use crate::wire::am_id;
 
 /// One opened resource.
@@ -24,6 +25,8 @@ pub(crate) struct WIface {
     pub info: TlInfo,
     /// Usable for wireup only (`RUCX_TLS`'s auxiliary transports).
     pub aux_only: bool,
+    /// What `Worker::arm` arms on it (empty: not in the wakeup set).
+    pub arm_events: uct::ArmEvents,
 }
 
 /// The worker's endpoints: by local id (index + generation), and the maps wireup needs.
@@ -44,6 +47,10 @@ pub(crate) struct EpTable {
 }
 
 impl EpTable {
+    /// Every endpoint still alive.
+    pub fn live(&self) -> impl Iterator<Item = Rc<EpInner>> + '_ {
+        self.slots.iter().filter_map(|(_, w)| w.upgrade())
+    }
     /// A new local id for `ep`.
     pub fn insert(&mut self, ep: Weak<EpInner>) -> u64 {
         if let Some(i) = self.free.pop() {
@@ -78,6 +85,12 @@ impl EpTable {
     }
 }
 
+impl Drop for WorkerInner {
+    fn drop(&mut self) {
+        crate::keepalive::stop(self);
+    }
+}
+
 pub(crate) struct WorkerInner {
     pub ctx: Context,
     pub uct: uct::Worker,
@@ -88,9 +101,15 @@ pub(crate) struct WorkerInner {
     pub am: RefCell<AmHandlers>,
     pub eps: RefCell<EpTable>,
     pub reasm: RefCell<Reassembly>,
+    pub rndv: RefCell<crate::rndv::RndvState>,
+    pub keepalive: crate::keepalive::Keepalive,
+    pub tag: RefCell<crate::tag::TagState>,
+    pub stream: RefCell<crate::stream::StreamState>,
     /// Endpoints that failed since the last progress (acted on there), and whether any did.
     pub failed: RefCell<Vec<u64>>,
     pub has_failed: Cell<bool>,
+    /// The wakeup fd and signal, with `Features::WAKEUP`.
+    pub wakeup: Option<Wakeup>,
     /// The connection manager (`listen`, `connect_sockaddr`), made on first use: it hooks a
     /// progress callback then, so a worker that never uses it pays nothing.
     pub cm: RefCell<Option<Rc<crate::cm::Cm>>>,
@@ -106,6 +125,18 @@ impl WorkerInner {
 #[derive(Clone)]
 pub struct Worker {
     pub(crate) inner: Rc<WorkerInner>,
+}
+
+/// A worker handle that does not keep it alive: what a handler the worker owns should hold
+/// to reach its worker (a [`Worker`] there would never be freed).
+#[derive(Clone)]
+pub struct WeakWorker(std::rc::Weak<WorkerInner>);
+
+impl WeakWorker {
+    /// The worker, while it lives.
+    pub fn upgrade(&self) -> Option<Worker> {
+        self.0.upgrade().map(|inner| Worker { inner })
+    }
 }
 
 fn worker_uuid() -> u64 {
@@ -129,6 +160,7 @@ impl Worker {
     /// A worker in `mode` ([`AsyncMode::Poll`]: no background thread).
     pub fn with_async_mode(ctx: &Context, mode: AsyncMode) -> Result<Worker> {
         let uct = uct::Worker::with_async_mode(mode)?;
+        let wakeup = ctx.inner.features.contains(Features::WAKEUP);
         let uuid = worker_uuid();
         let mut mds: Vec<(String, String, Md)> = Vec::new();
         let mut ifaces = Vec::new();
@@ -168,6 +200,19 @@ impl Worker {
                     continue;
                 }
             };
+            if wakeup && !crate::wakeup::usable(&iface, r.dev_type) {
+                tracing::warn!(
+                    "ucp: {}/{} not used: it has no event fd, and Features::WAKEUP was asked for",
+                    r.tl_name,
+                    r.dev_name
+                );
+                continue;
+            }
+            let arm_events = if wakeup {
+                crate::wakeup::arm_events(&iface)
+            } else {
+                uct::ArmEvents::EMPTY
+            };
             let info = TlInfo {
                 tl_name: r.tl_name.clone(),
                 dev_name: r.dev_name.clone(),
@@ -180,6 +225,7 @@ impl Worker {
                 iface,
                 info,
                 aux_only: r.aux_only,
+                arm_events,
             });
         }
         if ifaces.iter().all(|i| i.aux_only) {
@@ -203,6 +249,11 @@ impl Worker {
         };
         address.validate()?;
         let address = address.pack();
+        let wakeup = if wakeup {
+            Some(Wakeup::new(&uct, &ifaces)?)
+        } else {
+            None
+        };
         let inner = Rc::new(WorkerInner {
             ctx: ctx.clone(),
             uct,
@@ -213,8 +264,13 @@ impl Worker {
             am: RefCell::new(AmHandlers::default()),
             eps: RefCell::new(EpTable::default()),
             reasm: RefCell::new(Reassembly::default()),
+            rndv: RefCell::new(crate::rndv::RndvState::default()),
+            keepalive: crate::keepalive::Keepalive::default(),
+            tag: RefCell::new(crate::tag::TagState::default()),
+            stream: RefCell::new(crate::stream::StreamState::default()),
             failed: RefCell::new(Vec::new()),
             has_failed: Cell::new(false),
+            wakeup,
             cm: RefCell::new(None),
         });
         *slot.borrow_mut() = Rc::downgrade(&inner);
@@ -228,6 +284,9 @@ impl Worker {
     #[inline]
     pub fn progress(&self) -> u32 {
         let n = self.inner.uct.progress();
+        if self.inner.keepalive.is_due() {
+            crate::keepalive::round(&self.inner);
+        }
         if self.inner.has_failed.get() {
             crate::ep::run_failures(&self.inner);
         }
@@ -242,6 +301,11 @@ impl Worker {
     /// The worker's unique id (also in its address).
     pub fn id(&self) -> u64 {
         self.inner.uuid
+    }
+
+    /// A handle that does not keep the worker alive ([`WeakWorker`]).
+    pub fn downgrade(&self) -> WeakWorker {
+        WeakWorker(Rc::downgrade(&self.inner))
     }
 
     /// The transports this worker opened, as `transport/device`.
@@ -263,6 +327,14 @@ impl Worker {
     /// [`Worker::connect`] with an error-handling mode and an error handler.
     pub fn connect_with(&self, remote: &[u8], params: crate::EpParams) -> Result<Ep> {
         crate::ep::connect(&self.inner, remote, params)
+    }
+
+    /// Receives a rendezvous message's data ([`crate::AmMsg::take_data_desc`]) into `buf`,
+    /// which is resized to the message's length and comes back filled when the request
+    /// completes (the sender's buffer is released then). The fetch uses `get_zcopy` where the
+    /// lanes have it, else the sender sends the data in pieces on the AM lane.
+    pub fn am_recv_data(&self, desc: crate::AmDataDesc, buf: Vec<u8>) -> Result<crate::Issued<Vec<u8>>> {
+        crate::rndv::recv_data(&self.inner, desc, buf)
     }
 
     /// Installs the handler of active messages with id `id` (any `u16`): it runs from
@@ -302,11 +374,22 @@ fn install_handlers(inner: &Rc<WorkerInner>, idx: usize, iface: &Iface) -> Resul
         AmCbFlags::ASYNC
     };
     type Handler = fn(&Rc<WorkerInner>, usize, &AmMessage<'_>);
-    let table: [(u8, Handler); 4] = [
+    let table: [(u8, Handler); 15] = [
         (am_id::WIREUP, crate::wireup::on_message),
         (am_id::SINGLE, crate::am::on_single),
         (am_id::FIRST, crate::am::on_first),
         (am_id::MIDDLE, crate::am::on_middle),
+        (am_id::RTS, crate::rndv::on_rts),
+        (am_id::ATS, crate::rndv::on_ats),
+        (am_id::RTR, crate::rndv::on_rtr),
+        (am_id::DATA, crate::rndv::on_data),
+        (am_id::TAG_EAGER, crate::tag::on_eager),
+        (am_id::TAG_SYNC, crate::tag::on_sync),
+        (am_id::TAG_FIRST, crate::tag::on_first),
+        (am_id::TAG_MIDDLE, crate::tag::on_middle),
+        (am_id::TAG_SYNC_ACK, crate::tag::on_sync_ack),
+        (am_id::TAG_RTS, crate::tag::on_rts),
+        (am_id::STREAM, crate::stream::on_stream),
     ];
     for (id, h) in table {
         let w = Rc::downgrade(inner);

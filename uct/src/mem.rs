@@ -107,15 +107,27 @@ impl Mem {
     /// assert_eq!(m.into_vec().unwrap(), b"hello");
     /// # Ok::<(), uct::Error>(())
     /// ```
-    pub fn register(md: &Md, mut data: Vec<u8>, access: MemAccess) -> Result<Mem> {
+    pub fn register(md: &Md, data: Vec<u8>, access: MemAccess) -> Result<Mem> {
+        Mem::try_register(md, data, access).map_err(|(e, _)| e)
+    }
+
+    /// [`Mem::register`], giving the buffer back with the error when registration fails.
+    pub fn try_register(
+        md: &Md,
+        mut data: Vec<u8>,
+        access: MemAccess,
+    ) -> std::result::Result<Mem, (ucs::Error, Vec<u8>)> {
         if data.is_empty() {
-            return Err(ucs::Error::new(
-                Status::InvalidParam,
-                "cannot register an empty buffer",
+            return Err((
+                ucs::Error::new(Status::InvalidParam, "cannot register an empty buffer"),
+                data,
             ));
         }
         let (ptr, len) = (data.as_mut_ptr(), data.len());
-        let memh = md.mem_reg_raw(ptr, len, access)?;
+        let memh = match md.mem_reg_raw(ptr, len, access) {
+            Ok(h) => h,
+            Err(e) => return Err((e, data)),
+        };
         Ok(Mem {
             inner: Rc::new(MemInner {
                 ptr,

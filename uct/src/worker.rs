@@ -176,6 +176,12 @@ impl Worker {
         &self.inner.async_ctx
     }
 
+    /// True while one-shot callbacks (work the transports deferred) wait for the next
+    /// `progress`: an application about to sleep must progress instead.
+    pub fn has_oneshots(&self) -> bool {
+        self.inner.cbq.oneshot_len() != 0
+    }
+
     /// Adds an application progress callback.
     pub fn progress_register(&self, cb: impl FnMut() -> u32 + 'static) -> CallbackId {
         self.inner.cbq.add(cb)

@@ -152,9 +152,11 @@ pub(crate) fn start(
     let (tx, rx) = mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
     let (st, any) = (stop.clone(), any.clone());
+    // Wakes a worker sleeping on its event fd (Features::WAKEUP) for a new client.
+    let waker = crate::Worker { inner: w.clone() }.waker().ok();
     let thread = std::thread::Builder::new()
         .name(format!("ucp-listen-{}", local.port()))
-        .spawn(move || accept_loop(l, &announce, &tx, &st, &any))
+        .spawn(move || accept_loop(l, &announce, &tx, &st, &any, waker.as_ref()))
         .map_err(|e| {
             Error::new(
                 Status::NoResource,
@@ -180,6 +182,7 @@ fn accept_loop(
     tx: &mpsc::Sender<(TcpStream, SocketAddr)>,
     stop: &AtomicBool,
     any: &AtomicBool,
+    waker: Option<&crate::WorkerWaker>,
 ) {
     loop {
         let r = l.accept();
@@ -200,6 +203,9 @@ fn accept_loop(
                     return;
                 }
                 any.store(true, Ordering::Release);
+                if let Some(w) = waker {
+                    w.wake();
+                }
             }
             Err(e) => {
                 tracing::warn!("ucp: connection manager: accept: {e}");

@@ -80,8 +80,9 @@ impl EpInner {
             match op.progress(self) {
                 Ok(true) => op.finish(Ok(())),
                 Ok(false) => {
+                    let lane = op.lane(self);
                     self.queue.borrow_mut().push_front(op);
-                    if !self.arm_pending(self.lanes.am) {
+                    if !self.arm_pending(lane) {
                         return;
                     }
                 }

@@ -111,6 +111,11 @@ impl EpInner {
         for op in ops {
             op.finish(Err(e.clone()));
         }
+        if let Some(w) = self.worker.upgrade() {
+            crate::rndv::fail_ep(&w, self.id.get(), e);
+            crate::tag::fail_ep(&w, self.id.get(), self.remote.uuid, e);
+            crate::stream::fail_ep(&w, self, e);
+        }
     }
 
     /// Marks every lane usable and sends what waited.
@@ -247,6 +252,19 @@ impl FlushOp {
             }
             self.next += 1;
         }
+        // Rendezvous sends complete when the peer has fetched their data.
+        if let Some(w) = ep.worker.upgrade() {
+            let s = self.state.clone();
+            let n = crate::rndv::watch_sends(
+                &w,
+                ep.id.get(),
+                Rc::new(move || {
+                    s.outstanding.set(s.outstanding.get() - 1);
+                    s.maybe_finish();
+                }),
+            );
+            self.state.outstanding.set(self.state.outstanding.get() + n);
+        }
         self.state.all_issued.set(true);
         self.state.maybe_finish();
         Ok(true)
@@ -291,18 +309,33 @@ impl Ep {
             ep.unlink();
             return Issued::Done(());
         }
-        // The CLOSE notice goes behind the data, on the AM lane, then a flush confirms delivery.
-        if let Some(bytes) = crate::wireup::close_message(ep) {
-            ep.queue.borrow_mut().push_back(SendOp::wireup(bytes));
-        }
+        // A flush waits for the data (rendezvous fetches included); then the CLOSE notice,
+        // and a second flush confirms its delivery.
         let (req, c) = request::<()>();
         let (flushed, fc) = request::<()>();
         ep.queue.borrow_mut().push_back(SendOp::flush(FlushOp::new(fc)));
         let inner = ep.clone();
         flushed.on_complete(move |r| {
-            inner.wired.set(Wired::Closed);
-            inner.unlink();
-            c.complete(r);
+            if !matches!(inner.wired.get(), Wired::Ready | Wired::WaitingForPeer) {
+                inner.wired.set(Wired::Closed);
+                inner.unlink();
+                return c.complete(r);
+            }
+            if let Some(bytes) = crate::wireup::close_message(&inner) {
+                inner.queue.borrow_mut().push_back(SendOp::wireup(bytes));
+            }
+            let (closed, fc) = request::<()>();
+            inner
+                .queue
+                .borrow_mut()
+                .push_back(SendOp::flush(FlushOp::new(fc)));
+            let ep = inner.clone();
+            closed.on_complete(move |r2| {
+                ep.wired.set(Wired::Closed);
+                ep.unlink();
+                c.complete(r.and(r2));
+            });
+            inner.dispatch();
         });
         ep.dispatch();
         let mut req = req;

@@ -23,7 +23,7 @@ pub(crate) struct Limits {
     pub max_zcopy_hdr: usize,
     /// Payloads from this size up go zero-copy when the buffer is the application's to lend.
     pub zcopy_thresh: usize,
-    /// Payloads from this size up would go rendezvous (not implemented: eager is used).
+    /// Payloads from this size up go rendezvous (unless `AmFlags::EAGER`).
     pub rndv_thresh: usize,
 }
 
@@ -50,7 +50,7 @@ impl Limits {
 
 impl Limits {
     /// One line per protocol range, in payload bytes.
-    pub(crate) fn describe(&self) -> String {
+    pub(crate) fn describe(&self, rndv_scheme: &str) -> String {
         let h = AmHeader::LEN;
         let mut out = String::new();
         let mut line = |api: &str, from: usize, to: Option<usize>, what: &str| {
@@ -91,7 +91,7 @@ impl Limits {
         } else {
             format!("from {r} B")
         };
-        out += &format!("  rendezvous: {r} (not implemented yet: eager is used)\n");
+        out += &format!("  rendezvous    {r}: RTS, then {rndv_scheme}\n");
         out
     }
 }

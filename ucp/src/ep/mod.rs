@@ -50,6 +50,9 @@ pub(crate) struct EpInner {
     /// Wireup messages waiting for the wireup lane (they go before anything else).
     pub wireup_q: RefCell<VecDeque<Vec<u8>>>,
     pub limits: Limits,
+    /// The lane rendezvous sends register their buffer for (the peer fetches with
+    /// `get_zcopy`); none: the active-message pipeline.
+    pub rndv_lane: Option<usize>,
     pub wired: Cell<Wired>,
     /// Sends waiting, in order.
     pub queue: RefCell<VecDeque<SendOp>>,
@@ -58,9 +61,35 @@ pub(crate) struct EpInner {
     /// A dispatch is running (a handler it triggers may send: that send queues behind).
     pub dispatching: Cell<bool>,
     pub err_mode: ErrMode,
+    /// When the peer last answered a keepalive probe (or sent one); from creation.
+    pub last_rx: Cell<std::time::Instant>,
     pub err_handler: RefCell<Option<ErrHandler>>,
     /// Why it failed (with `Wired::Failed`).
     pub error: RefCell<Option<Error>>,
+}
+
+impl EpInner {
+    /// How rendezvous moves the data on this endpoint, for the protocol description.
+    pub(crate) fn rndv_scheme(&self) -> String {
+        match self.rndv_lane {
+            Some(l) => format!("get_zcopy on lane {l}"),
+            None => "AM pipeline".to_owned(),
+        }
+    }
+
+    /// True when queued sends or wireup messages could go now, with no transport event to
+    /// wait for (not waiting for resources or for the peer's wireup, not inside a dispatch).
+    pub(crate) fn can_progress_sends(&self) -> bool {
+        if self.pending_armed.get() || self.dispatching.get() {
+            return false;
+        }
+        let wireup = !self.wireup_q.borrow().is_empty();
+        match self.wired.get() {
+            Wired::Failed(_) | Wired::Closed => false,
+            Wired::WaitingForPeer => wireup,
+            Wired::Ready => wireup || !self.queue.borrow().is_empty(),
+        }
+    }
 }
 
 impl Drop for EpInner {
@@ -96,7 +125,7 @@ impl Ep {
     /// The protocol of each payload range (header and data, without [`crate::AmFlags::REPLY`]),
     /// one line each: what `RUCX_PROTO_INFO=y` prints under the lanes.
     pub fn describe_protocols(&self) -> String {
-        self.inner.limits.describe()
+        self.inner.limits.describe(&self.inner.rndv_scheme())
     }
 
     /// The lanes, as `transport/device → transport/device` with their uses.
@@ -196,6 +225,7 @@ pub(crate) fn create(
         &remote.entries[am.remote].tl.attr,
         &thr,
     );
+    let rndv_lane = crate::rndv::get_lane(w, &lanes, &remote);
     let inner = Rc::new(EpInner {
         worker: Rc::downgrade(w),
         id: Cell::new(0),
@@ -213,10 +243,12 @@ pub(crate) fn create(
         p2p_connected: Cell::new(false),
         wireup_q: RefCell::new(VecDeque::new()),
         limits,
+        rndv_lane,
         queue: RefCell::new(VecDeque::new()),
         pending_armed: Cell::new(false),
         dispatching: Cell::new(false),
         err_mode,
+        last_rx: Cell::new(std::time::Instant::now()),
         err_handler: RefCell::new(None),
         error: RefCell::new(None),
     });
@@ -229,13 +261,16 @@ pub(crate) fn create(
         id
     };
     inner.id.set(id);
+    if err_mode == ErrMode::Peer {
+        crate::keepalive::start(w);
+    }
     if w.ctx.inner.cfg.proto_info {
         let remote_infos: Vec<_> = inner.remote.entries.iter().map(|e| e.tl.clone()).collect();
         println!(
             "[ucp] endpoint to {:#x}:\n{}{}",
             inner.remote.uuid,
             inner.lanes.describe(&w.local_infos(), &remote_infos),
-            inner.limits.describe(),
+            inner.limits.describe(&inner.rndv_scheme()),
         );
     }
     Ok(inner)

@@ -1,0 +1,177 @@
+//! `ucp::tokio` (feature `tokio`): the `ucp_async` example runs, and an `AsyncWorker` sleeps in
+//! the runtime between messages instead of spinning, while its requests complete as futures.
+//!
+//! `cargo test -p rucx --features tokio --test ucp_async` builds the example too.
+#![cfg(feature = "tokio")]
+
+use std::cell::{Cell, RefCell};
+use std::future::IntoFuture;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use ucp::tokio::AsyncWorker;
+use ucp::{AmFlags, Context, Features, Issued, Worker};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
+    let p = dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        p.exists(),
+        "{} is not built: `cargo build -p rucx --features tokio --example {name}`",
+        p.display()
+    );
+    p
+}
+
+/// The example on every transport it finds (self, tcp), then on tcp only.
+#[test]
+fn ucp_async_example() {
+    for tls in [None, Some("tcp")] {
+        let mut c = Command::new(example("ucp_async"));
+        c.arg("5").stdout(Stdio::piped()).stderr(Stdio::piped());
+        if let Some(t) = tls {
+            c.env("RUCX_TLS", t).env("RUCX_NET_DEVICES", "lo");
+        }
+        let out = c.output().expect("run ucp_async");
+        let (o, e) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(0), "{tls:?}\nstdout:\n{o}\nstderr:\n{e}");
+        assert!(o.contains("every echo intact"), "{tls:?}: {o}");
+        assert!(o.contains("server: echoed 25 messages"), "{tls:?}: {o}");
+    }
+}
+
+const MESSAGES: usize = 100;
+const BURST: usize = 10;
+const AM: u16 = 5;
+const DONE: u16 = 6;
+
+/// A receiver task sleeps in a current-thread runtime while a sender thread sends bursts of
+/// messages with pauses between them: it gets them all with few progress calls (a spinning
+/// receiver makes thousands per pause), and its answer completes as an awaited request.
+#[test]
+fn async_worker_sleeps_between_messages() {
+    let ctx = Context::builder(rucx::context_builder().plugins(false).build())
+        .features(Features::AM | Features::WAKEUP)
+        .config("TLS", "tcp")
+        .config("NET_DEVICES", "lo")
+        .build()
+        .expect("context");
+    let (addr_tx, addr_rx) = mpsc::channel::<Vec<u8>>();
+    let answered = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (ctx, answered) = (ctx.clone(), answered.clone());
+        std::thread::spawn(move || {
+            let w = Worker::new(&ctx).unwrap();
+            let a = answered.clone();
+            w.set_am_handler(DONE, move |_| a.store(true, Ordering::Release));
+            let ep = w.connect(&addr_rx.recv_timeout(DEADLINE).unwrap()).unwrap();
+            let start = Instant::now();
+            for i in 0..MESSAGES {
+                let data = [i as u8; 3000];
+                if let Issued::Pending(r) = ep.am_send(AM, &[], &data, AmFlags::REPLY).unwrap() {
+                    r.wait(&w).unwrap();
+                }
+                if i % BURST == BURST - 1 {
+                    for _ in 0..100 {
+                        w.progress();
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            while !answered.load(Ordering::Acquire) {
+                w.progress();
+                assert!(start.elapsed() < DEADLINE, "no answer from the receiver");
+            }
+        })
+    };
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let local = tokio::task::LocalSet::new();
+    let (calls, slept) = local.block_on(&rt, async {
+        let w = Worker::new(&ctx).unwrap();
+        let got = Rc::new(RefCell::new(Vec::new()));
+        let arrived = Rc::new(tokio::sync::Notify::new());
+        let (g, a) = (got.clone(), arrived.clone());
+        w.set_am_handler(AM, move |m| {
+            g.borrow_mut().push((m.data()[0], m.reply_ep().cloned()));
+            a.notify_one();
+        });
+        addr_tx.send(w.address().to_vec()).unwrap();
+        let aw = AsyncWorker::new(&w).unwrap();
+        let (calls, slept) = (Rc::new(Cell::new(0usize)), Rc::new(Cell::new(0usize)));
+        let (c, s) = (calls.clone(), slept.clone());
+        // The driver: counts its progress calls, and the ones that found nothing (it slept
+        // or yielded after them).
+        tokio::task::spawn_local(async move {
+            loop {
+                c.set(c.get() + 1);
+                if aw.progress().await.unwrap() == 0 {
+                    s.set(s.get() + 1);
+                }
+            }
+        });
+        let all = async {
+            while got.borrow().len() < MESSAGES {
+                arrived.notified().await;
+            }
+        };
+        if tokio::time::timeout(DEADLINE, all).await.is_err() {
+            panic!("only {} of {MESSAGES} messages", got.borrow().len());
+        }
+        for (i, (b, _)) in got.borrow().iter().enumerate() {
+            assert_eq!(*b, i as u8, "message {i}");
+        }
+        let ep = got.borrow()[0].1.clone().expect("a reply endpoint");
+        let answer = ep.am_send(DONE, &[], b"done", AmFlags::default()).unwrap();
+        tokio::time::timeout(DEADLINE, answer.into_future())
+            .await
+            .expect("the answer completes")
+            .unwrap();
+        (calls.get(), slept.get())
+    });
+    sender.join().unwrap();
+    println!("receiver: {calls} progress calls, {slept} idle, for {MESSAGES} messages");
+    assert!(slept > 0);
+    assert!(
+        calls <= 20 * MESSAGES,
+        "{calls} progress calls for {MESSAGES} messages: the receiver spun"
+    );
+}
+
+/// `AsyncWorker::new` needs `Features::WAKEUP` and a runtime, and says so.
+#[test]
+fn async_worker_misuse_is_an_error() {
+    let ctx = |f| {
+        Context::builder(rucx::context_builder().plugins(false).build())
+            .features(f)
+            .config("TLS", "self")
+            .build()
+            .expect("context")
+    };
+    let w = Worker::new(&ctx(Features::AM)).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let e = rt.block_on(async { AsyncWorker::new(&w).unwrap_err() });
+    assert_eq!(e, ucp::Status::Unsupported, "{e}");
+    assert!(e.to_string().contains("Features::WAKEUP"), "{e}");
+    let w = Worker::new(&ctx(Features::AM | Features::WAKEUP)).unwrap();
+    let e = AsyncWorker::new(&w).unwrap_err();
+    assert!(e.to_string().contains("inside a tokio runtime"), "{e}");
+}

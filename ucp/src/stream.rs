@@ -1,0 +1,279 @@
+//! Streams (UCX's `ucp_stream_*`): an ordered byte stream per endpoint pair, without message
+//! boundaries. `Ep::stream_send` cuts the bytes into AM-lane messages (uct AM id 15: the
+//! sender's worker and endpoint ids, then bytes); the receiver queues them per sender
+//! endpoint and `Ep::stream_recv` takes any amount of them, in order.
+
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+
+use ucs::{Error, Result, Status};
+use uct::AmMessage;
+
+use crate::am::SendOp;
+use crate::ep::{Ep, EpInner};
+use crate::request::{request, Completer, Issued};
+use crate::wire::am_id;
+use crate::worker::WorkerInner;
+
+/// Before the bytes of a stream message: sender worker, sender endpoint.
+pub const PREFIX_LEN: usize = 16;
+
+/// A posted stream receive.
+pub(crate) struct StreamRecv {
+    buf: Vec<u8>,
+    filled: usize,
+    wait_all: bool,
+    done: Completer<Vec<u8>>,
+}
+
+impl StreamRecv {
+    fn can_complete(&self) -> bool {
+        self.filled == self.buf.len() || (!self.wait_all && self.filled > 0)
+    }
+
+    fn complete(mut self) {
+        self.buf.truncate(self.filled);
+        self.done.complete(Ok(self.buf));
+    }
+}
+
+/// Bytes from one sender endpoint not yet received, and receives waiting for bytes (never
+/// both at once).
+#[derive(Default)]
+struct StreamQ {
+    data: VecDeque<Vec<u8>>,
+    /// Bytes of `data[0]` already taken.
+    head: usize,
+    recvs: VecDeque<StreamRecv>,
+}
+
+impl StreamQ {
+    /// Moves queued bytes into `r`.
+    fn fill(&mut self, r: &mut StreamRecv) {
+        while r.filled < r.buf.len() {
+            let Some(d) = self.data.front() else { return };
+            let n = (d.len() - self.head).min(r.buf.len() - r.filled);
+            r.buf[r.filled..r.filled + n].copy_from_slice(&d[self.head..self.head + n]);
+            r.filled += n;
+            self.head += n;
+            if self.head == d.len() {
+                self.data.pop_front();
+                self.head = 0;
+            }
+        }
+    }
+}
+
+/// A worker's streams, by (sender worker, sender endpoint).
+#[derive(Default)]
+pub(crate) struct StreamState {
+    queues: HashMap<(u64, u64), StreamQ>,
+    /// Receives of endpoints that do not know their peer's endpoint id yet.
+    early: HashMap<u64, Vec<StreamRecv>>,
+}
+
+/// A stream message: the sender's worker and endpoint, the bytes.
+pub fn decode(b: &[u8]) -> Result<(u64, u64, &[u8])> {
+    if b.len() < PREFIX_LEN {
+        return Err(Error::new(
+            Status::InvalidParam,
+            format!(
+                "ucp: stream message of {} bytes, at least {PREFIX_LEN} needed",
+                b.len()
+            ),
+        ));
+    }
+    let worker = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+    let src_ep = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
+    Ok((worker, src_ep, &b[PREFIX_LEN..]))
+}
+
+/// A stream message arrived.
+pub(crate) fn on_stream(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
+    let (worker, src_ep, data) = match decode(m.data()) {
+        Ok(d) => d,
+        Err(e) => return tracing::warn!("{e}: dropped"),
+    };
+    if crate::rndv::find_ep(w, worker, src_ep).is_none() {
+        tracing::warn!("ucp: stream message from worker {worker:#x}, which has no endpoint here: dropped");
+        return;
+    }
+    if data.is_empty() {
+        return;
+    }
+    let mut done = Vec::new();
+    {
+        let mut st = w.stream.borrow_mut();
+        let q = st.queues.entry((worker, src_ep)).or_default();
+        q.data.push_back(data.to_vec());
+        while let Some(mut r) = q.recvs.pop_front() {
+            q.fill(&mut r);
+            if r.can_complete() {
+                done.push(r);
+            } else {
+                q.recvs.push_front(r);
+                break;
+            }
+        }
+    }
+    for r in done {
+        r.complete();
+    }
+}
+
+/// Endpoint `ep` learnt its peer's endpoint id: its early receives join that stream.
+pub(crate) fn on_wired(w: &WorkerInner, ep: &EpInner) {
+    let Some(remote) = ep.remote_ep.get() else { return };
+    let mut done = Vec::new();
+    {
+        let mut st = w.stream.borrow_mut();
+        let Some(early) = st.early.remove(&ep.id.get()) else {
+            return;
+        };
+        let q = st.queues.entry((ep.remote.uuid, remote)).or_default();
+        for mut r in early {
+            if q.recvs.is_empty() {
+                q.fill(&mut r);
+                if r.can_complete() {
+                    done.push(r);
+                    continue;
+                }
+            }
+            q.recvs.push_back(r);
+        }
+    }
+    for r in done {
+        r.complete();
+    }
+}
+
+/// The endpoint failed or closed: its receives complete with `e`, unread bytes are dropped.
+pub(crate) fn fail_ep(w: &WorkerInner, ep: &EpInner, e: &Error) {
+    let recvs: Vec<StreamRecv> = {
+        let mut st = w.stream.borrow_mut();
+        let mut v = st.early.remove(&ep.id.get()).unwrap_or_default();
+        if let Some(remote) = ep.remote_ep.get() {
+            if let Some(q) = st.queues.remove(&(ep.remote.uuid, remote)) {
+                v.extend(q.recvs);
+            }
+        }
+        v
+    };
+    for r in recvs {
+        r.done.complete(Err(e.clone()));
+    }
+}
+
+/// The sender's side of a stream send that did not go at once: messages of the lane's size.
+pub(crate) struct StreamOp {
+    prefix: [u8; PREFIX_LEN],
+    data: Vec<u8>,
+    sent: usize,
+}
+
+impl StreamOp {
+    pub fn progress(&mut self, ep: &EpInner) -> Result<bool> {
+        let per = ep.limits.max_bcopy - PREFIX_LEN;
+        while self.sent < self.data.len() {
+            let n = per.min(self.data.len() - self.sent);
+            let chunk = &self.data[self.sent..self.sent + n];
+            let r = ep.am_ep().am_bcopy(am_id::STREAM, |b| {
+                b[..PREFIX_LEN].copy_from_slice(&self.prefix);
+                b[PREFIX_LEN..PREFIX_LEN + n].copy_from_slice(chunk);
+                PREFIX_LEN + n
+            });
+            match r {
+                Ok(_) => self.sent += n,
+                Err(e) if e == Status::NoResource => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+}
+
+impl Ep {
+    /// Appends `data` to this endpoint's byte stream (copied: the buffer is free when the call
+    /// returns). `Done` when all of it went in the call; else the request completes when it
+    /// has. The peer reads the bytes with [`Ep::stream_recv`], in any pieces.
+    pub fn stream_send(&self, data: &[u8]) -> Result<Issued<()>> {
+        let ep = &self.inner;
+        ep.check_usable()?;
+        if data.is_empty() {
+            return Ok(Issued::Done(()));
+        }
+        let mut prefix = [0u8; PREFIX_LEN];
+        prefix[..8].copy_from_slice(&ep.remote_self_id().to_le_bytes());
+        prefix[8..].copy_from_slice(&ep.id.get().to_le_bytes());
+        let total = PREFIX_LEN + data.len();
+        if total <= ep.limits.max_bcopy && ep.can_send_now() {
+            let lane = ep.am_ep();
+            let r = if total <= ep.limits.max_short {
+                lane.am_short_iov(am_id::STREAM, &[&prefix, data])
+            } else {
+                lane.am_bcopy(am_id::STREAM, |b| {
+                    b[..PREFIX_LEN].copy_from_slice(&prefix);
+                    b[PREFIX_LEN..total].copy_from_slice(data);
+                    total
+                })
+                .map(|_| ())
+            };
+            match r {
+                Ok(()) => return Ok(Issued::Done(())),
+                Err(e) if e == Status::NoResource => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let (req, c) = request();
+        let op = StreamOp {
+            prefix,
+            data: data.to_vec(),
+            sent: 0,
+        };
+        self.send_op(SendOp::stream(op, c), req)
+    }
+
+    /// Receives bytes of the peer's stream into `buf` (at most `buf.len()`), handing it back
+    /// holding what arrived: at least one byte, or with `wait_all` exactly `buf.len()`.
+    pub fn stream_recv(&self, buf: Vec<u8>, wait_all: bool) -> Result<Issued<Vec<u8>>> {
+        let ep = &self.inner;
+        ep.check_usable()?;
+        if buf.is_empty() {
+            return Err(Error::new(
+                Status::InvalidParam,
+                "ucp: stream_recv into an empty buffer would never complete",
+            ));
+        }
+        let w = ep
+            .worker
+            .upgrade()
+            .ok_or_else(|| Error::new(Status::NotConnected, "ucp: the worker is gone"))?;
+        let (mut req, c) = request();
+        let mut r = StreamRecv {
+            buf,
+            filled: 0,
+            wait_all,
+            done: c,
+        };
+        let mut st = w.stream.borrow_mut();
+        match ep.remote_ep.get() {
+            None => st.early.entry(ep.id.get()).or_default().push(r),
+            Some(remote) => {
+                let q = st.queues.entry((ep.remote.uuid, remote)).or_default();
+                if q.recvs.is_empty() {
+                    q.fill(&mut r);
+                }
+                if q.recvs.is_empty() && r.can_complete() {
+                    drop(st);
+                    r.complete();
+                    return Ok(match req.take() {
+                        Some(v) => Issued::Done(v?),
+                        None => Issued::Pending(req),
+                    });
+                }
+                q.recvs.push_back(r);
+            }
+        }
+        Ok(Issued::Pending(req))
+    }
+}

@@ -1,0 +1,281 @@
+//! The tag-matching engine, free of I/O: posted receives (expected) and arrived messages
+//! nobody asked for yet (unexpected), with MPI's rules.
+//!
+//! - A message matches a receive when `(msg_tag ^ recv_tag) & mask == 0`.
+//! - An arriving message takes the oldest posted receive that matches, whether it was posted
+//!   with a full mask (kept in a table by tag) or a partial one (kept in one FIFO).
+//! - A posted receive takes the oldest unexpected message that matches (full mask: that tag's
+//!   FIFO; otherwise a scan of all unexpected messages, oldest first).
+//!
+//! Messages are matched in the order they arrive; the transports deliver one endpoint's
+//! messages in the order they were sent, so a receive never overtakes.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// A mask that compares every bit.
+pub const FULL_MASK: u64 = u64::MAX;
+
+/// Whether `tag` matches a receive for `want` under `mask`.
+#[inline]
+pub fn matches(tag: u64, want: u64, mask: u64) -> bool {
+    (tag ^ want) & mask == 0
+}
+
+/// Expected receives of type `R` and unexpected messages of type `U`.
+pub struct Matcher<R, U> {
+    /// Stamps receives (age, across both queues) and unexpected messages (age).
+    next_sn: u64,
+    /// Full-mask receives by tag, oldest first: (sn, receive).
+    exp_by_tag: HashMap<u64, VecDeque<(u64, R)>>,
+    /// Receives with a partial mask, oldest first: (sn, tag, mask, receive).
+    exp_wild: VecDeque<(u64, u64, u64, R)>,
+    /// Unexpected messages, oldest first (by sn): (tag, message).
+    unexp: BTreeMap<u64, (u64, U)>,
+    /// Unexpected sns by tag, oldest first (entries may be stale: taken by a wildcard).
+    unexp_by_tag: HashMap<u64, VecDeque<u64>>,
+}
+
+impl<R, U> Default for Matcher<R, U> {
+    fn default() -> Self {
+        Matcher {
+            next_sn: 0,
+            exp_by_tag: HashMap::new(),
+            exp_wild: VecDeque::new(),
+            unexp: BTreeMap::new(),
+            unexp_by_tag: HashMap::new(),
+        }
+    }
+}
+
+/// Identifies a posted receive, for [`Matcher::cancel`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvId {
+    sn: u64,
+    tag: u64,
+    mask: u64,
+}
+
+impl<R, U> Matcher<R, U> {
+    fn sn(&mut self) -> u64 {
+        self.next_sn += 1;
+        self.next_sn
+    }
+
+    /// Takes the oldest unexpected message matching `(tag, mask)`, if any.
+    pub fn take_unexpected(&mut self, tag: u64, mask: u64) -> Option<(u64, U)> {
+        let sn = self.find_unexpected(tag, mask)?;
+        let (t, u) = self.unexp.remove(&sn).expect("found above");
+        self.unlink_by_tag(t, sn);
+        Some((t, u))
+    }
+
+    /// The oldest unexpected message matching `(tag, mask)`, without taking it.
+    pub fn peek_unexpected(&mut self, tag: u64, mask: u64) -> Option<(u64, &U)> {
+        let sn = self.find_unexpected(tag, mask)?;
+        self.unexp.get(&sn).map(|(t, u)| (*t, u))
+    }
+
+    fn find_unexpected(&mut self, tag: u64, mask: u64) -> Option<u64> {
+        if mask == FULL_MASK {
+            let q = self.unexp_by_tag.get_mut(&tag)?;
+            // Drop stale sns (taken through a wildcard receive) from the front.
+            while let Some(&sn) = q.front() {
+                if self.unexp.contains_key(&sn) {
+                    return Some(sn);
+                }
+                q.pop_front();
+            }
+            self.unexp_by_tag.remove(&tag);
+            return None;
+        }
+        self.unexp
+            .iter()
+            .find(|(_, (t, _))| matches(*t, tag, mask))
+            .map(|(sn, _)| *sn)
+    }
+
+    fn unlink_by_tag(&mut self, tag: u64, sn: u64) {
+        if let Some(q) = self.unexp_by_tag.get_mut(&tag) {
+            if let Some(i) = q.iter().position(|&s| s == sn) {
+                q.remove(i);
+            }
+            if q.is_empty() {
+                self.unexp_by_tag.remove(&tag);
+            }
+        }
+    }
+
+    /// Posts receive `r` for `(tag, mask)` (after [`Matcher::take_unexpected`] found nothing).
+    pub fn post(&mut self, tag: u64, mask: u64, r: R) -> RecvId {
+        let sn = self.sn();
+        if mask == FULL_MASK {
+            self.exp_by_tag.entry(tag).or_default().push_back((sn, r));
+        } else {
+            self.exp_wild.push_back((sn, tag, mask, r));
+        }
+        RecvId { sn, tag, mask }
+    }
+
+    /// Removes a posted receive that has not matched; `None` when it is gone (matched).
+    pub fn cancel(&mut self, id: RecvId) -> Option<R> {
+        if id.mask == FULL_MASK {
+            let q = self.exp_by_tag.get_mut(&id.tag)?;
+            let i = q.iter().position(|(sn, _)| *sn == id.sn)?;
+            let r = q.remove(i).map(|(_, r)| r);
+            if q.is_empty() {
+                self.exp_by_tag.remove(&id.tag);
+            }
+            r
+        } else {
+            let i = self.exp_wild.iter().position(|(sn, ..)| *sn == id.sn)?;
+            self.exp_wild.remove(i).map(|(.., r)| r)
+        }
+    }
+
+    /// A message with `tag` arrived: the oldest posted receive it matches, taken.
+    pub fn take_expected(&mut self, tag: u64) -> Option<R> {
+        let exact = self
+            .exp_by_tag
+            .get(&tag)
+            .and_then(|q| q.front())
+            .map(|(sn, _)| *sn);
+        let wild = self.exp_wild.iter().position(|(_, t, m, _)| matches(tag, *t, *m));
+        match (exact, wild) {
+            (None, None) => None,
+            (Some(e), Some(w)) if self.exp_wild[w].0 < e => self.exp_wild.remove(w).map(|(.., r)| r),
+            (Some(_), _) => {
+                let q = self.exp_by_tag.get_mut(&tag).expect("non-empty above");
+                let r = q.pop_front().map(|(_, r)| r);
+                if q.is_empty() {
+                    self.exp_by_tag.remove(&tag);
+                }
+                r
+            }
+            (None, Some(w)) => self.exp_wild.remove(w).map(|(.., r)| r),
+        }
+    }
+
+    /// Files a message nobody was waiting for.
+    pub fn push_unexpected(&mut self, tag: u64, u: U) {
+        let sn = self.sn();
+        self.unexp.insert(sn, (tag, u));
+        self.unexp_by_tag.entry(tag).or_default().push_back(sn);
+    }
+
+    /// Unexpected messages waiting.
+    pub fn unexpected_len(&self) -> usize {
+        self.unexp.len()
+    }
+
+    /// Posted receives waiting.
+    pub fn expected_len(&self) -> usize {
+        self.exp_by_tag.values().map(VecDeque::len).sum::<usize>() + self.exp_wild.len()
+    }
+
+    /// Takes every unexpected message (worker teardown), oldest first.
+    pub fn drain_unexpected(&mut self) -> Vec<(u64, U)> {
+        self.unexp_by_tag.clear();
+        std::mem::take(&mut self.unexp).into_values().collect()
+    }
+
+    /// Takes every posted receive (worker teardown).
+    pub fn drain_expected(&mut self) -> Vec<R> {
+        let mut v: Vec<(u64, R)> = self.exp_by_tag.drain().flat_map(|(_, q)| q).collect();
+        v.extend(self.exp_wild.drain(..).map(|(sn, _, _, r)| (sn, r)));
+        v.sort_by_key(|(sn, _)| *sn);
+        v.into_iter().map(|(_, r)| r).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type M = Matcher<&'static str, u32>;
+
+    #[test]
+    fn oldest_receive_wins_across_exact_and_wildcard() {
+        let mut m = M::default();
+        m.post(5, FULL_MASK, "exact-1");
+        m.post(0, 0, "any");
+        m.post(5, FULL_MASK, "exact-2");
+        assert_eq!(m.take_expected(5), Some("exact-1"));
+        assert_eq!(m.take_expected(5), Some("any"));
+        assert_eq!(m.take_expected(5), Some("exact-2"));
+        assert_eq!(m.take_expected(5), None);
+        // a wildcard posted first wins over a later exact one
+        m.post(0x100, 0xf00, "wild");
+        m.post(0x123, FULL_MASK, "exact");
+        assert_eq!(m.take_expected(0x123), Some("wild"));
+        assert_eq!(m.take_expected(0x123), Some("exact"));
+        assert_eq!(m.expected_len(), 0);
+    }
+
+    #[test]
+    fn masks_select_bits() {
+        let mut m = M::default();
+        m.post(0xab00, 0xff00, "high byte ab");
+        assert_eq!(m.take_expected(0xac00), None);
+        assert_eq!(m.take_expected(0xab7f), Some("high byte ab"));
+    }
+
+    #[test]
+    fn unexpected_oldest_first_exact_and_wildcard() {
+        let mut m = M::default();
+        m.push_unexpected(1, 10);
+        m.push_unexpected(2, 20);
+        m.push_unexpected(1, 11);
+        // wildcard takes the oldest of all
+        assert_eq!(m.take_unexpected(0, 0), Some((1, 10)));
+        // exact skips the one the wildcard took
+        assert_eq!(m.take_unexpected(1, FULL_MASK), Some((1, 11)));
+        assert_eq!(m.peek_unexpected(0, 0), Some((2, &20)));
+        assert_eq!(m.take_unexpected(2, FULL_MASK), Some((2, 20)));
+        assert_eq!(m.take_unexpected(0, 0), None);
+        assert!(m.unexp_by_tag.is_empty());
+    }
+
+    #[test]
+    fn cancel_only_unmatched() {
+        let mut m = M::default();
+        let a = m.post(7, FULL_MASK, "a");
+        let b = m.post(7, 0xf, "b");
+        assert_eq!(m.cancel(a), Some("a"));
+        assert_eq!(m.cancel(a), None);
+        assert_eq!(m.take_expected(7), Some("b"));
+        assert_eq!(m.cancel(b), None);
+    }
+
+    #[test]
+    fn hundred_thousand_unexpected() {
+        let mut m: Matcher<(), u32> = Matcher::default();
+        for i in 0..100_000u32 {
+            m.push_unexpected(u64::from(i % 1000), i);
+        }
+        assert_eq!(m.unexpected_len(), 100_000);
+        // by tag: each tag's messages in arrival order
+        for i in 0..100u32 {
+            assert_eq!(m.take_unexpected(7, FULL_MASK), Some((7, 7 + 1000 * i)));
+        }
+        // wildcard on the low bit: the oldest odd tag
+        assert_eq!(m.take_unexpected(1, 1), Some((1, 1)));
+        let mut n = 0;
+        while let Some((t, v)) = m.take_unexpected(0, 0) {
+            assert_eq!(t, u64::from(v % 1000));
+            n += 1;
+        }
+        assert_eq!(n, 100_000 - 101);
+    }
+
+    #[test]
+    fn drain_in_order() {
+        let mut m = M::default();
+        m.post(1, FULL_MASK, "x");
+        m.post(1, 0, "y");
+        m.post(2, FULL_MASK, "z");
+        assert_eq!(m.drain_expected(), vec!["x", "y", "z"]);
+        m.push_unexpected(3, 1);
+        m.push_unexpected(4, 2);
+        assert_eq!(m.drain_unexpected(), vec![(3, 1), (4, 2)]);
+    }
+}

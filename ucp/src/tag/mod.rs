@@ -1,0 +1,215 @@
+//! Tag matching (UCX's `ucp_tag_*`): `Ep::tag_send` / `tag_send_sync` and
+//! `Worker::tag_recv` / `tag_probe` / `tag_msg_recv`, with MPI's matching rules
+//! ([`matcher`]). Messages go eager (short, bcopy, zcopy, fragments) or by rendezvous with the
+//! active messages' thresholds; one endpoint's messages match in the order they were sent,
+//! whatever protocol each took, because every first piece (eager message, first fragment or
+//! RTS) travels in order on the endpoint's AM lane and is matched on arrival.
+//!
+//! Receive buffers: `tag_recv(tag, mask, buf)` accepts up to `buf.len()` bytes and hands the
+//! buffer back holding the message (its length is the message's). A longer message completes
+//! the receive with `MessageTruncated` and nothing is written past the buffer.
+
+pub mod matcher;
+mod recv;
+mod send;
+pub mod wire;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use ucs::{Error, Result, Status};
+
+use crate::request::Completer;
+use crate::rndv::AmDataDesc;
+use crate::worker::WorkerInner;
+use matcher::Matcher;
+use wire::SyncFrom;
+
+pub(crate) use recv::{on_eager, on_first, on_middle, on_rts, on_sync, on_sync_ack};
+
+/// A completed tag receive: the sender's tag and the message (the receive buffer, holding
+/// exactly the message).
+#[derive(Debug, PartialEq, Eq)]
+pub struct TagRecvd {
+    pub tag: u64,
+    pub data: Vec<u8>,
+}
+
+/// What a probe saw: the sender's tag and the message's length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TagInfo {
+    pub tag: u64,
+    pub length: usize,
+}
+
+/// A message taken off the unexpected queue by [`crate::Worker::tag_probe`] with `remove`:
+/// receive it with [`crate::Worker::tag_msg_recv`]. Dropped, the message is discarded.
+pub struct TagMsg {
+    info: TagInfo,
+    msg: Unexp,
+}
+
+impl TagMsg {
+    pub fn info(&self) -> TagInfo {
+        self.info
+    }
+}
+
+impl std::fmt::Debug for TagMsg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TagMsg({:?})", self.info)
+    }
+}
+
+/// [`crate::Worker::tag_probe`]'s answer.
+#[derive(Debug)]
+pub struct TagProbe {
+    pub info: TagInfo,
+    /// The message, when the probe removed it.
+    pub msg: Option<TagMsg>,
+}
+
+/// A posted receive.
+pub(crate) struct Posted {
+    buf: Vec<u8>,
+    done: Completer<TagRecvd>,
+}
+
+impl Posted {
+    /// Copies `bytes` to `offset`, never past the buffer.
+    fn put(&mut self, offset: usize, bytes: &[u8]) {
+        if offset < self.buf.len() {
+            let n = bytes.len().min(self.buf.len() - offset);
+            self.buf[offset..offset + n].copy_from_slice(&bytes[..n]);
+        }
+    }
+
+    /// Completes with a `total`-byte message (all of it arrived).
+    fn complete(self, tag: u64, total: usize) {
+        let Posted { mut buf, done } = self;
+        if total > buf.len() {
+            return done.complete(Err(truncated(total, buf.len())));
+        }
+        buf.truncate(total);
+        done.complete(Ok(TagRecvd { tag, data: buf }));
+    }
+}
+
+fn truncated(total: usize, room: usize) -> Error {
+    Error::new(
+        Status::MessageTruncated,
+        format!("ucp: a {total}-byte tag message for a {room}-byte receive buffer"),
+    )
+}
+
+/// Where an eager message's bytes go.
+enum Target {
+    /// Nobody asked yet: kept here.
+    Unexp(Vec<u8>),
+    /// Into a posted receive.
+    Posted(Posted),
+    /// Handed over (the message was matched and its receive completed, or it was discarded).
+    Gone,
+}
+
+/// An eager message (possibly still arriving in fragments).
+struct Incoming {
+    tag: u64,
+    total: usize,
+    received: usize,
+    target: Target,
+    /// The synchronous sender to acknowledge at match time.
+    sync: Option<SyncFrom>,
+}
+
+/// An unexpected message.
+enum Unexp {
+    Eager(Rc<RefCell<Incoming>>),
+    Rndv(AmDataDesc),
+}
+
+impl Unexp {
+    fn len(&self) -> usize {
+        match self {
+            Unexp::Eager(i) => i.borrow().total,
+            Unexp::Rndv(d) => d.len(),
+        }
+    }
+}
+
+/// A synchronous send waiting for its data to leave and for the receiver's match.
+struct SyncWait {
+    ep_id: u64,
+    peer: u64,
+    sent: bool,
+    acked: bool,
+    done: Completer<()>,
+}
+
+/// A worker's tag-matching state.
+#[derive(Default)]
+pub(crate) struct TagState {
+    matcher: Matcher<Posted, Unexp>,
+    /// Eager messages still arriving, by (sender worker, message id).
+    incoming: HashMap<(u64, u64), Rc<RefCell<Incoming>>>,
+    sync: HashMap<u64, SyncWait>,
+    next_req: u64,
+}
+
+/// Ends whatever depended on endpoint `ep_id` to `peer`: its synchronous sends, and messages
+/// from that worker still arriving into posted receives.
+pub(crate) fn fail_ep(w: &WorkerInner, ep_id: u64, peer: u64, e: &Error) {
+    let (syncs, posted) = {
+        let mut t = w.tag.borrow_mut();
+        let ids: Vec<u64> = t
+            .sync
+            .iter()
+            .filter(|(_, s)| s.ep_id == ep_id)
+            .map(|(k, _)| *k)
+            .collect();
+        let syncs: Vec<SyncWait> = ids.iter().filter_map(|id| t.sync.remove(id)).collect();
+        let keys: Vec<(u64, u64)> = t.incoming.keys().filter(|k| k.0 == peer).copied().collect();
+        let mut posted = Vec::new();
+        for k in keys {
+            if let Some(inc) = t.incoming.remove(&k) {
+                if let Target::Posted(p) = std::mem::replace(&mut inc.borrow_mut().target, Target::Gone) {
+                    posted.push(p);
+                }
+            }
+        }
+        (syncs, posted)
+    };
+    for s in syncs {
+        s.done.complete(Err(e.clone()));
+    }
+    for p in posted {
+        p.done.complete(Err(e.clone()));
+    }
+}
+
+/// A synchronous send's data left (or failed to).
+pub(crate) fn sync_sent(w: &WorkerInner, req: u64, r: Result<()>) {
+    sync_progress(w, req, true, r);
+}
+
+/// Completes synchronous send `req`: its data left (`sent`) or the receiver matched it.
+fn sync_progress(w: &WorkerInner, req: u64, sent: bool, r: Result<()>) {
+    let done = {
+        let mut t = w.tag.borrow_mut();
+        let Some(s) = t.sync.get_mut(&req) else { return };
+        if sent {
+            s.sent = true;
+        } else {
+            s.acked = true;
+        }
+        if r.is_err() || (s.sent && s.acked) {
+            t.sync.remove(&req)
+        } else {
+            None
+        }
+    };
+    if let Some(s) = done {
+        s.done.complete(r);
+    }
+}

@@ -1,0 +1,345 @@
+//! The receiving side of tag matching: arriving messages (matched to a posted receive, or
+//! filed as unexpected), and the application's receives and probes.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use ucs::{Error, Result, Status};
+use uct::AmMessage;
+
+use super::wire::{self, SyncFrom};
+use super::{truncated, Incoming, Posted, TagInfo, TagMsg, TagProbe, TagRecvd, Target, Unexp};
+use crate::am::{Done, SendOp, MAX_MESSAGE};
+use crate::request::{request, Issued};
+use crate::worker::{Worker, WorkerInner};
+
+fn violation(what: &str, e: &Error) {
+    tracing::warn!("ucp: {what} dropped: {e}");
+}
+
+/// Tells a synchronous sender its message matched.
+fn ack(w: &WorkerInner, from: SyncFrom) {
+    let Some(ep) = crate::rndv::find_ep(w, from.worker, from.ep) else {
+        tracing::warn!(
+            "ucp: synchronous tag message from worker {:#x}: no endpoint back to acknowledge it",
+            from.worker
+        );
+        return;
+    };
+    if ep.check_usable().is_err() {
+        return;
+    }
+    let bytes = wire::encode_ack(from.req, w.uuid);
+    ep.queue.borrow_mut().push_back(SendOp::control(
+        crate::wire::am_id::TAG_SYNC_ACK,
+        bytes,
+        Done::Nothing,
+    ));
+    ep.dispatch();
+}
+
+/// A whole eager message arrived (single, plain or synchronous).
+fn on_whole(w: &Rc<WorkerInner>, tag: u64, data: &[u8], sync: Option<SyncFrom>) {
+    let posted = w.tag.borrow_mut().matcher.take_expected(tag);
+    match posted {
+        Some(mut p) => {
+            if let Some(from) = sync {
+                ack(w, from);
+            }
+            p.put(0, data);
+            p.complete(tag, data.len());
+        }
+        None => {
+            let inc = Incoming {
+                tag,
+                total: data.len(),
+                received: data.len(),
+                target: Target::Unexp(data.to_vec()),
+                sync,
+            };
+            w.tag
+                .borrow_mut()
+                .matcher
+                .push_unexpected(tag, Unexp::Eager(Rc::new(RefCell::new(inc))));
+        }
+    }
+}
+
+pub(crate) fn on_eager(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
+    match wire::decode_eager(m.data()) {
+        Ok((tag, data)) => on_whole(w, tag, data, None),
+        Err(e) => violation("tag message", &e),
+    }
+}
+
+pub(crate) fn on_sync(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
+    match wire::decode_sync(m.data()) {
+        Ok((tag, from, data)) => on_whole(w, tag, data, Some(from)),
+        Err(e) => violation("synchronous tag message", &e),
+    }
+}
+
+pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
+    let f = match wire::decode_first(m.data()) {
+        Ok(f) => f,
+        Err(e) => return violation("tag first fragment", &e),
+    };
+    if f.total > MAX_MESSAGE {
+        let e = Error::new(
+            Status::ExceedsLimit,
+            format!("a {}-byte message exceeds {MAX_MESSAGE}", f.total),
+        );
+        return violation("tag first fragment", &e);
+    }
+    let total = f.total as usize;
+    let key = (f.worker, f.msg_id);
+    if w.tag.borrow().incoming.contains_key(&key) {
+        let e = Error::new(Status::InvalidParam, format!("message id {} restarted", f.msg_id));
+        return violation("tag first fragment", &e);
+    }
+    let posted = w.tag.borrow_mut().matcher.take_expected(f.tag);
+    let target = match posted {
+        Some(mut p) => {
+            if let Some(from) = f.sync_from() {
+                ack(w, from);
+            }
+            p.put(0, f.data);
+            Target::Posted(p)
+        }
+        None => {
+            // Grows with the fragments: a claimed total alone reserves at most 1 MiB.
+            let mut v = Vec::new();
+            if v.try_reserve_exact(total.min(f.data.len().max(1 << 20))).is_err() {
+                let e = Error::new(Status::NoMemory, format!("no memory for a {total}-byte message"));
+                return violation("tag first fragment", &e);
+            }
+            v.extend_from_slice(f.data);
+            Target::Unexp(v)
+        }
+    };
+    let matched = matches!(target, Target::Posted(_));
+    let inc = Rc::new(RefCell::new(Incoming {
+        tag: f.tag,
+        total,
+        received: f.data.len(),
+        target,
+        sync: if matched { None } else { f.sync_from() },
+    }));
+    let mut t = w.tag.borrow_mut();
+    if f.data.len() < total {
+        t.incoming.insert(key, inc.clone());
+    }
+    if !matched {
+        t.matcher.push_unexpected(f.tag, Unexp::Eager(inc));
+    } else if f.data.len() == total {
+        drop(t);
+        finish(inc);
+    }
+}
+
+/// Completes a fully arrived message's posted receive, if it has one.
+fn finish(inc: Rc<RefCell<Incoming>>) {
+    let (tag, total, target) = {
+        let mut i = inc.borrow_mut();
+        if !matches!(i.target, Target::Posted(_)) {
+            return;
+        }
+        (i.tag, i.total, std::mem::replace(&mut i.target, Target::Gone))
+    };
+    if let Target::Posted(p) = target {
+        p.complete(tag, total);
+    }
+}
+
+pub(crate) fn on_middle(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
+    let d = match crate::wire::decode_middle(m.data()) {
+        Ok(d) => d,
+        Err(e) => return violation("tag fragment", &e),
+    };
+    let key = (d.worker, d.msg_id);
+    let Some(inc) = w.tag.borrow().incoming.get(&key).cloned() else {
+        let e = Error::new(
+            Status::InvalidParam,
+            format!(
+                "no tag message {} is arriving from worker {:#x}",
+                d.msg_id, d.worker
+            ),
+        );
+        return violation("tag fragment", &e);
+    };
+    let complete = {
+        let mut i = inc.borrow_mut();
+        if d.offset != i.received as u64 || i.received + d.data.len() > i.total {
+            let e = Error::new(
+                Status::InvalidParam,
+                format!(
+                    "fragment at {} with {} bytes, expected offset {} of {}",
+                    d.offset,
+                    d.data.len(),
+                    i.received,
+                    i.total
+                ),
+            );
+            drop(i);
+            w.tag.borrow_mut().incoming.remove(&key);
+            violation("tag message", &e);
+            // A receive it was filling fails rather than waiting forever.
+            if let Target::Posted(p) = std::mem::replace(&mut inc.borrow_mut().target, Target::Gone) {
+                p.done.complete(Err(e));
+            }
+            return;
+        }
+        let at = i.received;
+        match &mut i.target {
+            Target::Posted(p) => p.put(at, d.data),
+            Target::Unexp(v) => v.extend_from_slice(d.data),
+            Target::Gone => {}
+        }
+        i.received += d.data.len();
+        i.received == i.total
+    };
+    if complete {
+        w.tag.borrow_mut().incoming.remove(&key);
+        finish(inc);
+    }
+}
+
+pub(crate) fn on_rts(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
+    let r = match crate::rndv::wire::decode_tag_rts(m.data()) {
+        Ok(r) => r,
+        Err(e) => return violation("tag rendezvous RTS", &e),
+    };
+    let Some(desc) = crate::rndv::desc_for(w, &r) else {
+        return;
+    };
+    let tag = r.word;
+    let posted = w.tag.borrow_mut().matcher.take_expected(tag);
+    match posted {
+        Some(p) => bind(w, tag, Unexp::Rndv(desc), p),
+        None => w.tag.borrow_mut().matcher.push_unexpected(tag, Unexp::Rndv(desc)),
+    }
+}
+
+pub(crate) fn on_sync_ack(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
+    let (req, worker) = match wire::decode_ack(m.data()) {
+        Ok(a) => a,
+        Err(e) => return violation("tag sync acknowledgement", &e),
+    };
+    let known = w.tag.borrow().sync.get(&req).map(|s| s.peer == worker);
+    if known != Some(true) {
+        let e = Error::new(
+            Status::InvalidParam,
+            format!("no synchronous send {req} toward worker {worker:#x}"),
+        );
+        return violation("tag sync acknowledgement", &e);
+    }
+    super::sync_progress(w, req, false, Ok(()));
+}
+
+/// Gives matched message `msg` its receive `p`.
+fn bind(w: &Rc<WorkerInner>, tag: u64, msg: Unexp, mut p: Posted) {
+    match msg {
+        Unexp::Eager(inc) => {
+            let complete = {
+                let mut i = inc.borrow_mut();
+                if let Some(from) = i.sync.take() {
+                    ack(w, from);
+                }
+                if let Target::Unexp(v) = std::mem::replace(&mut i.target, Target::Gone) {
+                    p.put(0, &v);
+                }
+                i.target = Target::Posted(p);
+                i.received == i.total
+            };
+            if complete {
+                finish(inc);
+            }
+        }
+        Unexp::Rndv(desc) => {
+            let total = desc.len();
+            if total > p.buf.len() {
+                // The sender is released (its data is not wanted whole).
+                drop(desc);
+                return p.done.complete(Err(truncated(total, p.buf.len())));
+            }
+            let Posted { buf, done } = p;
+            match crate::rndv::recv_data(w, desc, buf) {
+                Ok(Issued::Done(data)) => done.complete(Ok(TagRecvd { tag, data })),
+                Ok(Issued::Pending(r)) => {
+                    r.on_complete(move |res| done.complete(res.map(|data| TagRecvd { tag, data })))
+                }
+                Err(e) => done.complete(Err(e)),
+            }
+        }
+    }
+}
+
+impl Worker {
+    /// Receives a message whose tag matches `tag` under `mask` (`(msg_tag ^ tag) & mask == 0`;
+    /// `u64::MAX` compares every bit) into `buf`, which takes up to `buf.len()` bytes and comes
+    /// back holding the message. The oldest matching message that already arrived is taken;
+    /// else the receive waits for one (`Request::cancel` withdraws it until then).
+    pub fn tag_recv(&self, tag: u64, mask: u64, buf: Vec<u8>) -> Result<Issued<TagRecvd>> {
+        let w = &self.inner;
+        let (mut req, c) = request();
+        let p = Posted { buf, done: c };
+        let found = w.tag.borrow_mut().matcher.take_unexpected(tag, mask);
+        match found {
+            Some((t, msg)) => bind(w, t, msg, p),
+            None => {
+                let id = w.tag.borrow_mut().matcher.post(tag, mask, p);
+                let weak = Rc::downgrade(w);
+                req.set_cancel(move || {
+                    let Some(w) = weak.upgrade() else { return };
+                    let p = w.tag.borrow_mut().matcher.cancel(id);
+                    if let Some(p) = p {
+                        p.done.complete(Err(Error::new(
+                            Status::Canceled,
+                            "ucp: the tag receive was canceled",
+                        )));
+                    }
+                });
+                return Ok(Issued::Pending(req));
+            }
+        }
+        Ok(match req.take() {
+            Some(r) => Issued::Done(r?),
+            None => Issued::Pending(req),
+        })
+    }
+
+    /// Looks for an arrived message matching `(tag, mask)` without receiving it (progress is
+    /// not called). With `remove`, the message leaves the queue and comes in
+    /// [`TagProbe::msg`] for [`Worker::tag_msg_recv`]. A message still arriving in fragments
+    /// is reported with its full length.
+    pub fn tag_probe(&self, tag: u64, mask: u64, remove: bool) -> Option<TagProbe> {
+        let mut t = self.inner.tag.borrow_mut();
+        if !remove {
+            let (t, m) = t.matcher.peek_unexpected(tag, mask)?;
+            let info = TagInfo {
+                tag: t,
+                length: m.len(),
+            };
+            return Some(TagProbe { info, msg: None });
+        }
+        let (t, m) = t.matcher.take_unexpected(tag, mask)?;
+        let info = TagInfo {
+            tag: t,
+            length: m.len(),
+        };
+        Some(TagProbe {
+            info,
+            msg: Some(TagMsg { info, msg: m }),
+        })
+    }
+
+    /// Receives a message a probe removed into `buf` (as [`Worker::tag_recv`]).
+    pub fn tag_msg_recv(&self, msg: TagMsg, buf: Vec<u8>) -> Result<Issued<TagRecvd>> {
+        let (mut req, c) = request();
+        bind(&self.inner, msg.info.tag, msg.msg, Posted { buf, done: c });
+        Ok(match req.take() {
+            Some(r) => Issued::Done(r?),
+            None => Issued::Pending(req),
+        })
+    }
+}
