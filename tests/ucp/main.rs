@@ -8,6 +8,7 @@ mod hostile;
 mod keepalive;
 mod lifecycle;
 mod rndv;
+mod sockaddr;
 mod stream;
 mod tag;
 mod wakeup;

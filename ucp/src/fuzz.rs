@@ -145,6 +145,12 @@ pub fn fuzz_wireup(data: &[u8]) {
     }
 }
 
+/// Target `ucp_cm`: a connection-manager message, read whole and streamed in pieces (the first
+/// byte picks the piece sizes).
+pub fn fuzz_cm(data: &[u8]) {
+    crate::cm::wire::fuzz_cm(data);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

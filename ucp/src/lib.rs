@@ -5,11 +5,13 @@
 //! `RUCX_NET_DEVICES`) → [`Worker`] (one thread's progress engine: an interface per resource,
 //! a packed [`WorkerAddress`]) → [`Ep`] (an endpoint to a peer worker, on the lanes chosen from
 //! both workers' addresses). Active messages: [`Worker::set_am_handler`], [`Ep::am_send`];
-//! the protocol (short, bcopy, zcopy, fragmented) is picked by size and lane.
+//! the protocol (short, bcopy, zcopy, fragmented) is picked by size and lane. Without a side
+//! channel for the addresses: [`Worker::listen`] and [`Worker::connect_sockaddr`].
 #![forbid(unsafe_code)]
 
 pub mod address;
 mod am;
+mod cm;
 pub mod config;
 mod context;
 mod ep;
@@ -32,6 +34,7 @@ mod worker;
 
 pub use address::{AddressEntry, WorkerAddress};
 pub use am::{AmData, AmFlags, AmMsg, AmProto};
+pub use cm::{ConnRequest, Listener, ListenerParams, CONNECT_TIMEOUT};
 pub use context::{Context, ContextBuilder, Features};
 pub use ep::{CloseMode, Ep, EpParams, ErrMode};
 pub use request::{Issued, Request};

@@ -110,6 +110,9 @@ pub(crate) struct WorkerInner {
     pub has_failed: Cell<bool>,
     /// The wakeup fd and signal, with `Features::WAKEUP`.
     pub wakeup: Option<Wakeup>,
+    /// The connection manager (`listen`, `connect_sockaddr`), made on first use: it hooks a
+    /// progress callback then, so a worker that never uses it pays nothing.
+    pub cm: RefCell<Option<Rc<crate::cm::Cm>>>,
 }
 
 impl WorkerInner {
@@ -268,6 +271,7 @@ impl Worker {
             failed: RefCell::new(Vec::new()),
             has_failed: Cell::new(false),
             wakeup,
+            cm: RefCell::new(None),
         });
         *slot.borrow_mut() = Rc::downgrade(&inner);
         for (i, w) in inner.ifaces.iter().enumerate() {

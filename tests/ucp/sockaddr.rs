@@ -1,0 +1,301 @@
+//! Client and server without a side channel: `Worker::listen` and `Worker::connect_sockaddr`
+//! (the connection manager), then active messages both ways; rejection; a listener that meets
+//! garbage drops that connection only and keeps accepting.
+
+use std::cell::{Cell, RefCell};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use ucp::{AmFlags, CloseMode, Ep, EpParams, Issued, Listener, ListenerParams, Status, Worker};
+use uct::AsyncMode;
+
+use crate::harness::{context, pattern, Setup, DEADLINE};
+use crate::ucp_test;
+
+/// A server and a client worker (the same worker on the self target).
+struct Sides {
+    name: &'static str,
+    server: Worker,
+    client: Worker,
+}
+
+impl Sides {
+    fn new(s: &Setup) -> Option<Sides> {
+        let extra: Vec<(&str, &str)> = s.extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let ctx = context(s.t, &extra)?;
+        let server = Worker::with_async_mode(&ctx, AsyncMode::Poll).unwrap();
+        let client = if s.t.two_workers {
+            Worker::with_async_mode(&ctx, AsyncMode::Poll).unwrap()
+        } else {
+            server.clone()
+        };
+        Some(Sides {
+            name: s.t.name,
+            server,
+            client,
+        })
+    }
+
+    fn progress(&self) {
+        self.server.progress();
+        if self.server.id() != self.client.id() {
+            self.client.progress();
+        }
+    }
+
+    fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !cond() {
+            assert!(
+                start.elapsed() < DEADLINE,
+                "[{}] timed out waiting for {what}",
+                self.name
+            );
+            self.progress();
+        }
+    }
+
+    fn listen(&self, params: ListenerParams) -> Listener {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let l = self
+            .server
+            .listen(any, params)
+            .unwrap_or_else(|e| panic!("[{}] listen: {e}", self.name));
+        assert_ne!(l.local_addr().port(), 0);
+        l
+    }
+
+    /// A client endpoint and the server endpoint its request was accepted into.
+    fn connect(&self, l: &Listener) -> (Ep, Ep) {
+        let c = self
+            .client
+            .connect_sockaddr(l.local_addr(), EpParams::new())
+            .unwrap_or_else(|e| panic!("[{}] connect_sockaddr: {e}", self.name));
+        let mut req = None;
+        self.wait_for("the connection request", || {
+            req = l.accept();
+            req.is_some()
+        });
+        let req = req.unwrap();
+        assert_eq!(req.client_id(), self.client.id());
+        assert!(req.client_addr().ip().is_loopback());
+        let s = req
+            .accept(EpParams::new())
+            .unwrap_or_else(|e| panic!("[{}] accept: {e}", self.name));
+        (c, s)
+    }
+
+    fn send(&self, ep: &Ep, id: u16, data: &[u8]) {
+        let r = ep
+            .am_send(id, b"hdr", data, AmFlags::default())
+            .unwrap_or_else(|e| panic!("[{}] am_send of {} bytes: {e}", self.name, data.len()));
+        if let Issued::Pending(mut req) = r {
+            self.wait_for("a send", || req.is_done());
+            req.take()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("[{}] send of {} bytes: {e}", self.name, data.len()));
+        }
+    }
+}
+
+type Inbox = Rc<RefCell<Vec<(Vec<u8>, Vec<u8>)>>>;
+
+/// Records what AM `id` brings to `w` (a rendezvous message once its data is fetched).
+fn inbox(w: &Worker, id: u16) -> Inbox {
+    let i: Inbox = Rc::default();
+    let j = i.clone();
+    let weak = w.downgrade();
+    w.set_am_handler(id, move |m| {
+        let header = m.header().to_vec();
+        let Some(desc) = m.take_data_desc() else {
+            j.borrow_mut().push((header, m.data().to_vec()));
+            return;
+        };
+        let w = weak.upgrade().expect("the worker runs its handler");
+        let j = j.clone();
+        match w.am_recv_data(desc, Vec::new()).expect("am_recv_data") {
+            Issued::Done(v) => j.borrow_mut().push((header, v)),
+            Issued::Pending(r) => {
+                r.on_complete(move |v| j.borrow_mut().push((header, v.expect("the fetch"))))
+            }
+        }
+    });
+    i
+}
+
+const SIZES: [usize; 6] = [0, 8, 1000, 9000, 70_000, 1 << 20];
+
+/// Sends made before the exchange finished wait and arrive; then messages of every size go
+/// both ways; the endpoints pair with each other (a graceful close reaches the accepted one).
+fn sockaddr_am_both_ways(s: &Setup) {
+    let Some(w) = Sides::new(s) else { return };
+    let l = w.listen(ListenerParams::new());
+    let to_server = inbox(&w.server, 1);
+    let to_client = inbox(&w.client, 2);
+    let c = w
+        .client
+        .connect_sockaddr(l.local_addr(), EpParams::new())
+        .unwrap();
+    // At once: it waits for the server's acceptance.
+    let early = c.am_send(1, b"hdr", b"early", AmFlags::default()).unwrap();
+    assert!(
+        matches!(early, Issued::Pending(_)),
+        "[{}] sent before the exchange",
+        w.name
+    );
+    let mut req = None;
+    w.wait_for("the connection request", || {
+        req = l.accept();
+        req.is_some()
+    });
+    let server_ep = req.unwrap().accept(EpParams::new()).unwrap();
+    w.wait_for("the early message", || to_server.borrow().len() == 1);
+    assert_eq!(to_server.borrow()[0].1, b"early");
+    w.wait_for("both sides wired", || {
+        c.is_connected() && server_ep.is_connected()
+    });
+    assert_eq!(c.remote_id(), w.server.id());
+    assert_eq!(server_ep.remote_id(), w.client.id());
+    for (i, &n) in SIZES.iter().enumerate() {
+        w.send(&c, 1, &pattern(n, i));
+        w.send(&server_ep, 2, &pattern(n, i + 100));
+    }
+    w.wait_for("every message", || {
+        to_server.borrow().len() == 1 + SIZES.len() && to_client.borrow().len() == SIZES.len()
+    });
+    for (i, &n) in SIZES.iter().enumerate() {
+        assert_eq!(
+            to_server.borrow()[1 + i],
+            (b"hdr".to_vec(), pattern(n, i)),
+            "[{}] {n} bytes",
+            w.name
+        );
+        assert_eq!(
+            to_client.borrow()[i],
+            (b"hdr".to_vec(), pattern(n, i + 100)),
+            "[{}] {n} bytes",
+            w.name
+        );
+    }
+    if !s.t.two_workers {
+        return;
+    }
+    // One endpoint each: the client's CLOSE reaches the endpoint the server accepted.
+    let closed = Rc::new(Cell::new(0));
+    let k = closed.clone();
+    server_ep.set_error_handler(move |_, e| {
+        assert_eq!(e.status(), Status::ConnectionReset);
+        k.set(k.get() + 1);
+    });
+    if let Issued::Pending(r) = c.close(CloseMode::Flush) {
+        w.wait_for("the close", || r.is_done());
+    }
+    w.wait_for("the accepted endpoint to learn of the close", || {
+        closed.get() == 1
+    });
+}
+
+/// A rejected client's endpoint fails with `Rejected` from progress; what it queued fails too.
+fn sockaddr_reject(s: &Setup) {
+    let Some(w) = Sides::new(s) else { return };
+    let seen = Rc::new(Cell::new(0));
+    let k = seen.clone();
+    let l = w.listen(ListenerParams::new().on_conn_request(move |r| {
+        k.set(k.get() + 1);
+        r.reject();
+    }));
+    let errors = Rc::new(RefCell::new(Vec::new()));
+    let e2 = errors.clone();
+    let c = w
+        .client
+        .connect_sockaddr(
+            l.local_addr(),
+            EpParams::new().on_error(move |_, e| e2.borrow_mut().push(e.status())),
+        )
+        .unwrap();
+    let Issued::Pending(mut queued) = c.am_send(1, &[], b"never", AmFlags::default()).unwrap() else {
+        panic!("[{}] sent before the exchange", w.name);
+    };
+    w.wait_for("the rejection", || !errors.borrow().is_empty());
+    assert_eq!(*errors.borrow(), [Status::Rejected]);
+    assert_eq!(seen.get(), 1);
+    w.wait_for("the queued send to fail", || queued.is_done());
+    assert!(queued.take().unwrap().is_err());
+    assert!(c.am_send(1, &[], b"x", AmFlags::default()).is_err());
+    // Dropping an unanswered request rejects it too.
+    let l2 = w.listen(ListenerParams::new());
+    let errors2 = Rc::new(RefCell::new(Vec::new()));
+    let e3 = errors2.clone();
+    let _c2 = w
+        .client
+        .connect_sockaddr(
+            l2.local_addr(),
+            EpParams::new().on_error(move |_, e| e3.borrow_mut().push(e.status())),
+        )
+        .unwrap();
+    let mut req = None;
+    w.wait_for("the second request", || {
+        req = l2.accept();
+        req.is_some()
+    });
+    drop(req);
+    w.wait_for("the second rejection", || !errors2.borrow().is_empty());
+    assert_eq!(*errors2.borrow(), [Status::Rejected]);
+}
+
+/// Reads until the server closes the connection (its announcement first); false on deadline.
+fn closed_by_server(w: &Sides, s: &mut TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let start = Instant::now();
+    let mut buf = [0u8; 4096];
+    while start.elapsed() < DEADLINE {
+        w.progress();
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Ok(_) | Err(_) => std::thread::sleep(Duration::from_micros(100)),
+        }
+    }
+    false
+}
+
+/// Garbage, a huge claimed length, a wrong message type and a connection closed mid-message:
+/// the listener drops each of those connections and still accepts a real client.
+fn sockaddr_garbage_dropped(s: &Setup) {
+    let Some(w) = Sides::new(s) else { return };
+    let l = w.listen(ListenerParams::new());
+    let mut huge = b"RXCM\x01\x02\x00\x00".to_vec();
+    huge.extend_from_slice(&u32::MAX.to_le_bytes());
+    let mut wrong_type = b"RXCM\x01\x03\x00\x00".to_vec();
+    wrong_type.extend_from_slice(&28u32.to_le_bytes());
+    wrong_type.extend_from_slice(&[0; 8]);
+    wrong_type.extend_from_slice(&[0; 8]);
+    wrong_type.extend_from_slice(&[1; 8]);
+    wrong_type.extend_from_slice(&[0; 4]);
+    let inputs: [&[u8]; 3] = [b"GET / HTTP/1.0\r\n\r\n", &huge, &wrong_type];
+    let mut kept = Vec::new();
+    for bad in inputs {
+        let mut t = TcpStream::connect(l.local_addr()).unwrap();
+        t.write_all(bad).unwrap();
+        assert!(closed_by_server(&w, &mut t), "[{}] {bad:?} not dropped", w.name);
+        kept.push(t);
+    }
+    // Half a header, then the client goes away.
+    let mut t = TcpStream::connect(l.local_addr()).unwrap();
+    t.write_all(b"RXCM\x01").unwrap();
+    drop(t);
+    for _ in 0..100 {
+        w.progress();
+    }
+    assert!(l.accept().is_none(), "[{}] garbage became a request", w.name);
+    let (c, srv) = w.connect(&l);
+    let got = inbox(&w.server, 3);
+    w.send(&c, 3, b"after the garbage");
+    w.wait_for("the message", || got.borrow().len() == 1);
+    assert_eq!(got.borrow()[0].1, b"after the garbage");
+    drop(srv);
+}
+
+ucp_test!(sockaddr_am_both_ways, sockaddr_reject, sockaddr_garbage_dropped);
