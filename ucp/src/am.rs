@@ -443,6 +443,8 @@ enum OpKind {
     Flush(crate::ep::FlushOp),
     /// A rendezvous step (the sender's DATA, the receiver's fetch).
     Rndv(crate::rndv::RndvOp),
+    /// A put, get or atomic (it completes its request itself).
+    Rma(crate::rma::RmaOp),
     /// A fragmented message: the first fragment carries `prefix` and the header.
     Frags {
         prefix: Vec<u8>,
@@ -483,10 +485,18 @@ impl SendOp {
         }
     }
 
+    pub(crate) fn rma(op: crate::rma::RmaOp) -> SendOp {
+        SendOp {
+            kind: OpKind::Rma(op),
+            done: Done::Nothing,
+        }
+    }
+
     /// The lane whose resources it waits for.
     pub fn lane(&self, ep: &EpInner) -> usize {
         match &self.kind {
             OpKind::Rndv(r) => r.lane(ep),
+            OpKind::Rma(r) => r.lane(),
             _ => ep.lanes.am,
         }
     }
@@ -504,6 +514,7 @@ impl SendOp {
             },
             OpKind::Flush(f) => f.progress(ep),
             OpKind::Rndv(r) => r.progress(ep),
+            OpKind::Rma(r) => r.progress(ep),
             OpKind::Frags {
                 prefix,
                 header,
@@ -547,6 +558,7 @@ impl SendOp {
             Done::Nothing => match (self.kind, r) {
                 (OpKind::Flush(f), Err(e)) => f.fail(e),
                 (OpKind::Rndv(op), r) => op.finish(r),
+                (OpKind::Rma(op), r) => op.finish(r),
                 _ => {}
             },
             Done::Rndv(id, w) => {
@@ -558,7 +570,7 @@ impl SendOp {
             Done::Buf(c) => {
                 let data = match self.kind {
                     OpKind::Frags { data, .. } => data,
-                    OpKind::Whole { .. } | OpKind::Flush(_) | OpKind::Rndv(_) => Vec::new(),
+                    OpKind::Whole { .. } | OpKind::Flush(_) | OpKind::Rndv(_) | OpKind::Rma(_) => Vec::new(),
                 };
                 c.complete(r.map(|_| data));
             }

@@ -5,7 +5,8 @@
 //! `RUCX_NET_DEVICES`) → [`Worker`] (one thread's progress engine: an interface per resource,
 //! a packed [`WorkerAddress`]) → [`Ep`] (an endpoint to a peer worker, on the lanes chosen from
 //! both workers' addresses). Active messages: [`Worker::set_am_handler`], [`Ep::am_send`];
-//! the protocol (short, bcopy, zcopy, fragmented) is picked by size and lane.
+//! the protocol (short, bcopy, zcopy, fragmented) is picked by size and lane. Memory access:
+//! [`Worker::mem_map`], [`Ep::rkey_unpack`], [`Ep::put`], [`Ep::get`], atomics ([`rma`]).
 #![forbid(unsafe_code)]
 
 pub mod address;
@@ -19,6 +20,7 @@ mod keepalive;
 pub mod lanes;
 pub mod proto;
 mod request;
+pub mod rma;
 mod rndv;
 pub mod tl;
 pub mod wire;
@@ -30,6 +32,7 @@ pub use am::{AmData, AmFlags, AmMsg, AmProto};
 pub use context::{Context, ContextBuilder, Features};
 pub use ep::{CloseMode, Ep, EpParams, ErrMode};
 pub use request::{Issued, Request};
+pub use rma::{AtomicOp, AtomicWidth, MemHandle, RemoteKey, RmaProto};
 pub use rndv::AmDataDesc;
 pub use ucs::{Error, Outcome, Result, Status};
 pub use worker::{WeakWorker, Worker};
