@@ -3,10 +3,12 @@
 //! tcp target. The verbs targets skip on a host without RDMA (they run in the soft-RoCE VM).
 
 mod am;
+mod atomic;
 mod harness;
 mod hostile;
 mod keepalive;
 mod lifecycle;
+mod rma;
 mod rndv;
 mod sockaddr;
 mod stream;

@@ -447,6 +447,8 @@ enum OpKind {
     Rndv(crate::rndv::RndvOp),
     /// Stream bytes.
     Stream(crate::stream::StreamOp),
+    /// A put, get or atomic (it completes its request itself).
+    Rma(crate::rma::RmaOp),
     /// A fragmented message: the first fragment (uct AM id `ids.0`) carries `prefix` and the
     /// header, the later ones (`ids.1`) offsets.
     Frags {
@@ -521,10 +523,18 @@ impl SendOp {
         }
     }
 
+    pub(crate) fn rma(op: crate::rma::RmaOp) -> SendOp {
+        SendOp {
+            kind: OpKind::Rma(op),
+            done: Done::Nothing,
+        }
+    }
+
     /// The lane whose resources it waits for.
     pub fn lane(&self, ep: &EpInner) -> usize {
         match &self.kind {
             OpKind::Rndv(r) => r.lane(ep),
+            OpKind::Rma(r) => r.lane(),
             _ => ep.lanes.am,
         }
     }
@@ -543,6 +553,7 @@ impl SendOp {
             OpKind::Flush(f) => f.progress(ep),
             OpKind::Rndv(r) => r.progress(ep),
             OpKind::Stream(s) => s.progress(ep),
+            OpKind::Rma(r) => r.progress(ep),
             OpKind::Frags {
                 ids,
                 prefix,
@@ -586,6 +597,7 @@ impl SendOp {
             Done::Nothing => match (self.kind, r) {
                 (OpKind::Flush(f), Err(e)) => f.fail(e),
                 (OpKind::Rndv(op), r) => op.finish(r),
+                (OpKind::Rma(op), r) => op.finish(r),
                 _ => {}
             },
             Done::Sync(id, w) => {
@@ -602,9 +614,11 @@ impl SendOp {
             Done::Buf(c) => {
                 let data = match self.kind {
                     OpKind::Frags { data, .. } => data,
-                    OpKind::Whole { .. } | OpKind::Flush(_) | OpKind::Rndv(_) | OpKind::Stream(_) => {
-                        Vec::new()
-                    }
+                    OpKind::Whole { .. }
+                    | OpKind::Flush(_)
+                    | OpKind::Rndv(_)
+                    | OpKind::Stream(_)
+                    | OpKind::Rma(_) => Vec::new(),
                 };
                 c.complete(r.map(|_| data));
             }

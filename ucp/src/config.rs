@@ -121,6 +121,13 @@ const FIELDS: &[ConfigField] = &[
              message-size range.",
     ),
     ConfigField::new(
+        "ATOMIC_EMULATE",
+        "n",
+        ConfigKind::Bool,
+        "Do every atomic op but 64-bit compare-and-swap in compare-and-swap rounds, as on a \
+             lane that lacks the op (slower; for checking the emulation).",
+    ),
+    ConfigField::new(
         "KEEPALIVE_INTERVAL",
         "20s",
         ConfigKind::Time,
@@ -187,6 +194,8 @@ pub struct UcpConfig {
     /// `None`: auto; else at least 1.
     pub num_ppn: Option<usize>,
     pub proto_info: bool,
+    /// Atomics by compare-and-swap rounds only.
+    pub atomic_emulate: bool,
     /// `None`: keepalive off (`inf`).
     pub keepalive_interval: Option<Duration>,
 }
@@ -304,6 +313,7 @@ impl UcpConfig {
         let num_eps = auto_count(r, "NUM_EPS")?;
         let num_ppn = auto_count(r, "NUM_PPN")?;
         let proto_info = t.get_bool("PROTO_INFO")?;
+        let atomic_emulate = t.get_bool("ATOMIC_EMULATE")?;
         let keepalive_interval = match t.get_time("KEEPALIVE_INTERVAL")? {
             TimeValue::Inf => None,
             TimeValue::Auto => Some(DEFAULT_KEEPALIVE_INTERVAL),
@@ -329,6 +339,7 @@ impl UcpConfig {
             num_eps,
             num_ppn,
             proto_info,
+            atomic_emulate,
             keepalive_interval,
         })
     }
@@ -369,6 +380,7 @@ mod tests {
             num_eps: None,
             num_ppn: None,
             proto_info: false,
+            atomic_emulate: false,
             keepalive_interval: Some(Duration::from_secs(20)),
         };
         assert_eq!(c, want);
@@ -482,6 +494,11 @@ mod tests {
                 "PROTO_INFO",
                 "maybe",
                 "RUCX_PROTO_INFO=maybe (set in code) is invalid: expected a boolean",
+            ),
+            (
+                "ATOMIC_EMULATE",
+                "sometimes",
+                "RUCX_ATOMIC_EMULATE=sometimes (set in code) is invalid: expected a boolean",
             ),
             (
                 "KEEPALIVE_INTERVAL",

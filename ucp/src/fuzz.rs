@@ -151,6 +151,14 @@ pub fn fuzz_cm(data: &[u8]) {
     crate::cm::wire::fuzz_cm(data);
 }
 
+/// Target `ucp_rkey`: a packed remote key ([`crate::MemHandle::rkey_pack`]).
+pub fn fuzz_rkey(data: &[u8]) {
+    match crate::rma::rkey::PackedRkey::decode(data) {
+        Ok(k) => assert_eq!(k.encode(), data, "re-encoding changed the bytes"),
+        Err(e) => check_error(&e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +276,43 @@ mod tests {
         let mut m = seeds()[0][1..].to_vec();
         m[3] = 1;
         assert_eq!(wire::decode_single(&m).unwrap_err(), Status::InvalidParam);
+    }
+
+    #[test]
+    fn rkey_seeds_and_mutations() {
+        use crate::rma::rkey::{PackedRkey, RkeyEntry};
+        let s = PackedRkey {
+            worker: 7,
+            addr: 0x1000,
+            len: 64,
+            entries: vec![
+                RkeyEntry {
+                    resource: 0,
+                    component: "tcp".into(),
+                    key: vec![1; 16],
+                },
+                RkeyEntry {
+                    resource: 3,
+                    component: "ib".into(),
+                    key: vec![2; 12],
+                },
+            ],
+        }
+        .encode();
+        fuzz_rkey(&s);
+        let mut r = rng(0x7f4a_7c15_9e37_79b9);
+        for _ in 0..5000 {
+            let mut m = s.clone();
+            match r() % 3 {
+                0 => {
+                    let i = (r() as usize) % m.len();
+                    m[i] ^= 1 << (r() % 8);
+                }
+                1 => m.truncate((r() as usize) % m.len()),
+                _ => m.extend((0..r() % 16).map(|_| r() as u8)),
+            }
+            fuzz_rkey(&m);
+        }
     }
 
     #[test]

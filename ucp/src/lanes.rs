@@ -28,8 +28,10 @@
 //!   `max_rma_bw_lanes` on distinct devices; score `1 / (256KiB/bw + lat + ovh)` (UCX also
 //!   adds the registration cost of 256 KiB, which the address does not carry).
 //! - AMO (AMO32/AMO64 wanted): both sides coherent with the same kind of atomics (CPU or
-//!   device) and supporting the wanted ops of each wanted width; score `1e-3 / (lat + ovh)`.
-//!   No such pair leaves `amo` empty (atomics then go over AM, as UCX's software atomics).
+//!   device) and supporting the wanted ops of each wanted width (with `amo32_on_64`, 64-bit
+//!   ones serve 32 bit too; UCP asks for 64-bit cswap only and emulates the rest with it);
+//!   score `1e-3 / (lat + ovh)`.
+//!   No such pair leaves `amo` empty (atomics on the endpoint are then `Unsupported`).
 //! - WIREUP: the AM lane if it connects to an interface, else the best connect-to-iface AM
 //!   pair (an auxiliary transport, e.g. ud_verbs next to rc_verbs); score as AM. None is an
 //!   error.
@@ -202,6 +204,9 @@ pub struct SelectParams {
     /// Default: UCP's full sets, add/and/or/xor and those plus swap/cswap.
     pub amo_post_ops: AtomicOps,
     pub amo_fetch_ops: AtomicOps,
+    /// A lane whose 64-bit fetch ops include `amo_fetch_ops` also serves AMO32 (UCP emulates
+    /// 32-bit atomics with 64-bit compare-and-swap on the enclosing word).
+    pub amo32_on_64: bool,
     /// Error mode "peer": only resources that report peer failure.
     pub peer_failure: bool,
     /// AM_BW lanes, the AM lane included (UCX's `MAX_EAGER_RAILS`; default 1: no multi-rail
@@ -242,6 +247,7 @@ impl Default for SelectParams {
                 | AtomicOps::XOR
                 | AtomicOps::SWAP
                 | AtomicOps::CSWAP,
+            amo32_on_64: false,
             peer_failure: false,
             max_am_bw_lanes: 1,
             max_rma_bw_lanes: 2,
@@ -277,6 +283,10 @@ impl SelectParams {
             rma,
             amo32: f.contains(Features::AMO32),
             amo64: f.contains(Features::AMO64),
+            // UCP emulates every op it lacks with compare-and-swap (ucp::rma::atomic)
+            amo_post_ops: AtomicOps::EMPTY,
+            amo_fetch_ops: AtomicOps::CSWAP,
+            amo32_on_64: true,
             max_am_bw_lanes: cfg.max_eager_lanes,
             max_rma_bw_lanes,
             rma_bw_ops,
@@ -500,7 +510,7 @@ impl Selector<'_> {
                     post.contains(self.p.amo_post_ops) && fetch.contains(self.p.amo_fetch_ops)
                 };
                 f.intersects(IfaceFlags::ATOMIC_CPU | IfaceFlags::ATOMIC_DEVICE)
-                    && (!self.p.amo32 || wants(a.atomic32))
+                    && (!self.p.amo32 || wants(a.atomic32) || (self.p.amo32_on_64 && wants(a.atomic64)))
                     && (!self.p.amo64 || wants(a.atomic64))
             }
             Role::Wireup => am && f.contains(IfaceFlags::CONNECT_TO_IFACE),
@@ -1358,6 +1368,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(pair(&s, s.amo.unwrap(), &h, &h), lo);
+        // unless 64-bit ops may serve 32 bit (UCP's emulation): rc_verbs again
+        let s = select_both(
+            &h,
+            P1,
+            &h,
+            P2,
+            &SelectParams {
+                amo32: true,
+                amo32_on_64: true,
+                ..few.clone()
+            },
+        )
+        .unwrap();
+        assert_eq!(pair(&s, s.amo.unwrap(), &h, &h), rc_rc);
 
         // ud_verbs has neither RMA nor atomics: nothing but AM
         let u = [ud("rxe0:1")];

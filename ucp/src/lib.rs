@@ -6,7 +6,8 @@
 //! a packed [`WorkerAddress`]) → [`Ep`] (an endpoint to a peer worker, on the lanes chosen from
 //! both workers' addresses). Active messages: [`Worker::set_am_handler`], [`Ep::am_send`];
 //! the protocol (short, bcopy, zcopy, fragmented) is picked by size and lane. Without a side
-//! channel for the addresses: [`Worker::listen`] and [`Worker::connect_sockaddr`].
+//! channel for the addresses: [`Worker::listen`] and [`Worker::connect_sockaddr`]. Memory
+//! access: [`Worker::mem_map`], [`Ep::rkey_unpack`], [`Ep::put`], [`Ep::get`], atomics ([`rma`]).
 #![forbid(unsafe_code)]
 
 pub mod address;
@@ -21,6 +22,7 @@ mod keepalive;
 pub mod lanes;
 pub mod proto;
 mod request;
+pub mod rma;
 mod rndv;
 pub mod stream;
 pub mod tag;
@@ -38,6 +40,7 @@ pub use cm::{ConnRequest, Listener, ListenerParams, CONNECT_TIMEOUT};
 pub use context::{Context, ContextBuilder, Features};
 pub use ep::{CloseMode, Ep, EpParams, ErrMode};
 pub use request::{Issued, Request};
+pub use rma::{AtomicOp, AtomicWidth, MemHandle, RemoteKey, RmaProto};
 pub use rndv::AmDataDesc;
 pub use tag::{TagInfo, TagMsg, TagProbe, TagRecvd};
 pub use ucs::{Error, Outcome, Result, Status};

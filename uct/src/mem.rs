@@ -24,6 +24,9 @@ enum Storage {
     /// Never touched while registered (its heap buffer is what `ptr` points to); taken back by
     /// [`Mem::into_vec`] after deregistration.
     Vec(Option<Vec<u8>>),
+    /// Another registration's bytes, registered again on a further memory domain: kept alive
+    /// (and unchanged) while this one exists. Held, never read.
+    Alias(#[allow(dead_code)] Rc<MemInner>),
 }
 
 pub(crate) struct MemInner {
@@ -139,6 +142,22 @@ impl Mem {
         })
     }
 
+    /// The same bytes registered on memory domain `md` too (for a buffer that transports of
+    /// several memory domains access). The new `Mem` keeps this one's memory alive; its
+    /// [`Mem::into_vec`] gives a copy.
+    pub fn register_on(&self, md: &Md, access: MemAccess) -> Result<Mem> {
+        let memh = md.mem_reg_raw(self.inner.ptr, self.inner.len, access)?;
+        Ok(Mem {
+            inner: Rc::new(MemInner {
+                ptr: self.inner.ptr,
+                storage: Storage::Alias(self.inner.clone()),
+                len: self.inner.len,
+                memh,
+                md: md.clone(),
+            }),
+        })
+    }
+
     /// The registered application buffer back, deregistered, when this is the last reference
     /// to it (no clone, no operation outstanding); otherwise `Err(self)`. A `Mem` from
     /// [`Mem::alloc`] gives its contents as a new vector.
@@ -148,7 +167,7 @@ impl Mem {
                 inner.deregister();
                 match &mut inner.storage {
                     Storage::Vec(v) => Ok(v.take().expect("vector present until taken")),
-                    Storage::Alloc(_) => {
+                    Storage::Alloc(_) | Storage::Alias(_) => {
                         let mut v = vec![0; inner.len];
                         // SAFETY: `ptr` holds `len` bytes of our allocation, deregistered: no
                         // transport touches it any more.

@@ -265,6 +265,13 @@ impl FlushOp {
             );
             self.state.outstanding.set(self.state.outstanding.get() + n);
         }
+        // Emulated atomics between their rounds.
+        let s = self.state.clone();
+        let n = ep.rma.watch(Rc::new(move || {
+            s.outstanding.set(s.outstanding.get() - 1);
+            s.maybe_finish();
+        }));
+        self.state.outstanding.set(self.state.outstanding.get() + n);
         self.state.all_issued.set(true);
         self.state.maybe_finish();
         Ok(true)

@@ -66,6 +66,8 @@ pub(crate) struct EpInner {
     pub err_handler: RefCell<Option<ErrHandler>>,
     /// Why it failed (with `Wired::Failed`).
     pub error: RefCell<Option<Error>>,
+    /// Multi-round RMA operations in flight (for flush).
+    pub rma: crate::rma::EpRma,
 }
 
 impl EpInner {
@@ -251,6 +253,7 @@ pub(crate) fn create(
         last_rx: Cell::new(std::time::Instant::now()),
         err_handler: RefCell::new(None),
         error: RefCell::new(None),
+        rma: crate::rma::EpRma::default(),
     });
     let id = {
         let mut t = w.eps.borrow_mut();
