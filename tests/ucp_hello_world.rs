@@ -135,7 +135,8 @@ fn server_and_client_event_fd() {
     pair("-f");
 }
 
-/// `-e MODE`: `dies` kills itself; the other side must detect it and exit 0.
+/// `-e MODE`: one side kills itself (the server when `server_dies`); the other must detect
+/// it and exit 0.
 fn failure(mode: &str, wake: &str, server_dies: bool) {
     let (s, port) = server(&[wake, "-e", mode]);
     let c = finish(client(&port, &[wake, "-e", mode]));
