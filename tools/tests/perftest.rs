@@ -125,24 +125,31 @@ fn errors_exit_like_ucx_perftest() {
 }
 
 /// The UCP tests, over tcp, in one process (`-l`) and as two threads with their own workers
-/// (`-L`), eager and rendezvous sizes, with `-V`: each completes its iterations and the data
-/// arrives intact. Few iterations; no timing is checked.
+/// (`-L`): messages at an eager and a rendezvous size (with `-V`), RMA at 8 B and 1 MiB,
+/// atomics at both widths. Each completes its iterations. Few iterations; no timing is checked.
 #[test]
 fn ucp_tests_run_over_tcp() {
-    let tests = [
-        "tag_lat",
-        "tag_bw",
-        "tag_sync_lat",
-        "tag_sync_bw",
-        "ucp_am_lat",
-        "ucp_am_bw",
-        "stream_lat",
-        "stream_bw",
+    let cases: &[(&str, &[&str], &str)] = &[
+        ("tag_lat", &["8", "1048576"], "-V"),
+        ("tag_bw", &["8", "1048576"], "-V"),
+        ("tag_sync_lat", &["8", "1048576"], "-V"),
+        ("tag_sync_bw", &["8", "1048576"], "-V"),
+        ("ucp_am_lat", &["8", "1048576"], "-V"),
+        ("ucp_am_bw", &["8", "1048576"], "-V"),
+        ("stream_lat", &["8", "1048576"], "-V"),
+        ("stream_bw", &["8", "1048576"], "-V"),
+        ("ucp_put_lat", &["8", "1048576"], ""),
+        ("ucp_put_bw", &["8", "1048576"], ""),
+        ("ucp_get", &["8", "1048576"], ""),
+        ("ucp_add", &["4", "8"], ""),
+        ("ucp_fadd", &["4", "8"], ""),
+        ("ucp_swap", &["4", "8"], ""),
+        ("ucp_cswap", &["4", "8"], ""),
     ];
-    for t in tests {
+    for &(t, sizes, extra) in cases {
         for mode in ["-l", "-L"] {
-            for size in ["8", "1048576"] {
-                let args = format!("{mode} -t {t} -n 20 -w 4 -s {size} -V");
+            for size in sizes {
+                let args = format!("{mode} -t {t} -n 20 -w 4 -s {size} {extra}");
                 let o = Command::new(env!("CARGO_BIN_EXE_rucx-perftest"))
                     .args(args.split_whitespace())
                     .env("RUCX_LOG_LEVEL", "warn")
@@ -166,8 +173,8 @@ fn ucp_tests_run_over_tcp() {
             }
         }
     }
-    // Not implemented yet: refused with a message, exit 255.
-    let o = perftest("-l -t ucp_put_bw -n 10");
+    // An atomic of another width is refused with a message, exit 255.
+    let o = perftest("-l -t ucp_fadd -s 16 -n 10");
     assert_eq!(o.status.code(), Some(255));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("not implemented by rucx-perftest yet"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("-s 4 or -s 8"));
 }

@@ -15,6 +15,7 @@ mod rte;
 mod runner;
 mod setup;
 mod ucp_bench;
+mod ucp_rma;
 
 use std::io::Write as _;
 use std::os::unix::net::UnixStream;

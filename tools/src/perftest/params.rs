@@ -210,8 +210,7 @@ impl Params {
             if !super::ucp_bench::supported(self.desc().name) {
                 tracing::error!(
                     test = self.desc().name,
-                    "this UCP test is not implemented by rucx-perftest yet; run tag_lat, tag_bw, \
-                     tag_sync_lat, tag_sync_bw, ucp_am_lat, ucp_am_bw, stream_lat or stream_bw"
+                    "this UCP test is not implemented by rucx-perftest yet"
                 );
                 return Err(Status::Unsupported.into());
             }

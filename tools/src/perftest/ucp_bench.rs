@@ -13,6 +13,7 @@ use ucs::{Error, Result, Status};
 use super::measure::Perf;
 use super::params::{AsyncKind, Params, TestType};
 use super::rte::{self, Rte};
+use super::ucp_rma::{Pending, Rma, RmaOp};
 
 /// UCX's tag for the tag tests.
 const TAG: u64 = 0x1337_a880;
@@ -26,6 +27,7 @@ enum Op {
     TagSync,
     Am,
     Stream,
+    Rma(RmaOp),
 }
 
 impl Op {
@@ -35,19 +37,29 @@ impl Op {
             "tag_sync_lat" | "tag_sync_bw" => Op::TagSync,
             "ucp_am_lat" | "ucp_am_bw" => Op::Am,
             "stream_lat" | "stream_bw" => Op::Stream,
-            _ => return None,
+            _ => return RmaOp::of(name).map(Op::Rma),
         })
     }
 
-    fn features(self) -> Features {
+    /// What the context needs (atomics by width: `-s 4` or `-s 8`; the sentinel is a put).
+    fn features(self, len: usize) -> Features {
         match self {
             Op::Tag | Op::TagSync => Features::TAG,
             Op::Am | Op::Stream => Features::AM,
+            Op::Rma(r) if r.is_atomic() => {
+                Features::RMA
+                    | if len == 4 {
+                        Features::AMO32
+                    } else {
+                        Features::AMO64
+                    }
+            }
+            Op::Rma(_) => Features::RMA,
         }
     }
 }
 
-/// Whether rucx-perftest runs UCP test `name` (the RMA and atomic ones are not there yet).
+/// Whether rucx-perftest runs UCP test `name`.
 pub fn supported(name: &str) -> bool {
     Op::of(name).is_some()
 }
@@ -70,6 +82,8 @@ pub struct UcpBench {
     am_seen: u64,
     bad: Rc<Cell<u64>>,
     validate: bool,
+    /// The mapped buffers and the peer's key (RMA and atomic tests).
+    rma: Option<Rma>,
 }
 
 fn pattern(i: usize) -> u8 {
@@ -94,7 +108,7 @@ impl UcpBench {
             ));
         }
         let ctx = Context::builder(rucx::context())
-            .features(op.features())
+            .features(op.features(len))
             .build()?;
         let mode = match p.async_mode {
             AsyncKind::Thread => uct::AsyncMode::Thread,
@@ -106,6 +120,10 @@ impl UcpBench {
             worker.progress();
         })?;
         let ep = worker.connect(&peer)?;
+        let rma = match op {
+            Op::Rma(r) => Some(Rma::new(r, len, &worker, &ep, rte)?),
+            _ => None,
+        };
         let am_count = Rc::new(Cell::new(0u64));
         let bad = Rc::new(Cell::new(0u64));
         if op == Op::Am {
@@ -124,6 +142,7 @@ impl UcpBench {
             am_seen: 0,
             bad,
             validate: p.validate,
+            rma,
         };
         // Wired both ways before anything is measured: a message each way.
         b.ep.flush()?.wait(&b.worker)?;
@@ -140,8 +159,22 @@ impl UcpBench {
     /// One measured (or warm-up) run of `perf`'s iterations.
     pub fn run(&mut self, p: &Params, perf: &mut Perf, rte: &mut Rte) -> Result<()> {
         let me = rte.group_index();
+        if let Some(rma) = &mut self.rma {
+            // Before the barrier: the peer writes only after it.
+            rma.next_run();
+            rma.set_last_byte(u8::MAX);
+        }
         rte.barrier(&mut || self.progress())?;
         perf.start_clock();
+        if self.rma.is_some() {
+            let r = match p.desc().ty {
+                TestType::PingPong => self.rma_pingpong(perf, me),
+                TestType::StreamUni if self.loopback || me == 1 => self.rma_initiator(perf),
+                TestType::StreamUni => self.rma_responder(),
+            };
+            perf.get_time();
+            return r;
+        }
         let r = match p.desc().ty {
             TestType::PingPong => self.pingpong(perf, me),
             TestType::StreamUni if self.loopback => self.stream_loopback(perf),
@@ -181,6 +214,7 @@ impl UcpBench {
             Op::TagSync => self.ep.tag_send_sync(TAG, &self.sbuf),
             Op::Am => self.ep.am_send(AM_ID, &[], &self.sbuf, AmFlags::default()),
             Op::Stream => self.ep.stream_send(&self.sbuf),
+            Op::Rma(_) => return Err(not_messages()),
         }?;
         Ok(match r {
             Issued::Done(()) => None,
@@ -217,6 +251,7 @@ impl UcpBench {
                     self.worker.progress();
                 }
             }
+            Op::Rma(_) => return Err(not_messages()),
             Op::Stream => {
                 let mut left = self.len;
                 while left > 0 {
@@ -316,6 +351,7 @@ impl UcpBench {
                     }
                 }
             }
+            Op::Rma(_) => return Err(not_messages()),
             Op::Am | Op::Stream => {
                 while !perf.done() {
                     self.recv_wait()?;
@@ -356,6 +392,98 @@ impl UcpBench {
         }
     }
 
+    fn rma(&self) -> &Rma {
+        self.rma.as_ref().expect("an RMA test")
+    }
+
+    /// `ucp_put_lat`: a put whose last byte is the sequence number; the peer waits for it in
+    /// its own buffer, then answers alike.
+    fn rma_pingpong(&mut self, perf: &mut Perf, me: usize) -> Result<()> {
+        let len = self.len as u64;
+        let mut sn: u8 = 0;
+        while !perf.done() {
+            if me == 0 || self.loopback {
+                self.rma_issue_wait(sn)?;
+                perf.update(1, len);
+                self.wait_last_byte(sn);
+            } else {
+                self.wait_last_byte(sn);
+                self.rma_issue_wait(sn)?;
+                perf.update(1, len);
+            }
+            sn = sn.wrapping_add(1);
+        }
+        Ok(())
+    }
+
+    fn wait_last_byte(&self, sn: u8) {
+        while self.rma().last_byte() != sn {
+            self.worker.progress();
+        }
+    }
+
+    fn rma_issue_wait(&mut self, sn: u8) -> Result<()> {
+        let rma = self.rma.as_ref().expect("an RMA test");
+        if let Some(mut q) = rma.issue(&self.ep, &mut self.sbuf, sn)? {
+            loop {
+                if let Some(r) = q.take() {
+                    return r;
+                }
+                self.worker.progress();
+            }
+        }
+        Ok(())
+    }
+
+    /// The initiator of `ucp_put_bw`, `ucp_get` and the atomics: `-O` in flight, then the
+    /// sentinel and a flush.
+    fn rma_initiator(&mut self, perf: &mut Perf) -> Result<()> {
+        let len = self.len as u64;
+        let mut inflight: VecDeque<Pending> = VecDeque::new();
+        while !perf.done() {
+            self.rma_reap(&mut inflight, self.window - 1)?;
+            let rma = self.rma.as_ref().expect("an RMA test");
+            if let Some(q) = rma.issue(&self.ep, &mut self.sbuf, 0)? {
+                inflight.push_back(q);
+            }
+            perf.update(1, len);
+        }
+        self.rma_reap(&mut inflight, 0)?;
+        if !self.loopback {
+            if let Some(q) = self.rma().send_sentinel(&self.ep)? {
+                inflight.push_back(q);
+            }
+            self.rma_reap(&mut inflight, 0)?;
+        }
+        self.wait(self.ep.flush())
+    }
+
+    fn rma_reap(&self, inflight: &mut VecDeque<Pending>, keep: usize) -> Result<()> {
+        while inflight.len() > keep {
+            while let Some(q) = inflight.front_mut() {
+                match q.take() {
+                    Some(r) => {
+                        r?;
+                        inflight.pop_front();
+                    }
+                    None => break,
+                }
+            }
+            if inflight.len() > keep {
+                self.worker.progress();
+            }
+        }
+        Ok(())
+    }
+
+    /// The responder: progresses (software RMA needs it) until the initiator's sentinel.
+    fn rma_responder(&self) -> Result<()> {
+        while !self.rma().sentinel_seen() {
+            self.worker.progress();
+        }
+        Ok(())
+    }
+
     /// Ends the test: both sides stop at the barrier, the endpoint closes.
     pub fn cleanup(self, rte: &mut Rte) -> Result<()> {
         let r = rte.barrier(&mut || {
@@ -364,6 +492,14 @@ impl UcpBench {
         let _ = self.ep.close(ucp::CloseMode::Force);
         r
     }
+}
+
+/// The message paths were asked to move an RMA test's data (a bug in this tool).
+fn not_messages() -> Error {
+    Error::new(
+        Status::InvalidParam,
+        "rucx-perftest: an RMA test has no messages to send or receive",
+    )
 }
 
 /// AM id 1: counts arrivals; a rendezvous one is fetched first.
