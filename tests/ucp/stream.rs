@@ -34,7 +34,7 @@ fn transfer(p: &Pair, tx: &Ep, rx: &Ep, data: &[u8], seed: u64) {
     let mut got = Vec::with_capacity(data.len());
     while got.len() < data.len() {
         let want = ((r() % 100_000) as usize + 1).min(data.len() - got.len());
-        let wait_all = r() % 2 == 0;
+        let wait_all = r() & 1 == 0;
         let piece = match rx.stream_recv(vec![0; want], wait_all).unwrap() {
             Issued::Done(v) => v,
             Issued::Pending(mut q) => {
