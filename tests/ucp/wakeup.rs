@@ -70,9 +70,11 @@ fn sleep_loop(name: &str, w: &Worker, asleep: &AtomicUsize, mut done: impl FnMut
                     continue;
                 }
                 asleep.fetch_add(1, Ordering::Release);
-                let left = DEADLINE.saturating_sub(start.elapsed()).as_millis().min(60_000) as u16;
+                // Each sleep may last a deadline: the sender pauses between bursts, and a
+                // loaded (emulated) machine is slow, but some event must come within it.
+                let wait = DEADLINE.as_millis().min(60_000) as u16;
                 assert!(
-                    readable(fd, left),
+                    readable(fd, wait),
                     "[{name}] no event within the deadline after arm: a lost wakeup ({s:?})"
                 );
                 s.slept += 1;
@@ -80,7 +82,7 @@ fn sleep_loop(name: &str, w: &Worker, asleep: &AtomicUsize, mut done: impl FnMut
             Err(e) if e == Status::Busy => {}
             Err(e) => panic!("[{name}] arm: {e}"),
         }
-        assert!(start.elapsed() < DEADLINE, "[{name}] timed out ({s:?})");
+        assert!(start.elapsed() < 10 * DEADLINE, "[{name}] timed out ({s:?})");
     }
 }
 
@@ -185,7 +187,7 @@ fn sleeps_between_messages_and_loses_none(s: &Setup) {
         .connect(&remote)
         .unwrap_or_else(|e| panic!("[{name}] connect: {e}"));
     let kinds = stream_kinds(name, &ep);
-    let start = Instant::now();
+    let mut start = Instant::now();
     let mut sent = Vec::new();
     for i in 0..MESSAGES {
         let (n, owned, _) = kinds[i % kinds.len()];
@@ -210,6 +212,7 @@ fn sleeps_between_messages_and_loses_none(s: &Setup) {
             // A pause until the receiver sleeps (a receiver that never blocks fails here),
             // progressing: the transport's own traffic (acknowledgements) goes on.
             let before = asleep.load(Ordering::Acquire);
+            start = Instant::now();
             while asleep.load(Ordering::Acquire) == before {
                 w.progress();
                 assert!(
@@ -219,6 +222,7 @@ fn sleeps_between_messages_and_loses_none(s: &Setup) {
             }
         }
     }
+    start = Instant::now();
     while !done.load(Ordering::Acquire) {
         w.progress();
         std::thread::sleep(Duration::from_micros(200));
