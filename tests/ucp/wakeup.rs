@@ -187,7 +187,7 @@ fn sleeps_between_messages_and_loses_none(s: &Setup) {
         .connect(&remote)
         .unwrap_or_else(|e| panic!("[{name}] connect: {e}"));
     let kinds = stream_kinds(name, &ep);
-    let mut start = Instant::now();
+    let mut start;
     let mut sent = Vec::new();
     for i in 0..MESSAGES {
         let (n, owned, _) = kinds[i % kinds.len()];
