@@ -17,7 +17,11 @@
 # eps: ep-cost (bench/src/bin/ep-cost.rs) and bench/c/ep-cost-ucx.c: the memory, descriptors and
 # connection time of endpoints (1000 on loopback tcp; 200 per verbs transport in the VM).
 #
-# Usage: bench/compare.sh [--rounds N] [--quick] [--cases self,tcp,floor,verbs,eps] [--pin]
+# ucp: the protocol layer's tests (tag_lat, ucp_am_lat, tag_bw, ucp_am_bw, ucp_put_bw, ucp_get,
+# ucp_fadd) between two processes over tcp on loopback, UCX_TLS=tcp next to RUCX_TLS=tcp; in the
+# VM (with verbs) tag_lat and tag_bw over rc (UCX_TLS=rc / RUCX_TLS=rc).
+#
+# Usage: bench/compare.sh [--rounds N] [--quick] [--cases self,tcp,ucp,floor,verbs,eps] [--pin]
 #                         [--nice | --rt] [--write] [--timeout S]
 #   --quick   2 rounds, a fifth of the iterations (a smoke run)
 #   --pin     loopback runs on CPU 0; server on CPU 0, client on CPU 1 (taskset)
@@ -38,7 +42,7 @@ NICE=0
 WRITE=0
 BUILD=1
 TO=60
-CASES="self,tcp,floor,verbs,eps"
+CASES="self,tcp,ucp,floor,verbs,eps"
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="$2"; shift 2 ;;
@@ -156,7 +160,8 @@ field() { echo "$1" | awk -F, -v f="$2" '{print ($1 == "FAIL") ? "FAIL" : $f}'; 
 # too few for self's nanoseconds). For every test, overall_mr = 1 / overall_lat.
 value() { # kind row
     echo "$2" | awk -F, -v k="$1" '{ if ($1 == "FAIL" || NF < 8) print "FAIL";
-        else if (k == "bw") print $6; else if ($8 + 0 > 0) printf "%.6f\n", 1e6 / $8; else print "FAIL" }'
+        else if (k == "bw") print $6; else if (k == "mr") print $8;
+        else if ($8 + 0 > 0) printf "%.6f\n", 1e6 / $8; else print "FAIL" }'
 }
 # Digits for a latency median: three, more below 0.1 µs.
 lat_prec() { awk -v v="$1" 'BEGIN { print (v != "n/a" && v + 0 < 0.1) ? 4 : 3 }'; }
@@ -187,6 +192,18 @@ if want tcp; then
         )
     fi
 fi
+if want ucp && [ "$IN_VM" != 1 ]; then
+    CASE_LIST+=(
+        "ucp_tag_lat_8|ucp|ucp tcp tag_lat 8 B|lat|-t tag_lat -s 8 -n $(iters 100000)|same"
+        "ucp_am_lat_8|ucp|ucp tcp ucp_am_lat 8 B|lat|-t ucp_am_lat -s 8 -n $(iters 100000)|same"
+        "ucp_tag_bw_8000|ucp|ucp tcp tag_bw 8000 B|bw|-t tag_bw -s 8000 -n $(iters 150000)|same"
+        "ucp_tag_bw_1m|ucp|ucp tcp tag_bw 1 MiB|bw|-t tag_bw -s 1048576 -n $(iters 3000)|same"
+        "ucp_am_bw_64k|ucp|ucp tcp ucp_am_bw 64 KiB|bw|-t ucp_am_bw -s 65536 -n $(iters 40000)|same"
+        "ucp_put_bw_1m|ucp|ucp tcp ucp_put_bw 1 MiB|bw|-t ucp_put_bw -s 1048576 -n $(iters 3000)|same"
+        "ucp_get_1m|ucp|ucp tcp ucp_get 1 MiB|bw|-t ucp_get -s 1048576 -n $(iters 3000)|same"
+        "ucp_fadd_8|ucp|ucp tcp ucp_fadd 8 B|mr|-t ucp_fadd -s 8 -n $(iters 100000)|same"
+    )
+fi
 VERBS_DEV=""
 if want verbs && { [ "$IN_VM" = 1 ] || [ -n "${RUCX_BENCH_VERBS_DEV:-}" ]; }; then
     VERBS_DEV=${RUCX_BENCH_VERBS_DEV:-rxe0:1}
@@ -202,6 +219,12 @@ if want verbs && { [ "$IN_VM" = 1 ] || [ -n "${RUCX_BENCH_VERBS_DEV:-}" ]; }; th
         "ud_verbs_am_lat|p2p|ud_verbs am_lat 8 B short|lat|-t am_lat -x ud_verbs -d $VERBS_DEV -s 8 -n $(iters 20000)|same"
         "ud_verbs_am_bw|p2p|ud_verbs am_bw 1000 B bcopy|bw|-t am_bw -x ud_verbs -d $VERBS_DEV -s 1000 -D bcopy -n $(iters 20000)|same"
     )
+    if want ucp; then
+        CASE_LIST+=(
+            "rc_ucp_tag_lat|ucprc|rc_verbs ucp tag_lat 8 B|lat|-t tag_lat -s 8 -n $(iters 20000)|same"
+            "rc_ucp_tag_bw|ucprc|rc_verbs ucp tag_bw 1 MiB|bw|-t tag_bw -s 1048576 -n $(iters 300)|same"
+        )
+    fi
 fi
 
 declare -A VAL PCT FAILED RR CUR STL
@@ -217,9 +240,13 @@ steal_since() { # "ticks ns" from steal_now: steal since then, as % of all CPUs'
         ns = y[2] - x[2]; if (ns <= 0) { print "FAIL"; exit }
         printf "%.2f\n", 100 * (y[1] - x[1]) / hz * 1e9 / (ns * n) }'
 }
-run_case() { # tool id mode args
+run_case() { # tool id mode args   (called in a subshell: the exports stay here)
     local tool=$1 id=$2 mode=$3; shift 3
     local row
+    case "$mode" in
+        ucp) export UCX_TLS=tcp UCX_NET_DEVICES=lo RUCX_TLS=tcp RUCX_NET_DEVICES=lo; mode=p2p ;;
+        ucprc) export UCX_TLS=rc UCX_NET_DEVICES="$VERBS_DEV" RUCX_TLS=rc RUCX_NET_DEVICES="$VERBS_DEV"; mode=p2p ;;
+    esac
     if [ "$mode" = loop ]; then row=$(run_loopback "$tool" "$@"); else row=$(run_p2p "$tool" "$@"); fi
     echo "$row"
 }
@@ -382,7 +409,7 @@ fi
 # verbs through the VM: one boot, this script inside, its rows taken over.
 VERBS_ROWS=()
 if [ "$VM_VERBS" = 1 ]; then
-    vm_cases=verbs; want eps && vm_cases=verbs,eps
+    vm_cases=verbs; want ucp && vm_cases+=,ucp; want eps && vm_cases+=,eps
     vm_args=(--cases "$vm_cases" --rounds "$ROUNDS" --no-build --timeout "$TO")
     [ "$QUICK" = 1 ] && vm_args+=(--quick)
     # the measured processes in the guest get the same priority and placement as here
@@ -393,7 +420,7 @@ if [ "$VM_VERBS" = 1 ]; then
         env CARGO_TARGET_DIR="$TARGET" bench/compare.sh "${vm_args[@]}" 2>>"$LOG")
     vm_rc=$?
     echo "$VM_OUT" >>"$LOG"
-    while IFS= read -r l; do VERBS_ROWS+=("$l"); done < <(echo "$VM_OUT" | grep -E '^\| (rc|ud)_verbs am_')
+    while IFS= read -r l; do VERBS_ROWS+=("$l"); done < <(echo "$VM_OUT" | grep -E '^\| (rc|ud)_verbs [a-z]')
     while IFS= read -r l; do EPS_ROWS+=("$l"); done < <(echo "$VM_OUT" | grep -E '^\| (rc|ud)_verbs \| ')
     while IFS= read -r l; do note "VM: ${l#- }"; done < <(echo "$VM_OUT" | grep -E '^- ')
     [ ${#VERBS_ROWS[@]} -gt 0 ] || note "verbs cases failed in the VM (exit $vm_rc; see $LOG)"
@@ -411,6 +438,8 @@ TABLE=$(
         u=$(median $prec $u6); r=$(median $prec $r6)
         if [ "$kind" = lat ]; then
             unit="µs (lower is better)"; up=$(median 3 ${PCT[$id,ucx]}); rp=$(median 3 ${PCT[$id,rucx]})
+        elif [ "$kind" = mr ]; then
+            unit="msg/s (higher is better)"; up="-"; rp="-"; u=$(median 0 $u6); r=$(median 0 $r6)
         else
             unit="MB/s (higher is better)"; up="-"; rp="-"
         fi
@@ -420,6 +449,13 @@ TABLE=$(
     done
     if [ ${#VERBS_ROWS[@]} -gt 0 ]; then
         printf '%s\n' "${VERBS_ROWS[@]}"
+    fi
+    # UCP's cost over UCT: ucp_am_lat minus am_lat, 8 B over tcp, per tool (medians).
+    if [ -n "${VAL[ucp_am_lat_8,rucx]:-}" ] && [ -n "${VAL[tcp_am_lat_8,rucx]:-}" ]; then
+        cost() { awk -v a="$(median 6 ${VAL[ucp_am_lat_8,$1]:-})" -v b="$(median 6 ${VAL[tcp_am_lat_8,$1]:-})" \
+            'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.3f", a - b; else print "n/a" }'; }
+        echo
+        echo "UCP's cost over UCT (ucp_am_lat - am_lat, 8 B, tcp; target: rucx's <= UCX's and <= 0.05 µs): UCX $(cost ucx) µs, rucx $(cost rucx) µs."
     fi
     if [ ${#FLOOR_ROWS[@]} -gt 0 ]; then
         echo
