@@ -23,6 +23,9 @@ pub const RNDV_SCHEMES: &[&str] = &["auto", "get_zcopy", "put_zcopy", "am"];
 /// `MAX_RNDV_LANES`; UCX's `UCP_MAX_LANES`).
 pub const MAX_LANES_PER_OP: usize = 8;
 
+/// `CM_TIMEOUT=auto`.
+pub const DEFAULT_CM_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// `KEEPALIVE_INTERVAL=auto`.
 pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
 
@@ -128,6 +131,13 @@ const FIELDS: &[ConfigField] = &[
              lane that lacks the op (slower; for checking the emulation).",
     ),
     ConfigField::new(
+        "CM_TIMEOUT",
+        "10s",
+        ConfigKind::Time,
+        "How long Worker::connect_sockaddr waits for the TCP connection to the listener and \
+             the server's worker address before it fails with TimedOut.",
+    ),
+    ConfigField::new(
         "KEEPALIVE_INTERVAL",
         "20s",
         ConfigKind::Time,
@@ -198,6 +208,8 @@ pub struct UcpConfig {
     pub atomic_emulate: bool,
     /// `None`: keepalive off (`inf`).
     pub keepalive_interval: Option<Duration>,
+    /// `connect_sockaddr`'s bound on the connection and the server's address.
+    pub cm_timeout: Duration,
 }
 
 /// An out-of-range value: the same message (and log line) as a value that does not parse,
@@ -314,6 +326,11 @@ impl UcpConfig {
         let num_ppn = auto_count(r, "NUM_PPN")?;
         let proto_info = t.get_bool("PROTO_INFO")?;
         let atomic_emulate = t.get_bool("ATOMIC_EMULATE")?;
+        let cm_timeout = match t.get_time("CM_TIMEOUT")? {
+            TimeValue::Dur(d) if !d.is_zero() => d,
+            TimeValue::Auto => DEFAULT_CM_TIMEOUT,
+            _ => return Err(r.invalid("CM_TIMEOUT", "a positive time like 10s")),
+        };
         let keepalive_interval = match t.get_time("KEEPALIVE_INTERVAL")? {
             TimeValue::Inf => None,
             TimeValue::Auto => Some(DEFAULT_KEEPALIVE_INTERVAL),
@@ -341,6 +358,7 @@ impl UcpConfig {
             proto_info,
             atomic_emulate,
             keepalive_interval,
+            cm_timeout,
         })
     }
 }
@@ -382,6 +400,7 @@ mod tests {
             proto_info: false,
             atomic_emulate: false,
             keepalive_interval: Some(Duration::from_secs(20)),
+            cm_timeout: DEFAULT_CM_TIMEOUT,
         };
         assert_eq!(c, want);
         assert!(TlsFilter::parse(&c.tls).unwrap().allows_all());
@@ -506,6 +525,12 @@ mod tests {
                 "RUCX_KEEPALIVE_INTERVAL=0 (set in code) is invalid: expected a positive time",
             ),
             ("KEEPALIVE_INTERVAL", "often", "RUCX_KEEPALIVE_INTERVAL=often"),
+            (
+                "CM_TIMEOUT",
+                "0",
+                "RUCX_CM_TIMEOUT=0 (set in code) is invalid: expected a positive time",
+            ),
+            ("CM_TIMEOUT", "inf", "RUCX_CM_TIMEOUT=inf"),
         ];
         for (name, value, msg) in table {
             let e = UcpConfig::read(&with(&[(name, value)])).unwrap_err();

@@ -40,9 +40,6 @@ use crate::{Ep, Worker};
 use sock::{io_error, Watched};
 use wire::{Kind, Msg, Reader, CONN_SN_BIT, FLAG_ERR_PEER};
 
-/// How long `connect_sockaddr` waits for the TCP connection and the server's address.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Clients whose REQUEST is still being read, at most; a new one beyond drops the oldest (a
 /// client that connects and never speaks holds a socket only until then).
 const MAX_INCOMING: usize = 256;
@@ -285,11 +282,11 @@ impl Cm {
 }
 
 /// [`Worker::connect_sockaddr`]: the server's address is read here (bounded by
-/// [`CONNECT_TIMEOUT`]); the rest of the handshake runs from progress.
+/// `RUCX_CM_TIMEOUT`); the rest of the handshake runs from progress.
 fn connect(w: &Rc<WorkerInner>, to: SocketAddr, params: EpParams) -> Result<Ep> {
-    let deadline = Instant::now() + CONNECT_TIMEOUT;
-    let mut s =
-        TcpStream::connect_timeout(&to, CONNECT_TIMEOUT).map_err(|e| io_error(to, "connect to", &e))?;
+    let timeout = w.ctx.inner.cfg.cm_timeout;
+    let deadline = Instant::now() + timeout;
+    let mut s = TcpStream::connect_timeout(&to, timeout).map_err(|e| io_error(to, "connect to", &e))?;
     let _ = s.set_nodelay(true);
     let mut r = Reader::default();
     let mut buf = vec![0u8; 64 * 1024];
@@ -298,7 +295,10 @@ fn connect(w: &Rc<WorkerInner>, to: SocketAddr, params: EpParams) -> Result<Ep> 
         if left.is_zero() {
             return Err(Error::new(
                 Status::TimedOut,
-                format!("ucp: connect to {to}: no worker address from the server in {CONNECT_TIMEOUT:?}"),
+                format!(
+                    "ucp: connect to {to}: no worker address from the server in {timeout:?} \
+                     (RUCX_CM_TIMEOUT)"
+                ),
             ));
         }
         s.set_read_timeout(Some(left))
