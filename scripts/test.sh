@@ -75,6 +75,7 @@ if [ $VM = 1 ]; then
   step vm-conformance bash testbed/vm-conformance.sh verbs
   step vm-hello-rc bash testbed/ib-hello.sh -t rc_verbs -d rxe0:1
   step vm-hello-ud bash testbed/ib-hello.sh -t ud_verbs -d rxe0:1
+  step vm-perftest-ucp bash testbed/vm-perftest-ucp.sh
 fi
 
 echo
