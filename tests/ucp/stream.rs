@@ -114,4 +114,46 @@ fn stream_recv_first(s: &Setup) {
     assert_eq!(e, ucp::Status::InvalidParam);
 }
 
-ucp_test!(stream_random_splits, stream_recv_first);
+/// The sender closes right after its last send: every byte that arrived is still read on the
+/// receiver, then the endpoint's end is reported (as a socket's end of file).
+fn stream_close_keeps_arrived_bytes(s: &Setup) {
+    let Some(p) = s.pair() else { return };
+    if p.a.id() == p.b.id() {
+        return;
+    }
+    let back = back_ep(&p);
+    let data = pattern(100 * 16, 5);
+    for c in data.chunks(16) {
+        let _ = p.ep.stream_send(c).unwrap();
+    }
+    let closed = p.ep.close(CloseMode::Flush);
+    if let Issued::Pending(mut c) = closed {
+        p.wait_for("the close", || c.is_done());
+    }
+    // The receiver's endpoint learnt of the close: it failed, and still reads every byte.
+    p.wait_for("the peer's close", || back.error().is_some());
+    let mut got = Vec::new();
+    loop {
+        match back.stream_recv(vec![0; 16], false) {
+            Ok(Issued::Done(v)) => got.extend_from_slice(&v),
+            Ok(Issued::Pending(_)) => panic!("[{}] a receive waits on a closed endpoint", p.name),
+            Err(e) => {
+                assert_eq!(e, ucp::Status::ConnectionReset, "[{}] {e}", p.name);
+                break;
+            }
+        }
+    }
+    assert!(
+        got == data,
+        "[{}] {} of {} bytes read after the close",
+        p.name,
+        got.len(),
+        data.len()
+    );
+}
+
+ucp_test!(
+    stream_random_splits,
+    stream_recv_first,
+    stream_close_keeps_arrived_bytes
+);

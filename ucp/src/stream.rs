@@ -147,20 +147,61 @@ pub(crate) fn on_wired(w: &WorkerInner, ep: &EpInner) {
     }
 }
 
-/// The endpoint failed or closed: its receives complete with `e`, unread bytes are dropped.
+/// The endpoint failed or closed: its waiting receives complete with `e`; bytes that arrived
+/// and were not read yet stay readable ([`Ep::stream_recv`] returns them, then the error).
 pub(crate) fn fail_ep(w: &WorkerInner, ep: &EpInner, e: &Error) {
     let recvs: Vec<StreamRecv> = {
         let mut st = w.stream.borrow_mut();
         let mut v = st.early.remove(&ep.id.get()).unwrap_or_default();
-        if let Some(remote) = ep.remote_ep.get() {
-            if let Some(q) = st.queues.remove(&(ep.remote.uuid, remote)) {
-                v.extend(q.recvs);
+        if let Some(key) = ep.remote_ep.get().map(|r| (ep.remote.uuid, r)) {
+            if let Some(q) = st.queues.get_mut(&key) {
+                v.extend(q.recvs.drain(..));
+                if q.data.is_empty() {
+                    st.queues.remove(&key);
+                }
             }
         }
         v
     };
     for r in recvs {
         r.done.complete(Err(e.clone()));
+    }
+}
+
+/// What an ended endpoint still holds for `buf`: `Some` with at least one byte, or `None`
+/// (nothing left: the queue is gone).
+fn drain_after_end(ep: &EpInner, mut buf: Vec<u8>) -> Option<Vec<u8>> {
+    let w = ep.worker.upgrade()?;
+    let key = (ep.remote.uuid, ep.remote_ep.get()?);
+    let mut st = w.stream.borrow_mut();
+    let q = st.queues.get_mut(&key)?;
+    if buf.is_empty() || q.data.is_empty() {
+        return None;
+    }
+    let (_rx, tx) = request();
+    let mut r = StreamRecv {
+        buf: std::mem::take(&mut buf),
+        filled: 0,
+        wait_all: false,
+        done: tx,
+    };
+    q.fill(&mut r);
+    if q.data.is_empty() {
+        st.queues.remove(&key);
+    }
+    let StreamRecv { mut buf, filled, .. } = r;
+    buf.truncate(filled);
+    Some(buf)
+}
+
+/// The endpoint is gone: what it had not read goes.
+pub(crate) fn forget(w: &WorkerInner, ep: &EpInner) {
+    let Ok(mut st) = w.stream.try_borrow_mut() else {
+        return;
+    };
+    st.early.remove(&ep.id.get());
+    if let Some(r) = ep.remote_ep.get() {
+        st.queues.remove(&(ep.remote.uuid, r));
     }
 }
 
@@ -237,7 +278,14 @@ impl Ep {
     /// holding what arrived: at least one byte, or with `wait_all` exactly `buf.len()`.
     pub fn stream_recv(&self, buf: Vec<u8>, wait_all: bool) -> Result<Issued<Vec<u8>>> {
         let ep = &self.inner;
-        ep.check_usable()?;
+        if let Err(e) = ep.check_usable() {
+            // Bytes that arrived before the endpoint ended (the peer closed it, or failed)
+            // are still read, as from a socket before its end; then the error.
+            return match drain_after_end(ep, buf) {
+                Some(v) => Ok(Issued::Done(v)),
+                None => Err(e),
+            };
+        }
         if buf.is_empty() {
             return Err(Error::new(
                 Status::InvalidParam,

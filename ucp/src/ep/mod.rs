@@ -97,6 +97,7 @@ impl EpInner {
 impl Drop for EpInner {
     fn drop(&mut self) {
         if let Some(w) = self.worker.upgrade() {
+            crate::stream::forget(&w, self);
             if let Ok(mut t) = w.eps.try_borrow_mut() {
                 t.remove(self.id.get());
                 for u in &self.uct {
