@@ -127,7 +127,7 @@ fn stream_close_keeps_arrived_bytes(s: &Setup) {
         let _ = p.ep.stream_send(c).unwrap();
     }
     let closed = p.ep.close(CloseMode::Flush);
-    if let Issued::Pending(mut c) = closed {
+    if let Issued::Pending(c) = closed {
         p.wait_for("the close", || c.is_done());
     }
     // The receiver's endpoint learnt of the close: it failed, and still reads every byte.
