@@ -4,7 +4,9 @@
 #   2. builds everything (the testbed's TCG plugins included) and runs every crate's unit and
 #      integration tests on the host (RDMA tests skip themselves there: the host kernel has
 #      no InfiniBand);
-#   3. runs the release demo, the network-namespace multi-host tests and the fuzz bodies;
+#   3. runs the release demo, the network-namespace multi-host tests (uct and tcp_peer in
+#      scripts/netns-test.sh, ucp_client_server with a link cut in scripts/netns-client-server.sh)
+#      and the fuzz bodies;
 #   4. boots the soft-RoCE VM (testbed/) and runs the verbs transports' tests and demos there.
 # Ends with one line `N passed, N failed` summing every test run, and exits non-zero if any
 # step failed. Options: --no-vm skips step 4, --quick skips steps 3 and 4.
@@ -68,6 +70,7 @@ step plugins bash -c 'for f in bench/vm/tcg-count.c bench/vm/tcg-syscall-times.c
 if [ $EXTRA = 1 ]; then
   step demo cargo run --release --example ucp_hello_world
   [ -f scripts/netns-test.sh ] && step netns bash scripts/netns-test.sh
+  step netns-cs bash scripts/netns-client-server.sh
 fi
 if [ $VM = 1 ]; then
   step vm-prepare bash testbed/rxe-vm.sh --prepare
