@@ -71,6 +71,10 @@ SKIP=0
 
 cleanup() {
   for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  # What runs inside (a `timeout` wrapper's child outlives its SIGKILL) goes too.
+  for ns in "$NS_A" "$NS_B"; do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+  done
   ip netns del "$NS_A" 2>/dev/null
   ip netns del "$NS_B" 2>/dev/null
   ip link del "rxa$TAG" 2>/dev/null
