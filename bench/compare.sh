@@ -15,7 +15,9 @@
 # device is $RUCX_BENCH_VERBS_DEV (default rxe0:1); both tools use GID index 0 there (UCX 1.13's
 # ud_verbs works on rxe only with it). The VM is emulated (TCG): compare ratios, not numbers.
 # eps: ep-cost (bench/src/bin/ep-cost.rs) and bench/c/ep-cost-ucx.c: the memory, descriptors and
-# connection time of endpoints (1000 on loopback tcp; 200 per verbs transport in the VM).
+# connection time of endpoints (1000 on loopback tcp; 200 per verbs transport in the VM); the
+# same for UCP endpoints (bench/src/bin/ucp-ep-cost.rs, bench/c/ucp-ep-cost-ucx.c): 1000 over
+# tcp on loopback, and 200 over rc in the VM (with verbs), rows "ucp/tcp" and "ucp/rc".
 #
 # ucp: the protocol layer's tests (tag_lat, ucp_am_lat, tag_bw, ucp_am_bw, ucp_put_bw, ucp_get,
 # ucp_fadd) between two processes over tcp on loopback, UCX_TLS=tcp next to RUCX_TLS=tcp; in the
@@ -65,6 +67,8 @@ RUCX=$TARGET/release/rucx-perftest
 FLOOR=$TARGET/release/socket-floor
 EPCOST=$TARGET/release/ep-cost
 EPCOST_UCX=$TARGET/release/ep-cost-ucx
+UCPCOST=$TARGET/release/ucp-ep-cost
+UCPCOST_UCX=$TARGET/release/ucp-ep-cost-ucx
 UCX=ucx_perftest
 IN_VM=${RXE_VM:-0}
 LOG=$(mktemp -t rucx-bench.XXXXXX)
@@ -109,6 +113,8 @@ if [ "$BUILD" = 1 ]; then
     if want eps; then
         cc -O2 -o "$EPCOST_UCX" "$ROOT/bench/c/ep-cost-ucx.c" -luct -lucs 2>>"$LOG" ||
             note "UCX ep cost not measured: cc bench/c/ep-cost-ucx.c -luct -lucs failed (libucx-dev missing?)"
+        cc -O2 -o "$UCPCOST_UCX" "$ROOT/bench/c/ucp-ep-cost-ucx.c" -lucp -lucs 2>>"$LOG" ||
+            note "UCX UCP ep cost not measured: cc bench/c/ucp-ep-cost-ucx.c -lucp -lucs failed (libucx-dev missing?)"
     fi
 fi
 
@@ -321,19 +327,27 @@ if want floor && [ "$IN_VM" != 1 ]; then
     done
 fi
 
-# Endpoint cost: ep-cost (rucx) and ep-cost-ucx, alternating, medians per column.
+# Endpoint cost: ep-cost (rucx) and ep-cost-ucx, alternating, medians per column. With "ucp",
+# UCP endpoints (ucp-ep-cost, ucp-ep-cost-ucx; transports through RUCX_TLS / UCX_TLS), row
+# "ucp/<transport>".
 EPS_ROWS=()
-ep_cost_rows() { # transport device n
-    local tl=$1 dev=$2 n=$3 round who row
+ep_cost_rows() { # transport device n [ucp]
+    local tl=$1 dev=$2 n=$3 ucp=${4:-} round who row label=$1
+    [ -n "$ucp" ] && label="ucp/$tl"
     declare -A E
     for round in $(seq 1 "$ROUNDS"); do
         for who in ucx rucx; do
             local bin=$EPCOST; [ "$who" = ucx ] && bin=$EPCOST_UCX
+            local cmd=("$bin" -x "$tl" -d "$dev")
+            if [ -n "$ucp" ]; then
+                bin=$UCPCOST; [ "$who" = ucx ] && bin=$UCPCOST_UCX
+                cmd=(env UCX_TLS="$tl" UCX_NET_DEVICES="$dev" RUCX_TLS="$tl" RUCX_NET_DEVICES="$dev" "$bin")
+            fi
             [ -x "$bin" ] || continue
             # Two rounds in one process, the second counted: the first also pays for the
             # allocator's own growth (resident pages), which is not the endpoints' cost.
-            row=$(timeout -k 5 "$TO" "$bin" -x "$tl" -d "$dev" -n "$n" -r 2 2>>"$LOG" | grep -E "^$who," | tail -1)
-            printf '  round %d ep cost %-10s %-5s %s\n' "$round" "$tl" "$who" "${row:-FAIL}" >&2
+            row=$(timeout -k 5 "$TO" "${cmd[@]}" -n "$n" -r 2 2>>"$LOG" | grep -E "^$who," | tail -1)
+            printf '  round %d ep cost %-10s %-5s %s\n' "$round" "$label" "$who" "${row:-FAIL}" >&2
             [ -n "$row" ] || continue
             IFS=, read -r _ _ _ ms heap rss fd <<<"$row"
             E[$who,ms]+="$ms "; E[$who,heap]+="$heap "; E[$who,rss]+="$rss "; E[$who,fd]+="$fd "
@@ -342,7 +356,7 @@ ep_cost_rows() { # transport device n
     local um rm uh rh
     um=$(median 1 ${E[ucx,ms]:-}); rm=$(median 1 ${E[rucx,ms]:-})
     uh=$(median 0 ${E[ucx,heap]:-}); rh=$(median 0 ${E[rucx,heap]:-})
-    EPS_ROWS+=("| $tl | $n | $um | $rm | $(ratio "$um" "$rm") | $uh | $rh | $(ratio "$uh" "$rh") | $(median 0 ${E[ucx,rss]:-}) | $(median 0 ${E[rucx,rss]:-}) | $(median 2 ${E[ucx,fd]:-}) / $(median 2 ${E[rucx,fd]:-}) |")
+    EPS_ROWS+=("| $label | $n | $um | $rm | $(ratio "$um" "$rm") | $uh | $rh | $(ratio "$uh" "$rh") | $(median 0 ${E[ucx,rss]:-}) | $(median 0 ${E[rucx,rss]:-}) | $(median 2 ${E[ucx,fd]:-}) / $(median 2 ${E[rucx,fd]:-}) |")
 }
 # Rounds in which rucx did better than UCX, "k/n": with n rounds, a k near n/2 says parity
 # (9 rounds: two equal tools give 2-7 in 96 runs of 100; 0-1 or 8-9 is a difference, sign test).
@@ -400,9 +414,11 @@ if want eps; then
     if [ "$IN_VM" = 1 ]; then
         ep_cost_rows rc_verbs "$VERBS_DEV" 200
         ep_cost_rows ud_verbs "$VERBS_DEV" 200
+        ep_cost_rows rc "$VERBS_DEV" 200 ucp
     else
         ep_cost_rows tcp lo 1000
         ep_cost_rows self memory0 1000
+        ep_cost_rows tcp lo 1000 ucp
     fi
 fi
 
@@ -421,7 +437,7 @@ if [ "$VM_VERBS" = 1 ]; then
     vm_rc=$?
     echo "$VM_OUT" >>"$LOG"
     while IFS= read -r l; do VERBS_ROWS+=("$l"); done < <(echo "$VM_OUT" | grep -E '^\| (rc|ud)_verbs [a-z]')
-    while IFS= read -r l; do EPS_ROWS+=("$l"); done < <(echo "$VM_OUT" | grep -E '^\| (rc|ud)_verbs \| ')
+    while IFS= read -r l; do EPS_ROWS+=("$l"); done < <(echo "$VM_OUT" | grep -E '^\| ((rc|ud)_verbs|ucp/rc) \| ')
     while IFS= read -r l; do note "VM: ${l#- }"; done < <(echo "$VM_OUT" | grep -E '^- ')
     [ ${#VERBS_ROWS[@]} -gt 0 ] || note "verbs cases failed in the VM (exit $vm_rc; see $LOG)"
 fi
