@@ -85,6 +85,61 @@ impl EpTable {
     }
 }
 
+impl WorkerInner {
+    /// `addr` as the endpoints toward that worker already hold it, or a new shared copy.
+    pub(crate) fn shared_address(&self, addr: WorkerAddress) -> Rc<WorkerAddress> {
+        let mut peers = self.peers.borrow_mut();
+        if let Some(known) = peers.get(&addr.uuid).and_then(std::rc::Weak::upgrade) {
+            if *known == addr {
+                return known;
+            }
+        }
+        // Entries of peers no endpoint holds any more go when the table would grow.
+        if peers.len() >= 64 && peers.len().is_power_of_two() {
+            peers.retain(|_, w| w.strong_count() > 0);
+        }
+        let shared = Rc::new(addr);
+        peers.insert(shared.uuid, Rc::downgrade(&shared));
+        shared
+    }
+}
+
+/// A lane set and the (shared) address it was selected for.
+type SharedLanes = (std::rc::Weak<WorkerAddress>, std::rc::Weak<crate::lanes::LaneSet>);
+
+impl WorkerInner {
+    /// The lanes an endpoint toward `remote` in `mode` already has, when its address is the
+    /// one they were selected for.
+    pub(crate) fn shared_lanes(
+        &self,
+        mode: crate::ep::ErrMode,
+        remote: &Rc<WorkerAddress>,
+    ) -> Option<Rc<crate::lanes::LaneSet>> {
+        let t = self.lane_sets.borrow();
+        let (addr, lanes) = t.get(&(remote.uuid, mode == crate::ep::ErrMode::Peer))?;
+        // The same shared address: selected from these very bytes.
+        (addr.as_ptr() == Rc::as_ptr(remote))
+            .then(|| lanes.upgrade())
+            .flatten()
+    }
+
+    pub(crate) fn keep_lanes(
+        &self,
+        mode: crate::ep::ErrMode,
+        remote: &Rc<WorkerAddress>,
+        lanes: &Rc<crate::lanes::LaneSet>,
+    ) {
+        let mut t = self.lane_sets.borrow_mut();
+        if t.len() >= 64 && t.len().is_power_of_two() {
+            t.retain(|_, (_, l)| l.strong_count() > 0);
+        }
+        t.insert(
+            (remote.uuid, mode == crate::ep::ErrMode::Peer),
+            (Rc::downgrade(remote), Rc::downgrade(lanes)),
+        );
+    }
+}
+
 impl Drop for WorkerInner {
     fn drop(&mut self) {
         crate::keepalive::stop(self);
@@ -102,6 +157,10 @@ pub(crate) struct WorkerInner {
     pub eps: RefCell<EpTable>,
     pub reasm: RefCell<Reassembly>,
     pub rndv: RefCell<crate::rndv::RndvState>,
+    /// Peers' addresses, shared by the endpoints toward each (by worker id).
+    pub peers: RefCell<HashMap<u64, std::rc::Weak<WorkerAddress>>>,
+    /// Lane sets by peer and error mode, with the address they were selected for.
+    pub lane_sets: RefCell<HashMap<(u64, bool), SharedLanes>>,
     pub keepalive: crate::keepalive::Keepalive,
     pub tag: RefCell<crate::tag::TagState>,
     pub stream: RefCell<crate::stream::StreamState>,
@@ -265,6 +324,8 @@ impl Worker {
             eps: RefCell::new(EpTable::default()),
             reasm: RefCell::new(Reassembly::default()),
             rndv: RefCell::new(crate::rndv::RndvState::default()),
+            peers: RefCell::new(HashMap::new()),
+            lane_sets: RefCell::new(HashMap::new()),
             keepalive: crate::keepalive::Keepalive::default(),
             tag: RefCell::new(crate::tag::TagState::default()),
             stream: RefCell::new(crate::stream::StreamState::default()),

@@ -33,6 +33,8 @@ impl EpInner {
             // No borrow is held across the send: it may deliver at once (self) and the
             // handlers may queue more.
             let Some(m) = self.wireup_q.borrow_mut().pop_front() else {
+                // Wireup messages are few per endpoint: keep no buffer for them.
+                self.wireup_q.borrow_mut().shrink_to_fit();
                 return true;
             };
             let r = self.uct[lane].am_bcopy(crate::wireup::AM_ID, |b| {
@@ -105,6 +107,13 @@ impl EpInner {
             if let Some(ep) = w.upgrade() {
                 ep.pending_armed.set(false);
                 ep.dispatch();
+                // The queue grew while the lane was full; an endpoint that queues rarely
+                // (thousands of mostly idle ones) keeps no buffer for it.
+                if let Ok(mut q) = ep.queue.try_borrow_mut() {
+                    if q.is_empty() {
+                        q.shrink_to_fit();
+                    }
+                }
             }
             PendingResult::Done
         });

@@ -37,11 +37,14 @@ pub(crate) enum Wired {
 pub(crate) struct EpInner {
     pub worker: Weak<WorkerInner>,
     pub id: Cell<u64>,
-    pub remote: WorkerAddress,
+    /// The peer's address, shared by the endpoints toward the same worker.
+    pub remote: Rc<WorkerAddress>,
     pub conn_sn: u64,
     /// The peer's id of its endpoint toward us, once wireup told us.
     pub remote_ep: Cell<Option<u64>>,
-    pub lanes: LaneSet,
+    /// Shared by the endpoints toward the same peer in the same error mode (the selection is
+    /// a pure function of both addresses and the configuration).
+    pub lanes: Rc<LaneSet>,
     /// One uct endpoint per lane.
     pub uct: Vec<uct::Ep>,
     /// Per lane: it connects endpoint to endpoint (wired by the wireup exchange).
@@ -190,6 +193,7 @@ pub(crate) fn create(
     remote_ep: Option<u64>,
     err_mode: ErrMode,
 ) -> Result<Rc<EpInner>> {
+    let remote = w.shared_address(remote);
     let local = w.local_infos();
     let remote_infos: Vec<_> = remote.entries.iter().map(|e| e.tl.clone()).collect();
     let reach = |i: usize, j: usize| reachable(w, i, &remote.entries[j], remote.uuid);
@@ -197,7 +201,14 @@ pub(crate) fn create(
     params.local_uuid = w.uuid;
     params.remote_uuid = remote.uuid;
     params.peer_failure = err_mode == ErrMode::Peer;
-    let lanes = lanes::select(&local, &remote_infos, &reach, &params)?;
+    let lanes = match w.shared_lanes(err_mode, &remote) {
+        Some(l) => l,
+        None => {
+            let l = Rc::new(lanes::select(&local, &remote_infos, &reach, &params)?);
+            w.keep_lanes(err_mode, &remote, &l);
+            l
+        }
+    };
     let mut uct = Vec::with_capacity(lanes.lanes.len());
     let mut p2p_lanes = Vec::with_capacity(lanes.lanes.len());
     for l in &lanes.lanes {
