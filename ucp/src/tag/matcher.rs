@@ -12,6 +12,9 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+/// Per-tag queues kept while empty, at most (beyond, and when most are empty, they go).
+const MAX_IDLE_BUCKETS: usize = 1024;
+
 /// A mask that compares every bit.
 pub const FULL_MASK: u64 = u64::MAX;
 
@@ -85,7 +88,6 @@ impl<R, U> Matcher<R, U> {
                 }
                 q.pop_front();
             }
-            self.unexp_by_tag.remove(&tag);
             return None;
         }
         self.unexp
@@ -99,9 +101,14 @@ impl<R, U> Matcher<R, U> {
             if let Some(i) = q.iter().position(|&s| s == sn) {
                 q.remove(i);
             }
-            if q.is_empty() {
-                self.unexp_by_tag.remove(&tag);
-            }
+        }
+        self.prune_buckets();
+    }
+
+    /// Empty per-tag queues are kept (a tag used again reuses its buffer) up to a bound.
+    fn prune_buckets(&mut self) {
+        if self.unexp_by_tag.len() > MAX_IDLE_BUCKETS && self.unexp_by_tag.len() > 2 * self.unexp.len() {
+            self.unexp_by_tag.retain(|_, q| !q.is_empty());
         }
     }
 
@@ -232,7 +239,21 @@ mod tests {
         assert_eq!(m.peek_unexpected(0, 0), Some((2, &20)));
         assert_eq!(m.take_unexpected(2, FULL_MASK), Some((2, 20)));
         assert_eq!(m.take_unexpected(0, 0), None);
-        assert!(m.unexp_by_tag.is_empty());
+        assert!(m.unexp_by_tag.values().all(VecDeque::is_empty));
+    }
+
+    #[test]
+    fn idle_tag_queues_are_bounded() {
+        let mut m = M::default();
+        for t in 0..5000u64 {
+            m.push_unexpected(t, 1);
+            assert_eq!(m.take_unexpected(t, FULL_MASK), Some((t, 1)));
+        }
+        assert!(
+            m.unexp_by_tag.len() <= MAX_IDLE_BUCKETS + 1,
+            "{}",
+            m.unexp_by_tag.len()
+        );
     }
 
     #[test]

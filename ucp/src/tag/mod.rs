@@ -125,6 +125,8 @@ struct Incoming {
 
 /// An unexpected message.
 enum Unexp {
+    /// A whole eager message (no fragments to follow): its data and synchronous sender.
+    Whole(Vec<u8>, Option<SyncFrom>),
     Eager(Rc<RefCell<Incoming>>),
     Rndv(AmDataDesc),
 }
@@ -132,6 +134,7 @@ enum Unexp {
 impl Unexp {
     fn len(&self) -> usize {
         match self {
+            Unexp::Whole(d, _) => d.len(),
             Unexp::Eager(i) => i.borrow().total,
             Unexp::Rndv(d) => d.len(),
         }

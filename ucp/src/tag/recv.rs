@@ -50,17 +50,10 @@ fn on_whole(w: &Rc<WorkerInner>, tag: u64, data: &[u8], sync: Option<SyncFrom>) 
             p.complete(tag, data.len());
         }
         None => {
-            let inc = Incoming {
-                tag,
-                total: data.len(),
-                received: data.len(),
-                target: Target::Unexp(data.to_vec()),
-                sync,
-            };
             w.tag
                 .borrow_mut()
                 .matcher
-                .push_unexpected(tag, Unexp::Eager(Rc::new(RefCell::new(inc))));
+                .push_unexpected(tag, Unexp::Whole(data.to_vec(), sync));
         }
     }
 }
@@ -239,6 +232,13 @@ pub(crate) fn on_sync_ack(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>)
 /// Gives matched message `msg` its receive `p`.
 fn bind(w: &Rc<WorkerInner>, tag: u64, msg: Unexp, mut p: Posted) {
     match msg {
+        Unexp::Whole(data, sync) => {
+            if let Some(from) = sync {
+                ack(w, from);
+            }
+            p.put(0, &data);
+            p.complete(tag, data.len());
+        }
         Unexp::Eager(inc) => {
             let complete = {
                 let mut i = inc.borrow_mut();
@@ -281,9 +281,25 @@ impl Worker {
     /// else the receive waits for one (`Request::cancel` withdraws it until then).
     pub fn tag_recv(&self, tag: u64, mask: u64, buf: Vec<u8>) -> Result<Issued<TagRecvd>> {
         let w = &self.inner;
+        let found = w.tag.borrow_mut().matcher.take_unexpected(tag, mask);
+        // A whole message already here: copied out, no request needed.
+        let found = match found {
+            Some((t, Unexp::Whole(data, sync))) => {
+                if let Some(from) = sync {
+                    ack(w, from);
+                }
+                if data.len() > buf.len() {
+                    return Err(truncated(data.len(), buf.len()));
+                }
+                let mut buf = buf;
+                buf.truncate(data.len());
+                buf.copy_from_slice(&data);
+                return Ok(Issued::Done(TagRecvd { tag: t, data: buf }));
+            }
+            other => other,
+        };
         let (mut req, c) = request();
         let p = Posted { buf, done: c };
-        let found = w.tag.borrow_mut().matcher.take_unexpected(tag, mask);
         match found {
             Some((t, msg)) => bind(w, t, msg, p),
             None => {
