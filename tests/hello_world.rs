@@ -12,18 +12,7 @@ use std::time::{Duration, Instant};
 const CROSS_PROCESS: &[(&str, &str)] = &[("tcp", "lo")];
 
 fn example() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/hello_world-<hash> -> target/<profile>/examples/uct_hello_world
-    let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
-    let p = profile_dir
-        .join("examples")
-        .join(format!("uct_hello_world{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        p.exists(),
-        "{} is not built: run `cargo test -p rucx` (builds examples) or `cargo build -p rucx --example uct_hello_world`",
-        p.display()
-    );
-    p
+    rucx_testkit::child::example("uct_hello_world")
 }
 
 fn spawn(args: &[&str]) -> Child {

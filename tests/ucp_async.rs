@@ -19,17 +19,7 @@ use ucp::{AmFlags, Context, Features, Issued, Worker};
 const DEADLINE: Duration = Duration::from_secs(60);
 
 fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
-    let p = dir
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        p.exists(),
-        "{} is not built: `cargo build -p rucx --features tokio --example {name}`",
-        p.display()
-    );
-    p
+    rucx_testkit::child::example(name)
 }
 
 /// The example on every transport it finds (self, tcp), then on tcp only.

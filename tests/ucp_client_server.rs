@@ -18,17 +18,7 @@ use std::time::{Duration, Instant};
 mod args;
 
 fn example() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
-    let p = profile_dir
-        .join("examples")
-        .join(format!("ucp_client_server{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        p.exists(),
-        "{} is not built: `cargo build -p rucx --example ucp_client_server`",
-        p.display()
-    );
-    p
+    rucx_testkit::child::example("ucp_client_server")
 }
 
 /// Loopback only; a rendezvous threshold the large messages cross (tcp on loopback alone

@@ -8,20 +8,10 @@
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn example_named(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
-    let p = profile_dir
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        p.exists(),
-        "{} is not built: `cargo build -p rucx --example {name}`",
-        p.display()
-    );
-    p
+    rucx_testkit::child::example(name)
 }
 
 /// Loopback only, so that the lanes are the same on every machine; a rendezvous threshold
@@ -41,18 +31,9 @@ fn spawn(args: &[&str], env: &[(&str, &str)]) -> Child {
     c.spawn().expect("start ucp_hello_world")
 }
 
-/// Waits for `child`, killing it after two minutes (a safety net: the example has its own
-/// deadlines).
-fn finish(mut child: Child) -> Output {
-    let start = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if start.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("collect output")
+/// Waits for `child`, killing it after two minutes (a safety net only).
+fn finish(child: Child) -> Output {
+    rucx_testkit::child::wait_output(child, Duration::from_secs(120))
 }
 
 fn text(b: &[u8]) -> String {

@@ -34,17 +34,7 @@ fn transports() -> Vec<Transport> {
 }
 
 fn example() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
-    let p = profile_dir
-        .join("examples")
-        .join(format!("ucp_peer{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        p.exists(),
-        "{} is not built: `cargo build -p rucx --example ucp_peer`",
-        p.display()
-    );
-    p
+    rucx_testkit::child::example("ucp_peer")
 }
 
 /// Thresholds that give tcp every protocol class (by default its inline limit is its segment,

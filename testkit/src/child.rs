@@ -84,3 +84,31 @@ impl Lines {
         }
     }
 }
+
+/// The built binary of example `name` (`target/<profile>/examples/`); fails the test, saying
+/// how to build it, when it is missing (`cargo test -p rucx` builds the examples first).
+pub fn example(name: &str) -> std::path::PathBuf {
+    let p = crate::modules::target_dir()
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        p.exists(),
+        "{} is not built: `cargo build -p rucx --example {name}` (add `--features tokio` for ucp_async)",
+        p.display()
+    );
+    p
+}
+
+/// Waits for `child` and collects its output, killing it after `limit` (a safety net: the
+/// programs tested have deadlines of their own).
+pub fn wait_output(mut child: Child, limit: Duration) -> std::process::Output {
+    let start = Instant::now();
+    while child.try_wait().expect("wait for a child process").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("collect a child's output")
+}
