@@ -208,7 +208,7 @@ impl UcpBench {
     }
 
     /// Sends one message; `Some(request)` while it is still in flight.
-    fn send(&self) -> Result<Option<Request<()>>> {
+    fn send(&self) -> Result<Option<Pending>> {
         let r = match self.op {
             Op::Tag => self.ep.tag_send(TAG, &self.sbuf),
             Op::TagSync => self.ep.tag_send_sync(TAG, &self.sbuf),
@@ -218,15 +218,25 @@ impl UcpBench {
         }?;
         Ok(match r {
             Issued::Done(()) => None,
-            Issued::Pending(q) => Some(q),
+            Issued::Pending(q) => Some(Pending::Unit(q)),
         })
     }
 
     fn send_wait(&self) -> Result<()> {
-        if let Some(q) = self.send()? {
-            self.wait(Ok(Issued::Pending(q)))?;
+        match self.send()? {
+            Some(q) => self.wait_pending(q),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// Progresses until `q` finished.
+    fn wait_pending(&self, mut q: Pending) -> Result<()> {
+        loop {
+            if let Some(r) = q.take() {
+                return r;
+            }
+            self.worker.progress();
+        }
     }
 
     fn check(&self, data: &[u8]) {
@@ -288,7 +298,7 @@ impl UcpBench {
     /// Side 1: sends with at most `-O` in flight, then waits for all and flushes.
     fn stream_send(&mut self, perf: &mut Perf) -> Result<()> {
         let len = self.len as u64;
-        let mut inflight: VecDeque<Request<()>> = VecDeque::new();
+        let mut inflight: VecDeque<Pending> = VecDeque::new();
         while !perf.done() {
             self.reap(&mut inflight, self.window - 1)?;
             if let Some(q) = self.send()? {
@@ -298,25 +308,6 @@ impl UcpBench {
         }
         self.reap(&mut inflight, 0)?;
         self.wait(self.ep.flush())
-    }
-
-    /// Progresses until at most `keep` sends are in flight.
-    fn reap(&self, inflight: &mut VecDeque<Request<()>>, keep: usize) -> Result<()> {
-        while inflight.len() > keep {
-            while let Some(q) = inflight.front_mut() {
-                match q.take() {
-                    Some(r) => {
-                        r?;
-                        inflight.pop_front();
-                    }
-                    None => break,
-                }
-            }
-            if inflight.len() > keep {
-                self.worker.progress();
-            }
-        }
-        Ok(())
     }
 
     /// Side 0: receives the iterations' messages, up to `-O` receives posted.
@@ -424,15 +415,10 @@ impl UcpBench {
 
     fn rma_issue_wait(&mut self, sn: u8) -> Result<()> {
         let rma = self.rma.as_ref().expect("an RMA test");
-        if let Some(mut q) = rma.issue(&self.ep, &mut self.sbuf, sn)? {
-            loop {
-                if let Some(r) = q.take() {
-                    return r;
-                }
-                self.worker.progress();
-            }
+        match rma.issue(&self.ep, &mut self.sbuf, sn)? {
+            Some(q) => self.wait_pending(q),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// The initiator of `ucp_put_bw`, `ucp_get` and the atomics: `-O` in flight, then the
@@ -441,24 +427,24 @@ impl UcpBench {
         let len = self.len as u64;
         let mut inflight: VecDeque<Pending> = VecDeque::new();
         while !perf.done() {
-            self.rma_reap(&mut inflight, self.window - 1)?;
+            self.reap(&mut inflight, self.window - 1)?;
             let rma = self.rma.as_ref().expect("an RMA test");
             if let Some(q) = rma.issue(&self.ep, &mut self.sbuf, 0)? {
                 inflight.push_back(q);
             }
             perf.update(1, len);
         }
-        self.rma_reap(&mut inflight, 0)?;
+        self.reap(&mut inflight, 0)?;
         if !self.loopback {
             if let Some(q) = self.rma().send_sentinel(&self.ep)? {
                 inflight.push_back(q);
             }
-            self.rma_reap(&mut inflight, 0)?;
+            self.reap(&mut inflight, 0)?;
         }
         self.wait(self.ep.flush())
     }
 
-    fn rma_reap(&self, inflight: &mut VecDeque<Pending>, keep: usize) -> Result<()> {
+    fn reap(&self, inflight: &mut VecDeque<Pending>, keep: usize) -> Result<()> {
         while inflight.len() > keep {
             while let Some(q) = inflight.front_mut() {
                 match q.take() {

@@ -96,6 +96,16 @@ impl Posted {
     }
 }
 
+/// A whole message received into `buf`: the buffer holding exactly it, or `MessageTruncated`.
+fn receive_whole(mut buf: Vec<u8>, tag: u64, data: &[u8]) -> Result<TagRecvd> {
+    if data.len() > buf.len() {
+        return Err(truncated(data.len(), buf.len()));
+    }
+    buf.truncate(data.len());
+    buf.copy_from_slice(data);
+    Ok(TagRecvd { tag, data: buf })
+}
+
 fn truncated(total: usize, room: usize) -> Error {
     Error::new(
         Status::MessageTruncated,

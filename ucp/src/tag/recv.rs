@@ -8,7 +8,7 @@ use ucs::{Error, Result, Status};
 use uct::AmMessage;
 
 use super::wire::{self, SyncFrom};
-use super::{truncated, Incoming, Posted, TagInfo, TagMsg, TagProbe, TagRecvd, Target, Unexp};
+use super::{receive_whole, truncated, Incoming, Posted, TagInfo, TagMsg, TagProbe, TagRecvd, Target, Unexp};
 use crate::am::{Done, SendOp, MAX_MESSAGE};
 use crate::request::{request, Issued};
 use crate::worker::{Worker, WorkerInner};
@@ -236,8 +236,7 @@ fn bind(w: &Rc<WorkerInner>, tag: u64, msg: Unexp, mut p: Posted) {
             if let Some(from) = sync {
                 ack(w, from);
             }
-            p.put(0, &data);
-            p.complete(tag, data.len());
+            p.done.complete(receive_whole(p.buf, tag, &data));
         }
         Unexp::Eager(inc) => {
             let complete = {
@@ -288,13 +287,7 @@ impl Worker {
                 if let Some(from) = sync {
                     ack(w, from);
                 }
-                if data.len() > buf.len() {
-                    return Err(truncated(data.len(), buf.len()));
-                }
-                let mut buf = buf;
-                buf.truncate(data.len());
-                buf.copy_from_slice(&data);
-                return Ok(Issued::Done(TagRecvd { tag: t, data: buf }));
+                return receive_whole(buf, t, &data).map(Issued::Done);
             }
             other => other,
         };
