@@ -2,9 +2,9 @@
 //! rendezvous) to a worker's interface. Each is dropped with a log line; the worker keeps serving its real
 //! peer, and messages it was reassembling from that peer are not disturbed.
 
-use ucp::{AmFlags, WorkerAddress};
+use ucp::{AddressEntry, AmFlags, WorkerAddress};
 
-use crate::harness::{pattern, uct_context, Setup};
+use crate::harness::{pattern, uct_context, Pair, Setup};
 use crate::ucp_test;
 
 /// UCP's uct AM ids (docs/wire-ucp.md; 9..=14 are tag matching's, 15 streams').
@@ -19,14 +19,14 @@ const DATA: u8 = 8;
 
 /// A rendezvous announcement: header word, worker, ep, rndv id, total, address, rkey length,
 /// resource, reserved, rkey.
-fn rts(worker: u64, total: u64, resource: u8, rkey: &[u8]) -> Vec<u8> {
+fn rts(am: u16, worker: u64, total: u64, addr: u64, resource: u8, rkey: &[u8]) -> Vec<u8> {
     [
-        &le(2)[..],
+        &le(u64::from(am))[..],
         &le(worker)[..],
         &le(1)[..],
         &le(77)[..],
         &le(total)[..],
-        &le(0x1000)[..],
+        &le(addr)[..],
         &(rkey.len() as u16).to_le_bytes()[..],
         &[resource, 0, 0, 0, 0, 0][..],
         rkey,
@@ -135,10 +135,10 @@ fn garbage(victim_uuid: u64, peer: u64) -> Vec<(u8, Vec<u8>)> {
         ),
         (9, b"an AM id UCP does not use".to_vec()),
         (RTS, vec![5; 20]),
-        (RTS, rts(12345, 100, 255, &[])),         // no endpoint to that worker
-        (RTS, rts(peer, 1 << 40, 255, &[])),      // 1 TiB
-        (RTS, rts(peer, 100, 0, &[])),            // a resource without rkey
-        (RTS, rts(peer, 100, 0, b"not an rkey")), // spoofed: the fetch must fail cleanly
+        (RTS, rts(2, 12345, 100, 0x1000, 255, &[])), // no endpoint to that worker
+        (RTS, rts(2, peer, 1 << 40, 0x1000, 255, &[])), // 1 TiB
+        (RTS, rts(2, peer, 100, 0x1000, 0, &[])),    // a resource without rkey
+        (RTS, rts(2, peer, 100, 0x1000, 0, b"not an rkey")), // spoofed: the fetch must fail cleanly
         (ATS, vec![1; 23]),
         (ATS, [&le(5)[..], &le(peer)[..], &[0; 8][..]].concat()), // unknown transfer
         (RTR, [&le(5)[..], &le(6)[..], &le(peer)[..]].concat()),
@@ -175,17 +175,20 @@ fn garbage(victim_uuid: u64, peer: u64) -> Vec<(u8, Vec<u8>)> {
     v
 }
 
-fn hostile_bytes_are_dropped(s: &Setup) {
-    let Some(p) = s.pair() else { return };
-    let victim = WorkerAddress::unpack(p.b.address()).unwrap();
-    let Some(entry) = victim.entries.iter().find(|e| e.tl.tl_name == s.t.tl_name) else {
-        panic!("[{}] no {} entry in the worker address", p.name, s.t.tl_name)
-    };
+/// An interface of the transport under test on the victim's own uct worker (the self
+/// transport reaches only its worker), with a raw endpoint to the victim's interface; `None`
+/// where the transport connects endpoint to endpoint only (rc_verbs: no raw way in). Fields
+/// drop in order: the endpoint before its interface.
+struct Attacker {
+    raw: uct::Ep,
+    _iface: uct::Iface,
+    md: uct::Md,
+}
+
+fn attacker(s: &Setup, p: &Pair, entry: &AddressEntry) -> Option<Attacker> {
     if entry.iface_addr.is_empty() {
-        return; // connects endpoint to endpoint only (rc_verbs): no raw way in
+        return None;
     }
-    // The attacker: an interface of the same transport on the victim's own uct worker (the
-    // self transport reaches only its worker), connected to the victim's interface.
     let uct = uct_context(s.t);
     let (md, _) = uct.find_resource(&entry.tl.tl_name, &entry.tl.dev_name).unwrap();
     let iface = uct::Iface::open(
@@ -197,23 +200,42 @@ fn hostile_bytes_are_dropped(s: &Setup) {
     let raw = iface
         .ep_create_connected(&entry.dev_addr, &entry.iface_addr)
         .unwrap();
+    Some(Attacker {
+        raw,
+        _iface: iface,
+        md,
+    })
+}
+
+/// Sends `bytes` as uct AM `id` from the raw endpoint (retrying while it has no resources).
+fn send_raw(p: &Pair, raw: &uct::Ep, id: u8, bytes: &[u8]) {
+    p.wait_for("the raw endpoint to take a message", || {
+        match raw.am_bcopy(id, |b| {
+            let n = bytes.len().min(b.len());
+            b[..n].copy_from_slice(&bytes[..n]);
+            n
+        }) {
+            Ok(_) => true,
+            Err(e) if e == ucs::Status::NoResource => false,
+            Err(e) => panic!("[{}] raw am_bcopy: {e}", p.name),
+        }
+    });
+}
+
+fn hostile_bytes_are_dropped(s: &Setup) {
+    let Some(p) = s.pair() else { return };
+    let victim = WorkerAddress::unpack(p.b.address()).unwrap();
+    let Some(entry) = victim.entries.iter().find(|e| e.tl.tl_name == s.t.tl_name) else {
+        panic!("[{}] no {} entry in the worker address", p.name, s.t.tl_name)
+    };
+    let Some(a) = attacker(s, &p, entry) else { return };
 
     // A real fragmented message in flight from the real peer while the garbage arrives.
     let inbox = p.inbox(2);
     let big = pattern(1 << 20, 5);
     let _ = p.ep.am_send(2, b"real", &big, AmFlags::default()).unwrap();
     for (id, bytes) in garbage(victim.uuid, p.a.id()) {
-        p.wait_for("the raw endpoint to take a message", || {
-            match raw.am_bcopy(id, |b| {
-                let n = bytes.len().min(b.len());
-                b[..n].copy_from_slice(&bytes[..n]);
-                n
-            }) {
-                Ok(_) => true,
-                Err(e) if e == ucs::Status::NoResource => false,
-                Err(e) => panic!("[{}] raw am_bcopy: {e}", p.name),
-            }
-        });
+        send_raw(&p, &a.raw, id, &bytes);
         p.progress();
     }
     let _ =
@@ -245,30 +267,20 @@ fn forged_rendezvous(s: &Setup) {
     }
     let Some(p) = s.pair() else { return };
     let victim = WorkerAddress::unpack(p.b.address()).unwrap();
-    let attacker = WorkerAddress::unpack(p.a.address()).unwrap();
+    let sender = WorkerAddress::unpack(p.a.address()).unwrap();
     let entry = victim
         .entries
         .iter()
         .find(|e| e.tl.tl_name == s.t.tl_name)
         .unwrap();
-    let resource = attacker
+    let resource = sender
         .entries
         .iter()
         .position(|e| e.tl.tl_name == s.t.tl_name)
         .unwrap() as u8;
-    let uct = uct_context(s.t);
-    let (md, _) = uct.find_resource(&entry.tl.tl_name, &entry.tl.dev_name).unwrap();
-    let region = uct::Mem::register(&md, vec![7u8; 4096], uct::MemAccess::ALL).unwrap();
+    let a = attacker(s, &p, entry).expect("self and tcp connect to interfaces");
+    let region = uct::Mem::register(&a.md, vec![7u8; 4096], uct::MemAccess::ALL).unwrap();
     let rkey = region.pack_rkey().unwrap();
-    let iface = uct::Iface::open(
-        &md,
-        p.b.uct(),
-        uct::IfaceParams::new(&entry.tl.tl_name, &entry.tl.dev_name),
-    )
-    .unwrap();
-    let raw = iface
-        .ep_create_connected(&entry.dev_addr, &entry.iface_addr)
-        .unwrap();
     // The victim must know the claimed sender: a real message from it first.
     let inbox = p.inbox(2);
     let _ = p.ep.am_send(2, b"real", b"first", AmFlags::default()).unwrap();
@@ -290,28 +302,7 @@ fn forged_rendezvous(s: &Setup) {
         (region.addr(), 1 << 20),             // runs past its end
     ];
     for (i, &(addr, total)) in cases.iter().enumerate() {
-        let rts = [
-            &le(3)[..], // AM id 3, no header
-            &le(p.a.id())[..],
-            &le(12345)[..],
-            &le(900 + i as u64)[..],
-            &le(total)[..],
-            &le(addr)[..],
-            &(rkey.len() as u16).to_le_bytes()[..],
-            &[resource, 0, 0, 0, 0, 0][..],
-            &rkey[..],
-        ]
-        .concat();
-        p.wait_for("the raw endpoint to take the RTS", || {
-            match raw.am_bcopy(RTS, |b| {
-                b[..rts.len()].copy_from_slice(&rts);
-                rts.len()
-            }) {
-                Ok(_) => true,
-                Err(e) if e == ucs::Status::NoResource => false,
-                Err(e) => panic!("[{}] raw am_bcopy: {e}", p.name),
-            }
-        });
+        send_raw(&p, &a.raw, RTS, &rts(3, p.a.id(), total, addr, resource, &rkey));
         p.wait_for("the forged fetch to end", || results.borrow().len() == i + 1);
         let r = &results.borrow()[i];
         assert!(r.is_err(), "[{}] forged case {i} was fetched: {r:?}", p.name);
