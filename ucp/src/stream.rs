@@ -50,11 +50,16 @@ struct StreamQ {
 impl StreamQ {
     /// Moves queued bytes into `r`.
     fn fill(&mut self, r: &mut StreamRecv) {
-        while r.filled < r.buf.len() {
+        self.fill_into(&mut r.buf, &mut r.filled);
+    }
+
+    /// Moves queued bytes into `buf` from `filled` on, advancing it.
+    fn fill_into(&mut self, buf: &mut [u8], filled: &mut usize) {
+        while *filled < buf.len() {
             let Some(d) = self.data.front() else { return };
-            let n = (d.len() - self.head).min(r.buf.len() - r.filled);
-            r.buf[r.filled..r.filled + n].copy_from_slice(&d[self.head..self.head + n]);
-            r.filled += n;
+            let n = (d.len() - self.head).min(buf.len() - *filled);
+            buf[*filled..*filled + n].copy_from_slice(&d[self.head..self.head + n]);
+            *filled += n;
             self.head += n;
             if self.head == d.len() {
                 self.data.pop_front();
@@ -178,18 +183,11 @@ fn drain_after_end(ep: &EpInner, mut buf: Vec<u8>) -> Option<Vec<u8>> {
     if buf.is_empty() || q.data.is_empty() {
         return None;
     }
-    let (_rx, tx) = request();
-    let mut r = StreamRecv {
-        buf: std::mem::take(&mut buf),
-        filled: 0,
-        wait_all: false,
-        done: tx,
-    };
-    q.fill(&mut r);
+    let mut filled = 0;
+    q.fill_into(&mut buf, &mut filled);
     if q.data.is_empty() {
         st.queues.remove(&key);
     }
-    let StreamRecv { mut buf, filled, .. } = r;
     buf.truncate(filled);
     Some(buf)
 }
