@@ -122,7 +122,71 @@ fn bad_addresses(s: &Setup) {
     p.wait_for("a message", || !inbox.borrow().is_empty());
 }
 
+/// Interfaces no endpoint uses sleep (`RUCX_ADAPTIVE_PROGRESS`): a worker whose interfaces
+/// all sleep still takes a new peer's wireup and messages; while an endpoint lives only its
+/// lanes' interfaces are progressed (an auxiliary wireup-only one sleeps); once the endpoint
+/// is gone its interfaces sleep again.
+fn idle_interfaces_sleep(s: &Setup) {
+    if !s.t.two_workers {
+        return;
+    }
+    let Some(ctx) = context(s.t, &[]) else { return };
+    let a = Worker::new(&ctx).unwrap();
+    let b = Worker::new(&ctx).unwrap();
+    let settle = |ws: &[&Worker]| {
+        for _ in 0..2000 {
+            for w in ws {
+                w.progress();
+            }
+        }
+    };
+    settle(&[&a, &b]);
+    // every transport of these targets has an event fd for receives
+    assert_eq!(
+        b.progressed_resources(),
+        Vec::<String>::new(),
+        "[{}] idle worker",
+        s.t.name
+    );
+    let got = std::rc::Rc::new(std::cell::Cell::new(0));
+    let g = got.clone();
+    b.set_am_handler(1, move |_| g.set(g.get() + 1));
+    let ep = a.connect(b.address()).unwrap();
+    for _ in 0..10 {
+        let _ = ep.am_send(1, &[], b"wake up", AmFlags::default()).unwrap();
+    }
+    let start = Instant::now();
+    while got.get() < 10 || !ep.is_connected() {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "[{}] messages to a sleeping worker",
+            s.t.name
+        );
+        a.progress();
+        b.progress();
+    }
+    settle(&[&a, &b]);
+    for w in [&a, &b] {
+        let on = w.progressed_resources();
+        assert!(
+            !on.is_empty() && on.iter().all(|r| r.starts_with(s.t.tl_name)),
+            "[{}] progressed while wired: {on:?}",
+            s.t.name
+        );
+    }
+    let _ = ep.close(ucp::CloseMode::Force);
+    drop(ep);
+    settle(&[&a, &b]);
+    assert_eq!(
+        a.progressed_resources(),
+        Vec::<String>::new(),
+        "[{}] endpoint gone",
+        s.t.name
+    );
+}
+
 ucp_test!(
+    idle_interfaces_sleep,
     lanes_on_target,
     both_connect_at_once,
     send_before_wired,

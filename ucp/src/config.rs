@@ -124,6 +124,13 @@ const FIELDS: &[ConfigField] = &[
              message-size range.",
     ),
     ConfigField::new(
+        "ADAPTIVE_PROGRESS",
+        "y",
+        ConfigKind::Bool,
+        "Progress only the interfaces an endpoint uses; the others sleep on their event fd and \
+             wake for incoming wireup (off: progress every interface on every call).",
+    ),
+    ConfigField::new(
         "ATOMIC_EMULATE",
         "n",
         ConfigKind::Bool,
@@ -204,6 +211,8 @@ pub struct UcpConfig {
     /// `None`: auto; else at least 1.
     pub num_ppn: Option<usize>,
     pub proto_info: bool,
+    /// Idle interfaces sleep on their event fd instead of being progressed.
+    pub adaptive_progress: bool,
     /// Atomics by compare-and-swap rounds only.
     pub atomic_emulate: bool,
     /// `None`: keepalive off (`inf`).
@@ -326,6 +335,7 @@ impl UcpConfig {
         let num_ppn = auto_count(r, "NUM_PPN")?;
         let proto_info = t.get_bool("PROTO_INFO")?;
         let atomic_emulate = t.get_bool("ATOMIC_EMULATE")?;
+        let adaptive_progress = t.get_bool("ADAPTIVE_PROGRESS")?;
         let cm_timeout = match t.get_time("CM_TIMEOUT")? {
             TimeValue::Dur(d) if !d.is_zero() => d,
             TimeValue::Auto => DEFAULT_CM_TIMEOUT,
@@ -356,6 +366,7 @@ impl UcpConfig {
             num_eps,
             num_ppn,
             proto_info,
+            adaptive_progress,
             atomic_emulate,
             keepalive_interval,
             cm_timeout,
@@ -398,6 +409,7 @@ mod tests {
             num_eps: None,
             num_ppn: None,
             proto_info: false,
+            adaptive_progress: true,
             atomic_emulate: false,
             keepalive_interval: Some(Duration::from_secs(20)),
             cm_timeout: DEFAULT_CM_TIMEOUT,
@@ -513,6 +525,11 @@ mod tests {
                 "PROTO_INFO",
                 "maybe",
                 "RUCX_PROTO_INFO=maybe (set in code) is invalid: expected a boolean",
+            ),
+            (
+                "ADAPTIVE_PROGRESS",
+                "2",
+                "RUCX_ADAPTIVE_PROGRESS=2 (set in code) is invalid: expected a boolean",
             ),
             (
                 "ATOMIC_EMULATE",

@@ -10,6 +10,7 @@
 //! access: [`Worker::mem_map`], [`Ep::rkey_unpack`], [`Ep::put`], [`Ep::get`], atomics ([`rma`]).
 #![forbid(unsafe_code)]
 
+mod activation;
 pub mod address;
 mod am;
 mod cm;

@@ -143,6 +143,7 @@ impl WorkerInner {
 impl Drop for WorkerInner {
     fn drop(&mut self) {
         crate::keepalive::stop(self);
+        crate::activation::stop(self);
     }
 }
 
@@ -162,6 +163,8 @@ pub(crate) struct WorkerInner {
     /// Lane sets by peer and error mode, with the address they were selected for.
     pub lane_sets: RefCell<HashMap<(u64, bool), SharedLanes>>,
     pub keepalive: crate::keepalive::Keepalive,
+    /// Which interfaces `progress` polls.
+    pub activation: crate::activation::Activation,
     pub tag: RefCell<crate::tag::TagState>,
     pub stream: RefCell<crate::stream::StreamState>,
     /// Endpoints that failed since the last progress (acted on there), and whether any did.
@@ -313,7 +316,9 @@ impl Worker {
         } else {
             None
         };
+        let activation = crate::activation::Activation::new(&ifaces, &uct, ctx.inner.cfg.adaptive_progress);
         let inner = Rc::new(WorkerInner {
+            activation,
             ctx: ctx.clone(),
             uct,
             ifaces,
@@ -344,7 +349,10 @@ impl Worker {
     /// Progresses every interface; returns the amount of work done.
     #[inline]
     pub fn progress(&self) -> u32 {
-        let n = self.inner.uct.progress();
+        let mut n = self.inner.uct.progress();
+        if self.inner.activation.has_work() {
+            n += crate::activation::run(&self.inner);
+        }
         if self.inner.keepalive.is_due() {
             crate::keepalive::round(&self.inner);
         }
@@ -357,6 +365,18 @@ impl Worker {
     /// This worker's packed address, for a peer's [`Worker::connect`].
     pub fn address(&self) -> &[u8] {
         &self.inner.address
+    }
+
+    /// The resources `progress` polls now, as `transport/device`: those an endpoint uses, and
+    /// those that cannot sleep on an event fd (see `RUCX_ADAPTIVE_PROGRESS`).
+    pub fn progressed_resources(&self) -> Vec<String> {
+        self.inner
+            .ifaces
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.inner.activation.is_active(*i))
+            .map(|(_, w)| format!("{}/{}", w.info.tl_name, w.info.dev_name))
+            .collect()
     }
 
     /// The worker's unique id (also in its address).

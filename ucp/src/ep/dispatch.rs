@@ -29,6 +29,9 @@ impl EpInner {
     /// pending request is armed) or failed.
     fn dispatch_wireup(self: &Rc<Self>) -> bool {
         let lane = self.lanes.wireup;
+        if let Some(w) = self.worker.upgrade() {
+            crate::activation::touch(&w, self.lanes.lanes[lane].local);
+        }
         loop {
             // No borrow is held across the send: it may deliver at once (self) and the
             // handlers may queue more.

@@ -267,10 +267,12 @@ impl FlushOp {
         }
         // Emulated atomics between their rounds.
         let s = self.state.clone();
-        let n = ep.rma.watch(Rc::new(move || {
-            s.outstanding.set(s.outstanding.get() - 1);
-            s.maybe_finish();
-        }));
+        let n = ep.rma_state.get().map_or(0, |r| {
+            r.watch(Rc::new(move || {
+                s.outstanding.set(s.outstanding.get() - 1);
+                s.maybe_finish();
+            }))
+        });
         self.state.outstanding.set(self.state.outstanding.get() + n);
         self.state.all_issued.set(true);
         self.state.maybe_finish();

@@ -69,11 +69,19 @@ pub(crate) struct EpInner {
     pub err_handler: RefCell<Option<ErrHandler>>,
     /// Why it failed (with `Wired::Failed`).
     pub error: RefCell<Option<Error>>,
-    /// Multi-round RMA operations in flight (for flush).
-    pub rma: crate::rma::EpRma,
+    /// Multi-round RMA operations in flight (for flush); made by the first one.
+    pub rma_state: std::cell::OnceCell<Box<crate::rma::EpRma>>,
+    /// The interfaces this endpoint keeps progressed, as a bit per interface index (a
+    /// wireup-only lane's is not among them).
+    pub used_ifaces: u64,
 }
 
 impl EpInner {
+    /// The endpoint's multi-round RMA state (made on first use: most endpoints never need it).
+    pub(crate) fn rma(&self) -> &crate::rma::EpRma {
+        self.rma_state.get_or_init(Box::default)
+    }
+
     /// How rendezvous moves the data on this endpoint, for the protocol description.
     pub(crate) fn rndv_scheme(&self) -> String {
         match self.rndv_lane {
@@ -101,6 +109,7 @@ impl Drop for EpInner {
     fn drop(&mut self) {
         if let Some(w) = self.worker.upgrade() {
             crate::stream::forget(&w, self);
+            crate::activation::remove_users(&w, self.used_ifaces);
             if let Ok(mut t) = w.eps.try_borrow_mut() {
                 t.remove(self.id.get());
                 for u in &self.uct {
@@ -240,7 +249,15 @@ pub(crate) fn create(
         &thr,
     );
     let rndv_lane = crate::rndv::get_lane(w, &lanes, &remote);
+    let mut used_ifaces = 0u64;
+    for l in &lanes.lanes {
+        if l.usage.bits() & !lanes::LaneUsage::WIREUP.bits() != 0 {
+            used_ifaces |= 1 << l.local;
+        }
+    }
+    crate::activation::add_users(w, used_ifaces);
     let inner = Rc::new(EpInner {
+        used_ifaces,
         worker: Rc::downgrade(w),
         id: Cell::new(0),
         remote,
@@ -265,7 +282,7 @@ pub(crate) fn create(
         last_rx: Cell::new(std::time::Instant::now()),
         err_handler: RefCell::new(None),
         error: RefCell::new(None),
-        rma: crate::rma::EpRma::default(),
+        rma_state: std::cell::OnceCell::new(),
     });
     let id = {
         let mut t = w.eps.borrow_mut();

@@ -151,13 +151,13 @@ impl AmoOp {
     fn release(&mut self) {
         let Some(ep) = self.ep.upgrade() else { return };
         if let Some(id) = self.live.take() {
-            ep.rma.end(id);
+            ep.rma().end(id);
         }
         if !std::mem::take(&mut self.owner) {
             return;
         }
         let next = {
-            let mut words = ep.rma.words.borrow_mut();
+            let mut words = ep.rma().words.borrow_mut();
             let next = words.get_mut(&self.word()).and_then(|q| q.pop_front());
             if next.is_none() {
                 words.remove(&self.word());
@@ -252,12 +252,12 @@ impl AmoOp {
 
     fn emulate(&mut self, ep: &EpInner, width: AtomicWidth, shift: u32) -> Result<bool> {
         if self.live.is_none() {
-            self.live = Some(ep.rma.start());
+            self.live = Some(ep.rma().start());
         }
         if !self.owner {
             // One emulated op per word and endpoint at a time: ops racing each other on a
             // word would retry each other's rounds; in turn, each succeeds at once.
-            let mut words = ep.rma.words.borrow_mut();
+            let mut words = ep.rma().words.borrow_mut();
             match words.get_mut(&self.word()) {
                 Some(q) => {
                     q.push_back(self.take_round());

@@ -1,0 +1,249 @@
+//! Interface activation (UCX's adaptive progress): `progress` polls only the interfaces that an
+//! endpoint's lanes use. An interface no endpoint uses (an auxiliary transport once wireup is
+//! done, a transport no peer was reached over) sleeps: its progress is disabled, it is armed
+//! for receives, and its event fd waits on the worker's async thread. When that fd fires (a new
+//! peer's wireup request, a close, a keepalive probe), the next `progress` wakes the interface
+//! and progresses it, and it goes back to sleep once idle again.
+//!
+//! Only interfaces with an event fd for receives sleep, and only in a worker whose async
+//! context has a thread (in poll mode nothing would watch the fd without a system call in
+//! every `progress`). `RUCX_ADAPTIVE_PROGRESS=n` keeps every interface progressed.
+//!
+//! Fast path: an idle `progress` pays one atomic load and one `Cell` read here.
+
+use std::cell::Cell;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ucs::async_ctx::{Events, HandlerId};
+use uct::{ArmEvents, AsyncMode, EventFlags, ProgressFlags};
+
+use crate::worker::WorkerInner;
+
+/// Progress calls between a reason to sleep (an interface lost its last user, or woke) and
+/// the attempt; an interface that is still busy then (unacknowledged packets, queued
+/// completions) is tried again after as many.
+const SETTLE_CALLS: u32 = 256;
+
+/// Per-interface activation state.
+struct IfaceState {
+    /// Endpoints whose lanes (other than a wireup-only lane) use the interface.
+    users: Cell<u32>,
+    /// Progress enabled.
+    active: Cell<bool>,
+    /// May sleep: it has an event fd for receives, and adaptive progress is on.
+    sleepable: Cell<bool>,
+    /// The async fd handler, while asleep.
+    handler: Cell<Option<HandlerId>>,
+}
+
+/// The worker's activation state.
+pub(crate) struct Activation {
+    ifaces: Vec<IfaceState>,
+    /// Bit `i`: interface `i`'s event fd fired while it slept (set on the async thread).
+    woken: Arc<AtomicU64>,
+    /// Progress calls left until the next sleep attempt; 0: none wanted.
+    countdown: Cell<u32>,
+}
+
+impl Activation {
+    /// Every interface starts progressed; those that may sleep get their first attempt after
+    /// [`SETTLE_CALLS`] progress calls.
+    pub fn new(ifaces: &[crate::worker::WIface], uct: &uct::Worker, enabled: bool) -> Activation {
+        let thread = uct.async_context().mode() == AsyncMode::Thread;
+        let ifaces: Vec<IfaceState> = ifaces
+            .iter()
+            .map(|w| IfaceState {
+                users: Cell::new(0),
+                active: Cell::new(true),
+                sleepable: Cell::new(
+                    enabled
+                        && thread
+                        && w.iface
+                            .attr()
+                            .event_flags
+                            .contains(EventFlags::FD | EventFlags::RECV),
+                ),
+                handler: Cell::new(None),
+            })
+            .collect();
+        let any = ifaces.iter().any(|s| s.sleepable.get());
+        Activation {
+            ifaces,
+            woken: Arc::new(AtomicU64::new(0)),
+            countdown: Cell::new(if any { SETTLE_CALLS } else { 0 }),
+        }
+    }
+
+    /// True when `progress` has activation work (the fast path: one load, one read).
+    #[inline]
+    pub fn has_work(&self) -> bool {
+        self.woken.load(Ordering::Relaxed) != 0 || self.countdown.get() != 0
+    }
+
+    /// Interface `i` is progressed (for tests and `rucx-info`-style reports).
+    pub fn is_active(&self, i: usize) -> bool {
+        self.ifaces[i].active.get()
+    }
+
+    fn want_sleep_attempt(&self) {
+        if self.countdown.get() == 0 {
+            self.countdown.set(SETTLE_CALLS);
+        }
+    }
+}
+
+/// The interface indexes of bit set `used`.
+fn indexes(used: u64) -> impl Iterator<Item = usize> {
+    (0..64).filter(move |i| used & (1 << i) != 0)
+}
+
+/// An endpoint's lanes use interfaces `used` (a bit per index): they are progressed from now on.
+pub(crate) fn add_users(w: &WorkerInner, used: u64) {
+    for i in indexes(used) {
+        let s = &w.activation.ifaces[i];
+        s.users.set(s.users.get() + 1);
+        wake(w, i);
+    }
+}
+
+/// An endpoint that used interfaces `used` is gone: those left without users may sleep.
+pub(crate) fn remove_users(w: &WorkerInner, used: u64) {
+    for i in indexes(used) {
+        let s = &w.activation.ifaces[i];
+        s.users.set(s.users.get().saturating_sub(1));
+        if s.users.get() == 0 && s.sleepable.get() {
+            w.activation.want_sleep_attempt();
+        }
+    }
+}
+
+/// Something is about to be sent on interface `i` (a wireup message): it must be progressed
+/// until the transport is done with it.
+pub(crate) fn touch(w: &WorkerInner, i: usize) {
+    if !w.activation.ifaces[i].active.get() {
+        wake(w, i);
+        w.activation.want_sleep_attempt();
+    }
+}
+
+/// Progresses interface `i` from now on.
+fn wake(w: &WorkerInner, i: usize) {
+    let s = &w.activation.ifaces[i];
+    if s.active.replace(true) {
+        return;
+    }
+    if let Some(id) = s.handler.take() {
+        // Not sync: this runs on the owner thread, which is where the handler would run.
+        let _ = w.uct.async_context().remove_handler(id, false);
+    }
+    w.ifaces[i]
+        .iface
+        .progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
+}
+
+/// The activation work of one `progress`: wakes the interfaces whose fd fired and progresses
+/// them once; counts down to, and makes, the next sleep attempt.
+pub(crate) fn run(w: &Rc<WorkerInner>) -> u32 {
+    let a = &w.activation;
+    let mut n = 0;
+    let woken = a.woken.swap(0, Ordering::Acquire);
+    if woken != 0 {
+        for i in indexes(woken) {
+            if !a.ifaces[i].active.get() {
+                wake(w, i);
+                n += w.ifaces[i].iface.progress();
+            }
+        }
+        a.want_sleep_attempt();
+    }
+    let c = a.countdown.get();
+    if c > 1 {
+        a.countdown.set(c - 1);
+    } else if c == 1 {
+        a.countdown.set(0);
+        if !try_sleep_idle(w) {
+            a.want_sleep_attempt();
+        }
+    }
+    n
+}
+
+/// Puts every idle interface to sleep; false when one was busy (try again later).
+fn try_sleep_idle(w: &WorkerInner) -> bool {
+    let a = &w.activation;
+    let mut all = true;
+    for (i, s) in a.ifaces.iter().enumerate() {
+        if s.users.get() > 0 || !s.active.get() || !s.sleepable.get() {
+            continue;
+        }
+        all &= try_sleep(w, i);
+    }
+    all
+}
+
+/// Disables interface `i`'s progress and arms it, its event fd watched by the async thread.
+/// False (and left progressed) when it still has work.
+fn try_sleep(w: &WorkerInner, i: usize) -> bool {
+    let s = &w.activation.ifaces[i];
+    let wi = &w.ifaces[i];
+    let iface = &wi.iface;
+    // Queued work first; an arm that finds events consumed them and says Busy.
+    for _ in 0..3 {
+        while iface.progress() > 0 {}
+        match iface.event_arm(ArmEvents::RECV) {
+            Ok(()) => {
+                let fd = match iface.event_fd() {
+                    Ok(fd) => fd,
+                    Err(e) => return never_sleep(wi, s, &e),
+                };
+                let bit = 1u64 << i;
+                let woken = w.activation.woken.clone();
+                let handler = move |_| {
+                    woken.fetch_or(bit, Ordering::Release);
+                };
+                match w
+                    .uct
+                    .async_context()
+                    .add_fd_handler(fd.as_raw_fd(), Events::READ, handler)
+                {
+                    Ok(id) => s.handler.set(Some(id)),
+                    Err(e) => return never_sleep(wi, s, &e),
+                }
+                iface.progress_disable(ProgressFlags::SEND | ProgressFlags::RECV);
+                s.active.set(false);
+                tracing::trace!(
+                    "ucp: {}/{} sleeps (no endpoint uses it)",
+                    wi.info.tl_name,
+                    wi.info.dev_name
+                );
+                return true;
+            }
+            Err(e) if e == ucs::Status::Busy => continue,
+            Err(e) => return never_sleep(wi, s, &e),
+        }
+    }
+    false
+}
+
+/// Interface `i` cannot sleep after all: it stays progressed.
+fn never_sleep(wi: &crate::worker::WIface, s: &IfaceState, e: &ucs::Error) -> bool {
+    s.sleepable.set(false);
+    tracing::debug!(
+        "ucp: {}/{} stays progressed: arming it failed: {e}",
+        wi.info.tl_name,
+        wi.info.dev_name
+    );
+    true
+}
+
+/// Stops watching the sleeping interfaces' fds (the worker is going).
+pub(crate) fn stop(w: &WorkerInner) {
+    for s in &w.activation.ifaces {
+        if let Some(id) = s.handler.take() {
+            let _ = w.uct.async_context().remove_handler(id, true);
+        }
+    }
+}
