@@ -135,7 +135,9 @@ impl Transport for TcpTransport {
             tx_bufs: BufPool::new(cfg.tx_seg + TX_HDR_ROOM, 16),
             stage_bufs: BufPool::new(
                 crate::coalesce::stage_size(cfg.tx_coalesce, cfg.tx_seg + TX_HDR_ROOM),
-                8,
+                // few idle ones: each is `RUCX_TCP_TX_COALESCE` bytes, and a fan-out burst
+                // that needed many leaves them idle for good
+                2,
             ),
             staged: RefCell::new(Vec::new()),
             rx_bufs: BufPool::new(RxParser::new(cfg.rx_seg as u32).capacity(), 4),

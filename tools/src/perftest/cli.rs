@@ -254,6 +254,14 @@ pub fn usage(program: &str) -> String {
     );
     let _ = writeln!(
         s,
+        "                        contig   - contiguous buffers (UCP tests; the default there)"
+    );
+    let _ = writeln!(
+        s,
+        "                        iov      - scatter-gather list (UCP tests: not supported, refused)"
+    );
+    let _ = writeln!(
+        s,
         "     -W <count>     flow control window size, for active messages ({})",
         d.fc_window
     );

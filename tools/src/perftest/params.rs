@@ -151,6 +151,8 @@ pub struct Params {
     pub one_sided: bool,
     pub validate: bool,
     pub async_mode: AsyncKind,
+    /// `-D iov` (UCP's scatter-gather datatype) was asked for; checked on the client only.
+    pub ucp_iov: bool,
 }
 
 impl Default for Params {
@@ -173,6 +175,7 @@ impl Default for Params {
             percentile_rank: 50.0,
             loopback: false,
             one_sided: false,
+            ucp_iov: false,
             validate: false,
             async_mode: AsyncKind::Thread,
         }
@@ -214,6 +217,14 @@ impl Params {
                 );
                 return Err(Status::Unsupported.into());
             }
+            if self.ucp_iov {
+                tracing::error!(
+                    test = self.desc().name,
+                    "-D iov: rucx's UCP API sends and receives contiguous buffers only (no \
+                     scatter-gather datatype); use -D contig (the default)"
+                );
+                return Err(Status::Unsupported.into());
+            }
             // Transports come from RUCX_TLS, as UCX's from UCX_TLS.
             return Ok(());
         }
@@ -238,12 +249,26 @@ impl Params {
                 None => return bad("Invalid option argument for -t (see -h for the test list)"),
             },
             'D' => {
+                // UCP tests take a send and an optional receive datatype (`contig|iov`).
+                let mut dts = arg.split(',');
+                let first = dts.next().unwrap_or_default();
+                if matches!(first, "contig" | "iov") {
+                    let second = dts.next().unwrap_or(first);
+                    if !matches!(second, "contig" | "iov") || dts.next().is_some() {
+                        return bad("Invalid option argument for -D (contig|iov[,contig|iov])");
+                    }
+                    self.ucp_iov = first == "iov" || second == "iov";
+                    return Ok(());
+                }
                 self.layout = match arg {
                     "short" => layout::SHORT,
                     "shortiov" => layout::SHORT_IOV,
                     "bcopy" => layout::BCOPY,
                     "zcopy" => layout::ZCOPY,
-                    _ => return bad("Invalid option argument for -D (short|shortiov|bcopy|zcopy)"),
+                    _ => {
+                        return bad("Invalid option argument for -D (short|shortiov|bcopy|zcopy, or \
+                             contig|iov for UCP tests)")
+                    }
                 }
             }
             'i' => self.iov_stride = num(opt, arg)?,
@@ -437,6 +462,23 @@ mod tests {
         assert!(p.apply('D', "fast").is_err());
         assert!(p.apply('s', "8,x").is_err());
         assert!(p.apply('R', "101").is_err());
+    }
+
+    /// UCP tests take UCX's `-D contig|iov[,contig|iov]`: contiguous runs, iov is refused
+    /// with `Unsupported` (no scatter-gather datatype in rucx's UCP API).
+    #[test]
+    fn ucp_datatypes() {
+        let p = params(&[('t', "tag_lat"), ('D', "contig"), ('s', "8,64")]);
+        assert!(!p.ucp_iov);
+        assert_eq!(p.layout, layout::SHORT, "contig leaves the uct layout alone");
+        p.check().unwrap();
+        for dt in ["iov", "contig,iov", "iov,contig"] {
+            let p = params(&[('t', "tag_bw"), ('D', dt)]);
+            assert_eq!(p.check().unwrap_err(), Status::Unsupported, "-D {dt}");
+        }
+        let mut p = Params::default();
+        assert!(p.apply('D', "contig,zcopy").is_err());
+        assert!(p.apply('D', "iov,iov,iov").is_err());
     }
 
     #[test]
