@@ -151,7 +151,7 @@ impl Msg {
 fn lane_addrs(ep: &EpInner) -> Result<Vec<LaneAddr>> {
     let mut out = Vec::new();
     for (i, l) in ep.lanes.lanes.iter().enumerate() {
-        if ep.p2p[i] {
+        if ep.is_p2p(i) {
             out.push(LaneAddr {
                 sender_rsc: l.local as u8,
                 receiver_rsc: l.remote as u8,
@@ -164,11 +164,11 @@ fn lane_addrs(ep: &EpInner) -> Result<Vec<LaneAddr>> {
 
 /// Connects `ep`'s endpoint-to-endpoint lanes to the peer's endpoints named in `lanes` (once).
 fn connect_lanes(ep: &EpInner, lanes: &[LaneAddr]) -> Result<()> {
-    if ep.p2p_connected.get() || !ep.p2p.iter().any(|p| *p) {
+    if ep.p2p_connected.get() || ep.p2p == 0 {
         return Ok(());
     }
     for (i, l) in ep.lanes.lanes.iter().enumerate() {
-        if !ep.p2p[i] {
+        if !ep.is_p2p(i) {
             continue;
         }
         let Some(a) = lanes
@@ -301,7 +301,7 @@ fn on_request(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
     }
     reply(&ep, REPLY)?;
     // Without endpoint-to-endpoint lanes nothing waits for an ACK.
-    if !ep.p2p.iter().any(|p| *p) {
+    if ep.p2p == 0 {
         ep.set_ready();
     }
     Ok(())
@@ -332,7 +332,7 @@ fn on_reply(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
         ep.fail(e.clone());
         return Err(e);
     }
-    if ep.p2p.iter().any(|p| *p) {
+    if ep.p2p != 0 {
         reply(&ep, ACK)?;
     }
     ep.set_ready();

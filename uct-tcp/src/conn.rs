@@ -161,8 +161,11 @@ pub struct Conn {
     pub peer_max: Cell<u32>,
     pub ep: RefCell<Weak<EpInner>>,
     pub tx: RefCell<Tx>,
-    /// Taken out while frames are processed (user handlers may re-enter progress).
+    /// Taken out while frames are processed (user handlers may re-enter progress), and
+    /// while `rx_pooled`.
     pub rx: Cell<Option<Box<Rx>>>,
+    /// Idle: its blank receive state went to the interface's `rx_spare` (`rx.rs`).
+    pub rx_pooled: Cell<bool>,
     pub ops: RefCell<Ops>,
     pub ctl: RefCell<VecDeque<Ctl>>,
     /// EPOLLOUT is in the interest set.

@@ -141,6 +141,7 @@ impl Transport for TcpTransport {
             ),
             staged: RefCell::new(Vec::new()),
             rx_bufs: BufPool::new(RxParser::new(cfg.rx_seg as u32).capacity(), 4),
+            rx_spare: RefCell::new(Vec::new()),
             me: me.clone(),
             cfg,
         });
@@ -209,6 +210,10 @@ pub struct Shared {
     pub staged: RefCell<Vec<Rc<Conn>>>,
     /// Receive buffers of connected connections' parsers, lent likewise.
     pub rx_bufs: BufPool,
+    /// Receive states of idle connections (`rx.rs`): blank, so any connection can take one.
+    /// Boxed as the connections hold them: they move without being copied or reallocated.
+    #[allow(clippy::vec_box)]
+    pub rx_spare: RefCell<Vec<Box<Rx>>>,
     pub me: Weak<Shared>,
 }
 
@@ -249,6 +254,7 @@ impl Shared {
             ep: RefCell::new(ep),
             // No send buffer until one is needed (`bufs.rs`).
             tx: RefCell::new(Tx::new(0)),
+            rx_pooled: Cell::new(false),
             rx: Cell::new(Some(Box::new(Rx {
                 parser: RxParser::new(MIN_MAX_PAYLOAD),
                 sink: Sink::None,

@@ -14,12 +14,15 @@ use ucs::Status;
 use crate::conn::{Conn, Rx, Sink, State};
 use crate::iface::Shared;
 use crate::ops::{GetDst, Op, OpKind};
-use crate::rx_parser::Frame;
+use crate::rx_parser::{Frame, RxParser};
 use crate::sock;
-use crate::wire::{Msg, WireError};
+use crate::wire::{Msg, WireError, MIN_MAX_PAYLOAD};
 
 /// Largest direct receive into target memory per round.
 const DIRECT_MAX: u64 = 1 << 30;
+
+/// Idle connections' receive states kept for reuse.
+const RX_SPARE_KEEP: usize = 8;
 
 enum Got {
     /// Bytes buffered in the parser; `true` when they filled the space offered (more is
@@ -60,18 +63,50 @@ impl Shared {
         }
         // Taken while frames are delivered: a handler that re-enters progress skips this
         // connection instead of parsing the same buffer twice.
-        let Some(mut rx) = conn.rx.take() else { return 0 };
+        let mut rx = match conn.rx.take() {
+            Some(rx) => rx,
+            None if conn.rx_pooled.replace(false) => self.take_rx(),
+            None => return 0,
+        };
         let work = self.rx_round(conn, &mut rx);
         // Idle again: the buffer goes back to the interface unless this is its only
-        // connection (`bufs.rs`; handshake-phase parsers keep their small one).
+        // connection (`bufs.rs`; handshake-phase parsers keep their small one), and so does
+        // the receive state when it holds nothing of this stream.
         if conn.state.get() == State::Connected && self.lends_buffers() {
             if let Some(b) = rx.parser.take_buffer() {
                 self.rx_bufs.give(b);
+            }
+            if rx.parser.is_blank() && matches!(rx.sink, Sink::None) && conn.is_open() {
+                self.give_rx(rx);
+                conn.rx_pooled.set(true);
+                return work;
             }
         }
         // Put back even when closed: a failure report still completes a get in the sink.
         conn.rx.set(Some(rx));
         work
+    }
+
+    /// A blank receive state for a connected connection that was idle.
+    #[cold]
+    fn take_rx(&self) -> Box<Rx> {
+        self.rx_spare.borrow_mut().pop().unwrap_or_else(|| {
+            let mut parser = RxParser::new(MIN_MAX_PAYLOAD);
+            parser.set_max_payload(self.rx_max_payload());
+            Box::new(Rx {
+                parser,
+                sink: Sink::None,
+            })
+        })
+    }
+
+    /// Keeps an idle connection's blank receive state for the next one that reads (a few).
+    #[cold]
+    fn give_rx(&self, rx: Box<Rx>) {
+        let mut spare = self.rx_spare.borrow_mut();
+        if spare.len() < RX_SPARE_KEEP {
+            spare.push(rx);
+        }
     }
 
     /// One `recv()` and what it completed; after a full read that leaves a bulk transfer

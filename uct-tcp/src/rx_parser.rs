@@ -113,6 +113,19 @@ impl RxParser {
         self.max_item = max_item;
     }
 
+    /// Nothing buffered, no bulk transfer or frame in progress, the buffer lent out, the
+    /// stream not broken: the parser holds no state of its stream, so any other idle parser
+    /// with the same limits can take its place.
+    #[inline]
+    pub fn is_blank(&self) -> bool {
+        self.buf.is_empty()
+            && self.start == self.end
+            && self.bulk_total == self.bulk_done
+            && self.want == 0
+            && !self.after_bulk
+            && self.failed.is_none()
+    }
+
     /// True while the buffer is lent out (nothing is buffered): give one before receiving, or
     /// [`buf_mut`](Self::buf_mut) allocates it.
     #[inline]
@@ -637,12 +650,15 @@ mod tests {
         let mut p = RxParser::new(MAXP);
         p.feed(&stream[..5]);
         assert!(p.take_buffer().is_none(), "a partial item is buffered");
+        assert!(!p.is_blank(), "a partial item is buffered");
         let mut got = Vec::new();
         p.feed(&stream[5..]);
         crate::wire::fuzz::drain(&mut p, &mut got);
+        assert!(!p.is_blank(), "holds its buffer");
         let b = p.take_buffer().expect("idle");
         assert_eq!(b.len(), p.capacity());
         assert!(p.needs_buffer());
+        assert!(p.is_blank(), "idle, buffer lent: interchangeable with any idle parser");
         p.give_buffer(vec![0u8; 3].into_boxed_slice());
         assert!(p.needs_buffer(), "wrong size ignored");
         // Garbage left in a reused buffer does not matter.

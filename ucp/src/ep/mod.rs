@@ -47,8 +47,8 @@ pub(crate) struct EpInner {
     pub lanes: Rc<LaneSet>,
     /// One uct endpoint per lane.
     pub uct: Vec<uct::Ep>,
-    /// Per lane: it connects endpoint to endpoint (wired by the wireup exchange).
-    pub p2p: Vec<bool>,
+    /// A bit per lane: it connects endpoint to endpoint (wired by the wireup exchange).
+    pub p2p: u64,
     pub p2p_connected: Cell<bool>,
     /// Wireup messages waiting for the wireup lane (they go before anything else).
     pub wireup_q: RefCell<VecDeque<Vec<u8>>>,
@@ -77,6 +77,11 @@ pub(crate) struct EpInner {
 }
 
 impl EpInner {
+    /// Lane `i` connects endpoint to endpoint.
+    pub(crate) fn is_p2p(&self, i: usize) -> bool {
+        self.p2p & (1 << i) != 0
+    }
+
     /// The endpoint's multi-round RMA state (made on first use: most endpoints never need it).
     pub(crate) fn rma(&self) -> &crate::rma::EpRma {
         self.rma_state.get_or_init(Box::default)
@@ -219,16 +224,26 @@ pub(crate) fn create(
         }
     };
     let mut uct = Vec::with_capacity(lanes.lanes.len());
-    let mut p2p_lanes = Vec::with_capacity(lanes.lanes.len());
+    // Lanes and interfaces are bits of a u64 below (a selection has at most a few dozen
+    // lanes: one per usage, MAX_LANES_PER_OP per multi-lane usage).
+    if lanes.lanes.len() > 64 {
+        return Err(Error::new(
+            Status::InvalidParam,
+            format!(
+                "ucp: {} lanes selected; an endpoint has at most 64",
+                lanes.lanes.len()
+            ),
+        ));
+    }
+    let mut p2p_lanes = 0u64;
     for l in &lanes.lanes {
         let wi = &w.ifaces[l.local];
         let e = &remote.entries[l.remote];
         let f = wi.iface.attr().flags;
         let ep = if f.contains(IfaceFlags::CONNECT_TO_IFACE) && !e.iface_addr.is_empty() {
-            p2p_lanes.push(false);
             wi.iface.ep_create_connected(&e.dev_addr, &e.iface_addr)?
         } else if f.contains(IfaceFlags::CONNECT_TO_EP) {
-            p2p_lanes.push(true);
+            p2p_lanes |= 1 << uct.len();
             wi.iface.ep_create()?
         } else {
             return Err(Error::new(
@@ -265,7 +280,7 @@ pub(crate) fn create(
         remote_ep: Cell::new(remote_ep),
         lanes,
         uct,
-        wired: Cell::new(if p2p_lanes.iter().any(|p| *p) {
+        wired: Cell::new(if p2p_lanes != 0 {
             Wired::WaitingForPeer
         } else {
             Wired::Ready
