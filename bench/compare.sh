@@ -23,7 +23,10 @@
 # ucp_fadd) between two processes over tcp on loopback, UCX_TLS=tcp next to RUCX_TLS=tcp; in the
 # VM (with verbs) tag_lat and tag_bw over rc (UCX_TLS=rc / RUCX_TLS=rc).
 #
-# Usage: bench/compare.sh [--rounds N] [--quick] [--cases self,tcp,ucp,floor,verbs,eps] [--pin]
+# intra: tag_lat 8 B and tag_bw 1 MiB between two processes on this host with every transport
+# allowed (UCX_TLS / RUCX_TLS unset): each tool's own choice (UCX: shared memory).
+#
+# Usage: bench/compare.sh [--rounds N] [--quick] [--cases self,tcp,ucp,intra,floor,verbs,eps] [--pin]
 #                         [--nice | --rt] [--write] [--timeout S]
 #   --quick   2 rounds, a fifth of the iterations (a smoke run)
 #   --pin     loopback runs on CPU 0; server on CPU 0, client on CPU 1 (taskset)
@@ -44,7 +47,7 @@ NICE=0
 WRITE=0
 BUILD=1
 TO=60
-CASES="self,tcp,ucp,floor,verbs,eps"
+CASES="self,tcp,ucp,intra,floor,verbs,eps"
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="$2"; shift 2 ;;
@@ -213,6 +216,12 @@ if want ucp && [ "$IN_VM" != 1 ]; then
         "ucp_fadd_8|ucp|ucp tcp ucp_fadd 8 B|mr|-t ucp_fadd -s 8 -n $(iters 100000)|same"
     )
 fi
+if want intra && [ "$IN_VM" != 1 ]; then
+    CASE_LIST+=(
+        "intra_tag_lat_8|ucpintra|intra-node tag_lat 8 B (default transports)|lat|-t tag_lat -s 8 -n $(iters 100000)|same"
+        "intra_tag_bw_1m|ucpintra|intra-node tag_bw 1 MiB (default transports)|bw|-t tag_bw -s 1048576 -n $(iters 3000)|same"
+    )
+fi
 VERBS_DEV=""
 if want verbs && { [ "$IN_VM" = 1 ] || [ -n "${RUCX_BENCH_VERBS_DEV:-}" ]; }; then
     VERBS_DEV=${RUCX_BENCH_VERBS_DEV:-rxe0:1}
@@ -254,10 +263,11 @@ run_case() { # tool id mode args   (called in a subshell: the exports stay here)
     local row
     # UCP cases run at nice -20 under --rt too: ucx_perftest's UCP tests over tcp failed in
     # some rounds under SCHED_FIFO (ucp_am_lat in every one).
-    case "$mode" in ucp*) [ "$NICE" = 2 ] && NICE=1 ;; esac
+    case "$mode" in ucp|ucprc) [ "$NICE" = 2 ] && NICE=1 ;; esac
     case "$mode" in
         ucp) export UCX_TLS=tcp UCX_NET_DEVICES=lo RUCX_TLS=tcp RUCX_NET_DEVICES=lo; mode=p2p ;;
         ucprc) export UCX_TLS=rc UCX_NET_DEVICES="$VERBS_DEV" RUCX_TLS=rc RUCX_NET_DEVICES="$VERBS_DEV"; mode=p2p ;;
+        ucpintra) unset UCX_TLS UCX_NET_DEVICES RUCX_TLS RUCX_NET_DEVICES; mode=p2p ;;
     esac
     if [ "$mode" = loop ]; then row=$(run_loopback "$tool" "$@"); else row=$(run_p2p "$tool" "$@"); fi
     echo "$row"
