@@ -29,7 +29,13 @@ struct Shared<T> {
     waker: Option<Waker>,
     callback: Option<Callback<T>>,
     /// Withdraws the operation (a posted receive), if it can still be withdrawn.
-    cancel: Option<Box<dyn FnOnce()>>,
+    cancel: Option<Cancel>,
+}
+
+/// What [`Request::cancel`] withdraws: a posted tag receive (no allocation per receive).
+pub(crate) struct Cancel {
+    pub worker: std::rc::Weak<crate::worker::WorkerInner>,
+    pub id: crate::tag::matcher::RecvId,
 }
 
 /// The operation's side: completes the request (from progress). Dropped without completing
@@ -120,10 +126,10 @@ impl<T> Request<T> {
     /// matched yet): it completes with `Canceled`, its callback runs now. True when withdrawn;
     /// operations that cannot be withdrawn (sends, matched receives) go on.
     pub fn cancel(&self) -> bool {
-        let f = self.0.borrow_mut().cancel.take();
-        match f {
-            Some(f) => {
-                f();
+        let c = self.0.borrow_mut().cancel.take();
+        match c {
+            Some(c) => {
+                crate::tag::recv::cancel(c);
                 true
             }
             None => false,
@@ -131,8 +137,8 @@ impl<T> Request<T> {
     }
 
     /// Sets what [`Request::cancel`] does.
-    pub(crate) fn set_cancel(&self, f: impl FnOnce() + 'static) {
-        self.0.borrow_mut().cancel = Some(Box::new(f));
+    pub(crate) fn set_cancel(&self, c: Cancel) {
+        self.0.borrow_mut().cancel = Some(c);
     }
 
     /// Progresses `worker` until the operation finishes.

@@ -12,6 +12,7 @@ pub mod async_ctx;
 pub mod callbackq;
 pub mod config;
 mod error;
+pub mod hash;
 pub mod log;
 pub mod module;
 pub mod mpmc;

@@ -10,7 +10,9 @@
 //! Messages are matched in the order they arrive; the transports deliver one endpoint's
 //! messages in the order they were sent, so a receive never overtakes.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use ucs::hash::FastMap;
 
 /// Per-tag queues kept while empty, at most (beyond, and when most are empty, they go).
 const MAX_IDLE_BUCKETS: usize = 1024;
@@ -28,24 +30,28 @@ pub fn matches(tag: u64, want: u64, mask: u64) -> bool {
 pub struct Matcher<R, U> {
     /// Stamps receives (age, across both queues) and unexpected messages (age).
     next_sn: u64,
-    /// Full-mask receives by tag, oldest first: (sn, receive).
-    exp_by_tag: HashMap<u64, VecDeque<(u64, R)>>,
+    /// Full-mask receives by tag, oldest first: (sn, receive). Emptied queues stay (a tag used
+    /// again reuses its buffer), up to a bound.
+    exp_by_tag: FastMap<u64, VecDeque<(u64, R)>>,
+    /// Receives in `exp_by_tag`.
+    exp_exact: usize,
     /// Receives with a partial mask, oldest first: (sn, tag, mask, receive).
     exp_wild: VecDeque<(u64, u64, u64, R)>,
     /// Unexpected messages, oldest first (by sn): (tag, message).
     unexp: BTreeMap<u64, (u64, U)>,
     /// Unexpected sns by tag, oldest first (entries may be stale: taken by a wildcard).
-    unexp_by_tag: HashMap<u64, VecDeque<u64>>,
+    unexp_by_tag: FastMap<u64, VecDeque<u64>>,
 }
 
 impl<R, U> Default for Matcher<R, U> {
     fn default() -> Self {
         Matcher {
             next_sn: 0,
-            exp_by_tag: HashMap::new(),
+            exp_by_tag: FastMap::default(),
+            exp_exact: 0,
             exp_wild: VecDeque::new(),
             unexp: BTreeMap::new(),
-            unexp_by_tag: HashMap::new(),
+            unexp_by_tag: FastMap::default(),
         }
     }
 }
@@ -117,6 +123,7 @@ impl<R, U> Matcher<R, U> {
         let sn = self.sn();
         if mask == FULL_MASK {
             self.exp_by_tag.entry(tag).or_default().push_back((sn, r));
+            self.exp_exact += 1;
         } else {
             self.exp_wild.push_back((sn, tag, mask, r));
         }
@@ -129,9 +136,8 @@ impl<R, U> Matcher<R, U> {
             let q = self.exp_by_tag.get_mut(&id.tag)?;
             let i = q.iter().position(|(sn, _)| *sn == id.sn)?;
             let r = q.remove(i).map(|(_, r)| r);
-            if q.is_empty() {
-                self.exp_by_tag.remove(&id.tag);
-            }
+            self.exp_exact -= 1;
+            self.prune_exp_buckets();
             r
         } else {
             let i = self.exp_wild.iter().position(|(sn, ..)| *sn == id.sn)?;
@@ -141,24 +147,31 @@ impl<R, U> Matcher<R, U> {
 
     /// A message with `tag` arrived: the oldest posted receive it matches, taken.
     pub fn take_expected(&mut self, tag: u64) -> Option<R> {
-        let exact = self
-            .exp_by_tag
-            .get(&tag)
-            .and_then(|q| q.front())
-            .map(|(sn, _)| *sn);
-        let wild = self.exp_wild.iter().position(|(_, t, m, _)| matches(tag, *t, *m));
+        // One lookup for the usual case: a full-mask receive and no wildcard ones.
+        let exact = self.exp_by_tag.get_mut(&tag).filter(|q| !q.is_empty());
+        let wild = if self.exp_wild.is_empty() {
+            None
+        } else {
+            self.exp_wild.iter().position(|(_, t, m, _)| matches(tag, *t, *m))
+        };
         match (exact, wild) {
             (None, None) => None,
-            (Some(e), Some(w)) if self.exp_wild[w].0 < e => self.exp_wild.remove(w).map(|(.., r)| r),
-            (Some(_), _) => {
-                let q = self.exp_by_tag.get_mut(&tag).expect("non-empty above");
+            (Some(q), Some(w)) if self.exp_wild[w].0 < q[0].0 => self.exp_wild.remove(w).map(|(.., r)| r),
+            (Some(q), _) => {
                 let r = q.pop_front().map(|(_, r)| r);
-                if q.is_empty() {
-                    self.exp_by_tag.remove(&tag);
-                }
+                self.exp_exact -= 1;
+                self.prune_exp_buckets();
                 r
             }
             (None, Some(w)) => self.exp_wild.remove(w).map(|(.., r)| r),
+        }
+    }
+
+    /// Emptied per-tag receive queues stay up to a bound (as the unexpected side's).
+    #[inline]
+    fn prune_exp_buckets(&mut self) {
+        if self.exp_by_tag.len() > MAX_IDLE_BUCKETS && self.exp_by_tag.len() > 2 * self.exp_exact {
+            self.exp_by_tag.retain(|_, q| !q.is_empty());
         }
     }
 
@@ -176,7 +189,7 @@ impl<R, U> Matcher<R, U> {
 
     /// Posted receives waiting.
     pub fn expected_len(&self) -> usize {
-        self.exp_by_tag.values().map(VecDeque::len).sum::<usize>() + self.exp_wild.len()
+        self.exp_exact + self.exp_wild.len()
     }
 
     /// Takes every unexpected message (worker teardown), oldest first.
@@ -187,6 +200,7 @@ impl<R, U> Matcher<R, U> {
 
     /// Takes every posted receive (worker teardown).
     pub fn drain_expected(&mut self) -> Vec<R> {
+        self.exp_exact = 0;
         let mut v: Vec<(u64, R)> = self.exp_by_tag.drain().flat_map(|(_, q)| q).collect();
         v.extend(self.exp_wild.drain(..).map(|(sn, _, _, r)| (sn, r)));
         v.sort_by_key(|(sn, _)| *sn);
@@ -199,6 +213,28 @@ mod tests {
     use super::*;
 
     type M = Matcher<&'static str, u32>;
+
+    /// Emptied per-tag receive queues are kept for reuse, but not without bound.
+    #[test]
+    fn idle_receive_buckets_stay_bounded() {
+        let mut m = M::default();
+        for tag in 0..10 * MAX_IDLE_BUCKETS as u64 {
+            m.post(tag, FULL_MASK, "r");
+            assert_eq!(m.take_expected(tag), Some("r"));
+        }
+        assert!(
+            m.exp_by_tag.len() <= MAX_IDLE_BUCKETS + 1,
+            "{} buckets",
+            m.exp_by_tag.len()
+        );
+        assert_eq!(m.expected_len(), 0);
+        // a reused tag still matches, and cancel of a matched receive finds nothing
+        let id = m.post(3, FULL_MASK, "again");
+        assert_eq!(m.expected_len(), 1);
+        assert_eq!(m.take_expected(3), Some("again"));
+        assert_eq!(m.cancel(id), None);
+        assert_eq!(m.take_expected(3), None);
+    }
 
     #[test]
     fn oldest_receive_wins_across_exact_and_wildcard() {

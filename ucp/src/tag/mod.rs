@@ -10,7 +10,7 @@
 //! the receive with `MessageTruncated` and nothing is written past the buffer.
 
 pub mod matcher;
-mod recv;
+pub(crate) mod recv;
 mod send;
 pub mod wire;
 

@@ -273,6 +273,18 @@ fn bind(w: &Rc<WorkerInner>, tag: u64, msg: Unexp, mut p: Posted) {
     }
 }
 
+/// Withdraws posted receive `c.id` if no message matched it yet ([`Request::cancel`]).
+pub(crate) fn cancel(c: crate::request::Cancel) {
+    let Some(w) = c.worker.upgrade() else { return };
+    let p = w.tag.borrow_mut().matcher.cancel(c.id);
+    if let Some(p) = p {
+        p.done.complete(Err(Error::new(
+            Status::Canceled,
+            "ucp: the tag receive was canceled",
+        )));
+    }
+}
+
 impl Worker {
     /// Receives a message whose tag matches `tag` under `mask` (`(msg_tag ^ tag) & mask == 0`;
     /// `u64::MAX` compares every bit) into `buf`, which takes up to `buf.len()` bytes and comes
@@ -297,16 +309,9 @@ impl Worker {
             Some((t, msg)) => bind(w, t, msg, p),
             None => {
                 let id = w.tag.borrow_mut().matcher.post(tag, mask, p);
-                let weak = Rc::downgrade(w);
-                req.set_cancel(move || {
-                    let Some(w) = weak.upgrade() else { return };
-                    let p = w.tag.borrow_mut().matcher.cancel(id);
-                    if let Some(p) = p {
-                        p.done.complete(Err(Error::new(
-                            Status::Canceled,
-                            "ucp: the tag receive was canceled",
-                        )));
-                    }
+                req.set_cancel(crate::request::Cancel {
+                    worker: Rc::downgrade(w),
+                    id,
                 });
                 return Ok(Issued::Pending(req));
             }
