@@ -9,7 +9,6 @@
 //! message is dropped, with a log line).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use ucs::{Error, Result, Status};
@@ -36,19 +35,31 @@ impl AmHandler {
     }
 }
 
+/// The handlers, indexed by id (ids are small in practice; the table grows to the largest).
 #[derive(Default)]
 pub(crate) struct AmHandlers {
-    map: HashMap<u16, AmHandler>,
+    by_id: Vec<Option<AmHandler>>,
     warned: Vec<u16>,
 }
 
 impl AmHandlers {
     pub fn set(&mut self, id: u16, h: AmHandler) {
-        self.map.insert(id, h);
+        let i = usize::from(id);
+        if i >= self.by_id.len() {
+            self.by_id.resize_with(i + 1, || None);
+        }
+        self.by_id[i] = Some(h);
     }
 
     pub fn clear(&mut self, id: u16) {
-        self.map.remove(&id);
+        if let Some(h) = self.by_id.get_mut(usize::from(id)) {
+            *h = None;
+        }
+    }
+
+    #[inline]
+    fn get(&self, id: u16) -> Option<&AmHandler> {
+        self.by_id.get(usize::from(id)).and_then(Option::as_ref)
     }
 }
 
@@ -231,7 +242,7 @@ impl<'a> AmMsg<'a> {
 }
 
 fn deliver(w: &Rc<WorkerInner>, msg: &mut AmMsg<'_>) {
-    let h = w.am.borrow().map.get(&msg.id).map(|h| h.0.clone());
+    let h = w.am.borrow().get(msg.id).map(|h| h.0.clone());
     let Some(h) = h else {
         let mut am = w.am.borrow_mut();
         if !am.warned.contains(&msg.id) {
@@ -320,7 +331,7 @@ struct Partial {
 /// Messages being reassembled, by (sender worker, message id).
 #[derive(Default)]
 pub(crate) struct Reassembly {
-    map: HashMap<(u64, u64), Partial>,
+    map: ucs::hash::FastMap<(u64, u64), Partial>,
 }
 
 pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {

@@ -3,7 +3,7 @@
 //! sender's worker and endpoint ids, then bytes); the receiver queues them per sender
 //! endpoint and `Ep::stream_recv` takes any amount of them, in order.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::Rc;
 
 use ucs::{Error, Result, Status};
@@ -72,9 +72,9 @@ impl StreamQ {
 /// A worker's streams, by (sender worker, sender endpoint).
 #[derive(Default)]
 pub(crate) struct StreamState {
-    queues: HashMap<(u64, u64), StreamQ>,
+    queues: ucs::hash::FastMap<(u64, u64), StreamQ>,
     /// Receives of endpoints that do not know their peer's endpoint id yet.
-    early: HashMap<u64, Vec<StreamRecv>>,
+    early: ucs::hash::FastMap<u64, Vec<StreamRecv>>,
 }
 
 /// A stream message: the sender's worker and endpoint, the bytes.

@@ -35,7 +35,7 @@ pub(crate) struct EpTable {
     slots: Vec<(u32, Weak<EpInner>)>,
     free: Vec<u32>,
     /// The peer's (worker id, endpoint id) → our endpoint toward it (for reply endpoints).
-    pub by_remote: HashMap<(u64, u64), u64>,
+    pub by_remote: ucs::hash::FastMap<(u64, u64), u64>,
     /// Connections counted per peer worker, to pair simultaneous connects.
     pub conn_sn: HashMap<u64, u64>,
     /// Endpoints waiting for their peer's side, by (peer worker, connection number).

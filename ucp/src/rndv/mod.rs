@@ -10,7 +10,6 @@
 mod recv;
 pub mod wire;
 
-use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
 use ucs::{Error, Result, Status};
@@ -74,8 +73,8 @@ struct SendState {
 #[derive(Default)]
 pub(crate) struct RndvState {
     next_id: u64,
-    sends: HashMap<u64, SendState>,
-    recvs: HashMap<u64, RecvState>,
+    sends: ucs::hash::FastMap<u64, SendState>,
+    recvs: ucs::hash::FastMap<u64, RecvState>,
 }
 
 impl RndvState {

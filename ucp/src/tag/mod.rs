@@ -15,7 +15,6 @@ mod send;
 pub mod wire;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use ucs::{Error, Result, Status};
@@ -165,8 +164,8 @@ struct SyncWait {
 pub(crate) struct TagState {
     matcher: Matcher<Posted, Unexp>,
     /// Eager messages still arriving, by (sender worker, message id).
-    incoming: HashMap<(u64, u64), Rc<RefCell<Incoming>>>,
-    sync: HashMap<u64, SyncWait>,
+    incoming: ucs::hash::FastMap<(u64, u64), Rc<RefCell<Incoming>>>,
+    sync: ucs::hash::FastMap<u64, SyncWait>,
     next_req: u64,
 }
 
