@@ -658,7 +658,10 @@ mod tests {
         let b = p.take_buffer().expect("idle");
         assert_eq!(b.len(), p.capacity());
         assert!(p.needs_buffer());
-        assert!(p.is_blank(), "idle, buffer lent: interchangeable with any idle parser");
+        assert!(
+            p.is_blank(),
+            "idle, buffer lent: interchangeable with any idle parser"
+        );
         p.give_buffer(vec![0u8; 3].into_boxed_slice());
         assert!(p.needs_buffer(), "wrong size ignored");
         // Garbage left in a reused buffer does not matter.

@@ -273,6 +273,18 @@ fn bind(w: &Rc<WorkerInner>, tag: u64, msg: Unexp, mut p: Posted) {
     }
 }
 
+/// Posts a receive into `buf` for `(tag, mask)`: its request, cancellable until matched.
+#[inline]
+fn post(w: &Rc<WorkerInner>, tag: u64, mask: u64, buf: Vec<u8>) -> crate::Request<TagRecvd> {
+    let (req, done) = request();
+    let id = w.tag.borrow_mut().matcher.post(tag, mask, Posted { buf, done });
+    req.set_cancel(crate::request::Cancel {
+        worker: Rc::downgrade(w),
+        id,
+    });
+    req
+}
+
 /// Withdraws posted receive `c.id` if no message matched it yet ([`Request::cancel`]).
 pub(crate) fn cancel(c: crate::request::Cancel) {
     let Some(w) = c.worker.upgrade() else { return };
@@ -292,6 +304,10 @@ impl Worker {
     /// else the receive waits for one (`Request::cancel` withdraws it until then).
     pub fn tag_recv(&self, tag: u64, mask: u64, buf: Vec<u8>) -> Result<Issued<TagRecvd>> {
         let w = &self.inner;
+        if w.tag.borrow().matcher.unexpected_len() == 0 {
+            // Nothing arrived unasked (the usual case): post at once.
+            return Ok(Issued::Pending(post(w, tag, mask, buf)));
+        }
         let found = w.tag.borrow_mut().matcher.take_unexpected(tag, mask);
         // A whole message already here: copied out, no request needed.
         let found = match found {
@@ -303,19 +319,11 @@ impl Worker {
             }
             other => other,
         };
+        let Some((t, msg)) = found else {
+            return Ok(Issued::Pending(post(w, tag, mask, buf)));
+        };
         let (mut req, c) = request();
-        let p = Posted { buf, done: c };
-        match found {
-            Some((t, msg)) => bind(w, t, msg, p),
-            None => {
-                let id = w.tag.borrow_mut().matcher.post(tag, mask, p);
-                req.set_cancel(crate::request::Cancel {
-                    worker: Rc::downgrade(w),
-                    id,
-                });
-                return Ok(Issued::Pending(req));
-            }
-        }
+        bind(w, t, msg, Posted { buf, done: c });
         Ok(match req.take() {
             Some(r) => Issued::Done(r?),
             None => Issued::Pending(req),
