@@ -261,8 +261,11 @@ steal_since() { # "ticks ns" from steal_now: steal since then, as % of all CPUs'
 run_case() { # tool id mode args   (called in a subshell: the exports stay here)
     local tool=$1 id=$2 mode=$3; shift 3
     local row
-    # UCP cases run at nice -20 under --rt too: ucx_perftest's UCP tests over tcp failed in
-    # some rounds under SCHED_FIFO (ucp_am_lat in every one).
+    # UCP cases over tcp and rc run at nice -20 under --rt too: UCX's UCP accepts tcp
+    # connections on its async thread, which under SCHED_FIFO waits behind its own
+    # busy-polling main thread at the same priority when both are on one CPU; the peer then
+    # waits for the connection's ACK until the run times out (seen in most --rt rounds; also
+    # with -A signal).
     case "$mode" in ucp|ucprc) [ "$NICE" = 2 ] && NICE=1 ;; esac
     case "$mode" in
         ucp) export UCX_TLS=tcp UCX_NET_DEVICES=lo RUCX_TLS=tcp RUCX_NET_DEVICES=lo; mode=p2p ;;
