@@ -1,6 +1,6 @@
 //! The plugin loader: good plugins load, bad ones are skipped with a reason, built-ins win over
 //! plugins of the same name, plugin logs reach the host's subscriber, and no example or tool
-//! binary links libibverbs.
+//! binary links libibverbs or libfabric.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -243,7 +243,7 @@ fn plugin_logs_reach_host_subscriber() {
 }
 
 #[test]
-fn example_and_tool_binaries_do_not_link_libibverbs() {
+fn example_and_tool_binaries_do_not_link_libibverbs_or_libfabric() {
     let t = target_dir();
     let mut cmd = Command::new(env!("CARGO"));
     cmd.args([
@@ -275,6 +275,11 @@ fn example_and_tool_binaries_do_not_link_libibverbs() {
         assert!(
             !s.contains("libibverbs"),
             "{} links libibverbs:\n{s}",
+            p.display()
+        );
+        assert!(
+            !s.contains("libfabric"),
+            "{} links libfabric (only libuct_ofi.so may):\n{s}",
             p.display()
         );
         checked += 1;
