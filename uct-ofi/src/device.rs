@@ -163,3 +163,30 @@ pub fn unusable(filter: &AllowList) -> Vec<Unusable> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names_are_provider_and_domain() {
+        assert_eq!(device_name("tcp;ofi_rxm", "lo"), "tcp;ofi_rxm/lo");
+        assert_eq!(device_name("shm", "shm"), "shm");
+        assert_eq!(device_name("verbs;ofi_rxm", "rxe0"), "verbs;ofi_rxm/rxe0");
+        assert_eq!(device_name("efa", ""), "efa");
+    }
+
+    #[test]
+    fn provider_filter_allows_and_denies() {
+        let allow = AllowList {
+            deny: false,
+            items: vec!["tcp;ofi_rxm".into(), "shm".into()],
+        };
+        assert!(allow.allows("shm") && !allow.allows("sockets"));
+        let deny = AllowList {
+            deny: true,
+            items: vec!["net*".into()],
+        };
+        assert!(!deny.allows("net;ofi_rxm") && deny.allows("tcp;ofi_rxm"));
+    }
+}
