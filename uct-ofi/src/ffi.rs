@@ -461,7 +461,7 @@ impl Cq {
     #[inline]
     pub fn read(&self, out: &mut [CqEntry]) -> isize {
         // SAFETY: out has room for out.len() entries of the CQ's format.
-        unsafe { rucx_fi_cq_read(self.p, out.as_mut_ptr().cast(), out.len()) as isize }
+        unsafe { rucx_fi_cq_read(self.p, out.as_mut_ptr().cast(), out.len()) }
     }
 
     /// Reads one error entry.
@@ -618,7 +618,7 @@ impl Endpoint {
     #[inline]
     pub fn inject(&self, buf: &[u8], dest: u64) -> isize {
         // SAFETY: inject copies buf out before returning.
-        unsafe { rucx_fi_inject(self.p, buf.as_ptr().cast(), buf.len(), dest) as isize }
+        unsafe { rucx_fi_inject(self.p, buf.as_ptr().cast(), buf.len(), dest) }
     }
 
     /// `fi_send` of `[buf, buf + len)`, completing with context `ctx`.
@@ -637,7 +637,7 @@ impl Endpoint {
         ctx: *mut c_void,
     ) -> isize {
         // SAFETY: forwarded to the caller.
-        unsafe { rucx_fi_send(self.p, buf.cast(), len, desc, dest, ctx) as isize }
+        unsafe { rucx_fi_send(self.p, buf.cast(), len, desc, dest, ctx) }
     }
 
     /// `fi_sendmsg` of an I/O vector.
@@ -660,7 +660,7 @@ impl Endpoint {
             data: 0,
         };
         // SAFETY: forwarded to the caller; msg lives for the call.
-        unsafe { rucx_fi_sendmsg(self.p, &msg, FI_COMPLETION as u64) as isize }
+        unsafe { rucx_fi_sendmsg(self.p, &msg, FI_COMPLETION as u64) }
     }
 
     /// `fi_recv` into `[buf, buf + len)` from any peer.
@@ -670,7 +670,7 @@ impl Endpoint {
     /// as in [`Endpoint::send`].
     pub unsafe fn recv(&self, buf: *mut u8, len: usize, desc: *mut c_void, ctx: *mut c_void) -> isize {
         // SAFETY: forwarded to the caller.
-        unsafe { rucx_fi_recv(self.p, buf.cast(), len, desc, ADDR_UNSPEC, ctx) as isize }
+        unsafe { rucx_fi_recv(self.p, buf.cast(), len, desc, ADDR_UNSPEC, ctx) }
     }
 
     /// `fi_writemsg` (`write`) or `fi_readmsg` of a local I/O vector to/from remote
@@ -708,9 +708,9 @@ impl Endpoint {
         // SAFETY: forwarded to the caller; msg and rma live for the call.
         unsafe {
             if write {
-                rucx_fi_writemsg(self.p, &msg, (FI_COMPLETION | FI_DELIVERY_COMPLETE) as u64) as isize
+                rucx_fi_writemsg(self.p, &msg, (FI_COMPLETION | FI_DELIVERY_COMPLETE) as u64)
             } else {
-                rucx_fi_readmsg(self.p, &msg, FI_COMPLETION as u64) as isize
+                rucx_fi_readmsg(self.p, &msg, FI_COMPLETION as u64)
             }
         }
     }
@@ -726,9 +726,7 @@ impl Endpoint {
         op: u32,
     ) -> isize {
         // SAFETY: the operand is copied out before returning.
-        unsafe {
-            rucx_fi_inject_atomic(self.p, operand.as_ptr().cast(), 1, dest, addr, key, datatype, op) as isize
-        }
+        unsafe { rucx_fi_inject_atomic(self.p, operand.as_ptr().cast(), 1, dest, addr, key, datatype, op) }
     }
 
     /// `fi_fetch_atomic` (`compare` none) or `fi_compare_atomic` of one element.
@@ -751,7 +749,7 @@ impl Endpoint {
         ctx: *mut c_void,
     ) -> isize {
         // SAFETY: forwarded to the caller.
-        let r = unsafe {
+        unsafe {
             match compare {
                 None => rucx_fi_fetch_atomic(
                     self.p,
@@ -784,8 +782,7 @@ impl Endpoint {
                     ctx,
                 ),
             }
-        };
-        r as isize
+        }
     }
 }
 
@@ -818,9 +815,9 @@ pub mod bits {
     pub const REMOTE_WRITE: u64 = FI_REMOTE_WRITE as u64;
     pub const SEND: u64 = FI_SEND as u64;
     pub const RECV: u64 = FI_RECV as u64;
-    pub const CONTEXT: u64 = FI_CONTEXT as u64;
-    pub const CONTEXT2: u64 = FI_CONTEXT2 as u64;
-    pub const RX_CQ_DATA: u64 = FI_RX_CQ_DATA as u64;
+    pub const CONTEXT: u64 = FI_CONTEXT;
+    pub const CONTEXT2: u64 = FI_CONTEXT2;
+    pub const RX_CQ_DATA: u64 = FI_RX_CQ_DATA;
     pub const MR_LOCAL: i32 = FI_MR_LOCAL as i32;
     pub const MR_VIRT_ADDR: i32 = FI_MR_VIRT_ADDR as i32;
     pub const MR_ALLOCATED: i32 = FI_MR_ALLOCATED as i32;
