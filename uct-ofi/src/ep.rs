@@ -360,14 +360,6 @@ impl Drop for OfiEp {
         self.st.destroyed.set(true);
         self.st.pending.borrow_mut().clear();
         self.s.arbiter.borrow_mut().retain(|e| !Rc::ptr_eq(e, &self.st));
-        // RxM (libfabric 1.17) may crash closing an endpoint whose sends to a peer are still in
-        // flight once that peer is gone: let them complete while the peer is still there.
-        if self.st.outstanding.get() > 0 && self.s.md.info.get().prov_name().contains("ofi_rxm") {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
-            while self.st.outstanding.get() > 0 && std::time::Instant::now() < deadline {
-                self.s.progress();
-            }
-        }
     }
 }
 

@@ -718,6 +718,10 @@ impl TransportIface for OfiIface {
         if self.s.wait_fd.is_none() {
             return Err(Status::Unsupported.into());
         }
+        if !self.s.arbiter.borrow().is_empty() {
+            // pending requests wait for progress, not for the fd
+            return Err(Status::Busy.into());
+        }
         match self.s.md.domain.fabric.trywait(&self.s.cq) {
             Ok(()) => Ok(()),
             Err(_) => Err(Status::Busy.into()),
