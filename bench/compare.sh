@@ -294,8 +294,10 @@ run_case() { # tool id mode args   (called in a subshell: the exports stay here)
         ucprc) export UCX_TLS=rc UCX_NET_DEVICES="$VERBS_DEV" RUCX_TLS=rc RUCX_NET_DEVICES="$VERBS_DEV"; mode=p2p ;;
     esac
     case "$mode" in
-        # rucx finds libuct_ofi.so in the release folder; 64 KiB AMs need 64 KiB buffers.
-        fipp | ofi) export RUCX_MODULE_DIR=${RUCX_MODULE_DIR:-$TARGET/release} RUCX_OFI_SEG_SIZE=72k ;;
+        # rucx finds libuct_ofi.so in the release folder; 64 KiB AMs need 64 KiB buffers, and
+        # RxM sends them eagerly only below its buffer size (above: rendezvous, see docs/ofi.md).
+        fipp | ofi) export RUCX_MODULE_DIR=${RUCX_MODULE_DIR:-$TARGET/release} RUCX_OFI_SEG_SIZE=72k \
+            FI_OFI_RXM_BUFFER_SIZE=${FI_OFI_RXM_BUFFER_SIZE:-73728} ;;
     esac
     if [ "$mode" = fipp ] && [ "$tool" = "$UCX" ]; then row=$(run_fipp "$@"); mode=done; fi
     if [ "$mode" = loop ]; then row=$(run_loopback "$tool" "$@"); elif [ "$mode" != done ]; then row=$(run_p2p "$tool" "$@"); fi
