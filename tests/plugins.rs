@@ -286,3 +286,61 @@ fn example_and_tool_binaries_do_not_link_libibverbs_or_libfabric() {
     }
     assert!(checked > 0, "no example/tool binary found under {}", t.display());
 }
+
+/// libfabric missing (hidden in a private mount namespace: /dev/null bound over it): the ofi
+/// plugin is skipped with the reason, everything else loads and runs. Needs root and unshare,
+/// and libuct_ofi.so (`cargo build -p uct-ofi-plugin`); skipped otherwise.
+#[test]
+fn ofi_plugin_without_libfabric_is_skipped_and_the_rest_runs() {
+    let Some(dir) = rucx_testkit::modules::plugin_dirs()
+        .into_iter()
+        .find(|d| d.join("libuct_ofi.so").is_file())
+    else {
+        eprintln!("skipped: libuct_ofi.so not built");
+        return;
+    };
+    let ldd = Command::new("ldd")
+        .arg(dir.join("libuct_ofi.so"))
+        .output()
+        .expect("ldd");
+    let ldd = String::from_utf8_lossy(&ldd.stdout).to_string();
+    let Some(lib) = ldd
+        .lines()
+        .find(|l| l.contains("libfabric"))
+        .and_then(|l| l.split("=>").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+    else {
+        panic!("libuct_ofi.so does not link libfabric:\n{ldd}");
+    };
+    let script = format!(
+        "mount --bind /dev/null {lib} && exec {} --exact probe_modules --nocapture --include-ignored",
+        std::env::current_exe().unwrap().display()
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .env("RUCX_MODULE_DIR", &dir)
+        .env("PLUGIN_TEST_PROBE", "1")
+        .env("RUCX_LOG_LEVEL", "warn")
+        .output();
+    let Ok(out) = out else {
+        eprintln!("skipped: no unshare");
+        return;
+    };
+    let s = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && (s.contains("Operation not permitted") || s.contains("mount:")) {
+        eprintln!("skipped: cannot hide libfabric here (needs root):\n{s}");
+        return;
+    }
+    assert!(
+        out.status.success(),
+        "the probe failed with libfabric hidden:\n{s}"
+    );
+    let ofi = s.lines().find(|l| l.starts_with("MODULE ofi ")).unwrap_or("");
+    assert!(ofi.contains("Failed"), "ofi should fail to load:\n{s}");
+    assert!(
+        s.lines()
+            .any(|l| l.contains("WARN") && l.contains("libuct_ofi.so")),
+        "one warning naming the plugin expected:\n{s}"
+    );
+    assert!(s.contains("MODULE self Builtin"), "{s}");
+}
