@@ -2,7 +2,10 @@
 //! every fabric libfabric has a provider for (`tcp;ofi_rxm`, `shm`, `verbs;ofi_rxm`, `efa`, …).
 //! Loaded only as the plugin `libuct_ofi.so` (`rucx_module_ofi`); see docs/ofi.md.
 //!
-//! All unsafe code is in [`ffi`] (bindings and thin owning wrappers); the rest is safe.
+//! The FFI is in [`ffi`] (bindings, thin owning wrappers, the buffers libfabric writes behind the
+//! compiler's back). Its data-path calls are `unsafe fn` (libfabric uses the buffers after the
+//! call returns); `iface`, `ep` and `md` call them, each with a `SAFETY` comment on who keeps the
+//! memory valid. The rest is safe code.
 #![deny(unsafe_code)]
 
 pub mod config;
