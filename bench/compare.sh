@@ -26,7 +26,11 @@
 # intra: tag_lat 8 B and tag_bw 1 MiB between two processes on this host with every transport
 # allowed (UCX_TLS / RUCX_TLS unset): each tool's own choice (UCX: shared memory).
 #
-# Usage: bench/compare.sh [--rounds N] [--quick] [--cases self,tcp,ucp,intra,floor,verbs,eps] [--pin]
+# ofi: the libfabric transport (libuct_ofi.so) between two processes on loopback: tcp;ofi_rxm and
+# shm am_lat next to libfabric's own fi_pingpong (its usec/xfer, half a round trip, fills the UCX
+# column), and tcp;ofi_rxm am_bw 64 KiB next to UCX's tcp am_bw zcopy.
+#
+# Usage: bench/compare.sh [--rounds N] [--quick] [--cases self,tcp,ucp,intra,floor,verbs,eps,ofi] [--pin]
 #                         [--nice | --rt] [--write] [--timeout S]
 #   --quick   2 rounds, a fifth of the iterations (a smoke run)
 #   --pin     loopback runs on CPU 0; server on CPU 0, client on CPU 1 (taskset)
@@ -47,7 +51,7 @@ NICE=0
 WRITE=0
 BUILD=1
 TO=60
-CASES="self,tcp,ucp,intra,floor,verbs,eps"
+CASES="self,tcp,ucp,intra,floor,verbs,eps,ofi"
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="$2"; shift 2 ;;
@@ -108,6 +112,11 @@ if [ "$BUILD" = 1 ]; then
     echo "building rucx-perftest, socket-floor and ep-cost (release) ..." >&2
     (cd "$ROOT" && timeout 1800 cargo build --release -q -p rucx-tools --bin rucx-perftest -p rucx-bench) ||
         { echo "compare.sh: build failed" >&2; exit 1; }
+    if want ofi && [ "$IN_VM" != 1 ]; then
+        echo "building uct-ofi (release: libuct_ofi.so, the libfabric plugin) ..." >&2
+        (cd "$ROOT" && timeout 1800 cargo build --release -q -p uct-ofi-plugin) ||
+            { note "ofi cases skipped: cargo build -p uct-ofi-plugin failed (needs libfabric-dev)"; CASES=${CASES//ofi/}; }
+    fi
     if [ "$VM_VERBS" = 1 ]; then
         echo "building uct-ib (release: libuct_ib.so, the verbs plugin) ..." >&2
         (cd "$ROOT" && timeout 1800 cargo build --release -q -p uct-ib-plugin) ||
@@ -151,6 +160,21 @@ run_p2p() { # tool args...
         sleep 0.05
     done
     out=$(timeout -k 5 "$TO" $(cpu 1) "$tool" 127.0.0.1 -p "$PORT" "$@" -f -v 2>>"$LOG" | csv_row)
+    wait "$spid" 2>/dev/null
+    echo "${out:-FAIL}"
+}
+
+# fi_pingpong, the reference of the ofi latency cases: its result as a perftest CSV row (usec/xfer
+# is half a round trip, like am_lat's latency; message rate = 1e6 / usec).
+run_fipp() { # fi_pingpong args...
+    local PORT spid out
+    PORT=$(next_port)
+    timeout -k 5 "$TO" $(cpu 0) fi_pingpong -B "$PORT" "$@" >/dev/null 2>>"$LOG" &
+    spid=$!
+    sleep 0.3
+    out=$(timeout -k 5 "$TO" $(cpu 1) fi_pingpong -P "$PORT" "$@" 127.0.0.1 2>>"$LOG" |
+        awk '$1 ~ /^[0-9]+$/ && NF >= 8 && $7 + 0 > 0 {
+            printf "%s,%s,%s,%s,%s,%s,%.3f,%.3f\n", $2, $7, $7, $7, $6, $6, 1e6 / $7, 1e6 / $7 }' | tail -1)
     wait "$spid" 2>/dev/null
     echo "${out:-FAIL}"
 }
@@ -222,6 +246,19 @@ if want intra && [ "$IN_VM" != 1 ]; then
         "intra_tag_bw_1m|ucpintra|intra-node tag_bw 1 MiB (default transports)|bw|-t tag_bw -s 1048576 -n $(iters 3000)|same"
     )
 fi
+if want ofi && [ "$IN_VM" != 1 ]; then
+    if command -v fi_pingpong >/dev/null 2>&1; then
+        CASE_LIST+=(
+            "ofi_tcp_am_lat_8|fipp|ofi tcp;ofi_rxm am_lat 8 B (UCX col: fi_pingpong tcp rdm 64 B)|lat|-p tcp -e rdm -S 64 -I $(iters 100000)|-t am_lat -x ofi -d tcp;ofi_rxm/lo -s 8 -D short -n $(iters 100000)"
+            "ofi_shm_am_lat_8|fipp|ofi shm am_lat 8 B (UCX col: fi_pingpong shm rdm 8 B)|lat|-p shm -e rdm -S 8 -I $(iters 100000)|-t am_lat -x ofi -d shm -s 8 -D short -n $(iters 100000)"
+        )
+    else
+        note "ofi latency cases skipped: fi_pingpong not found (libfabric-bin)"
+    fi
+    CASE_LIST+=(
+        "ofi_tcp_am_bw_64k|ofi|ofi tcp;ofi_rxm am_bw 64 KiB zcopy (UCX col: UCX tcp lo)|bw|-t am_bw -x tcp -d lo -s 65536 -D zcopy -n $(iters 40000)|-t am_bw -x ofi -d tcp;ofi_rxm/lo -s 65536 -D zcopy -n $(iters 40000)"
+    )
+fi
 VERBS_DEV=""
 if want verbs && { [ "$IN_VM" = 1 ] || [ -n "${RUCX_BENCH_VERBS_DEV:-}" ]; }; then
     VERBS_DEV=${RUCX_BENCH_VERBS_DEV:-rxe0:1}
@@ -272,7 +309,14 @@ run_case() { # tool id mode args   (called in a subshell: the exports stay here)
         ucprc) export UCX_TLS=rc UCX_NET_DEVICES="$VERBS_DEV" RUCX_TLS=rc RUCX_NET_DEVICES="$VERBS_DEV"; mode=p2p ;;
         ucpintra) unset UCX_TLS UCX_NET_DEVICES RUCX_TLS RUCX_NET_DEVICES; mode=p2p ;;
     esac
-    if [ "$mode" = loop ]; then row=$(run_loopback "$tool" "$@"); else row=$(run_p2p "$tool" "$@"); fi
+    case "$mode" in
+        # rucx finds libuct_ofi.so in the release folder; 64 KiB AMs need 64 KiB buffers, and
+        # RxM sends them eagerly only below its buffer size (above: rendezvous, see docs/ofi.md).
+        fipp | ofi) export RUCX_MODULE_DIR=${RUCX_MODULE_DIR:-$TARGET/release} RUCX_OFI_SEG_SIZE=72k \
+            FI_OFI_RXM_BUFFER_SIZE=${FI_OFI_RXM_BUFFER_SIZE:-73728} ;;
+    esac
+    if [ "$mode" = fipp ] && [ "$tool" = "$UCX" ]; then row=$(run_fipp "$@"); mode=done; fi
+    if [ "$mode" = loop ]; then row=$(run_loopback "$tool" "$@"); elif [ "$mode" != done ]; then row=$(run_p2p "$tool" "$@"); fi
     echo "$row"
 }
 

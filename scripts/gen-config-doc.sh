@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Regenerates docs/config.md from `rucx-info -c` (every RUCX_* variable of the built-in modules
 # and of the plugins found next to rucx-info, with defaults and docs).
-# Usage: scripts/gen-config-doc.sh   (builds rucx-info and the ib plugin first)
+# Usage: scripts/gen-config-doc.sh   (builds rucx-info and the ib and ofi plugins first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build -q -p rucx-tools -p uct-ib-plugin
+cargo build -q -p rucx-tools -p uct-ib-plugin -p uct-ofi-plugin
 T=${CARGO_TARGET_DIR:-target}/debug
 # Defaults only: ignore whatever RUCX_* the caller has set.
 for v in $(env | grep -o '^RUCX_[A-Z0-9_]*' || true); do unset "$v"; done

@@ -17,6 +17,8 @@ PKGS=(
   # building uct-ib: rdma-sys links libibverbs + librdmacm (pkg-config) and runs bindgen,
   # which needs libclang and clang's builtin headers (libclang-dev pulls both)
   libibverbs-dev librdmacm-dev libclang-dev pkg-config
+  # building uct-ofi (libuct_ofi.so): libfabric's headers for bindgen, and the library
+  libfabric-dev
   # the soft-RoCE testbed (testbed/rxe-vm.sh): QEMU, module tools, initramfs tools, the
   # rxe userspace provider (librxe) and verbs/RDMA-CM diagnostics
   qemu-system-x86 kmod iproute2 cpio gzip ibverbs-providers ibverbs-utils rdmacm-utils perftest

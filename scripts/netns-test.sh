@@ -8,7 +8,8 @@
 #                 (default: ${CARGO_TARGET_DIR:-target}/debug and its examples/)
 #   --keep-logs   keep the per-test logs (their folder is printed)
 #
-# Tests: uct_hello_world server in one namespace, client in the other, with -i, -b and -z;
+# Tests: uct_hello_world server in one namespace, client in the other, with -i, -b and -z
+# (tcp, and ofi's tcp;ofi_rxm when libuct_ofi.so is built);
 # a verified bulk stream (examples/tcp_peer); rucx-perftest am_bw / put_bw when built; and the
 # link cut in the middle of a stream, which must end both sides with an error reported by the
 # transport (error handler or failed send) - not a hang, and not only the peers' own idle
@@ -171,6 +172,36 @@ for flavour in -i -b -z; do
     show "$LOG/hw-client$flavour"
   fi
 done
+
+# ---------------------------------------------------------------- uct_hello_world over ofi
+# The ofi transport (plugin libuct_ofi.so, libfabric's tcp;ofi_rxm) across the namespaces; skipped
+# when the plugin was not built (cargo build -p uct-ofi-plugin).
+if [ -f "$BIN/libuct_ofi.so" ]; then
+  for flavour in -i -b -z; do
+    case $flavour in -i) size=40 ;; *) size=4000 ;; esac
+    port=$((port + 1))
+    name="uct_hello_world ofi tcp;ofi_rxm $flavour -s $size ($NS_B -> $NS_A)"
+    in_a env RUCX_MODULE_DIR="$BIN" timeout 60 "$HW" -t ofi -d "tcp;ofi_rxm/$VA" -p $port $flavour -s $size -T 30 \
+      >"$LOG/ofi-server$flavour" 2>&1 &
+    spid=$!
+    PIDS+=($spid)
+    wait_for "$LOG/ofi-server$flavour" 10 "waiting for a client" $spid || sleep 1
+    in_b env RUCX_MODULE_DIR="$BIN" timeout 60 "$HW" -t ofi -d "tcp;ofi_rxm/$VB" -n "$IP_A" -p $port $flavour -s $size \
+      -T 30 >"$LOG/ofi-client$flavour" 2>&1
+    crc=$?
+    reap $spid 60
+    src=$?
+    if [ $src = 0 ] && [ $crc = 0 ] && grep -q "(intact)" "$LOG/ofi-server$flavour"; then
+      pass "$name"
+    else
+      fail "$name: server exit $src, client exit $crc"
+      show "$LOG/ofi-server$flavour"
+      show "$LOG/ofi-client$flavour"
+    fi
+  done
+else
+  skip "uct_hello_world over ofi: $BIN/libuct_ofi.so not built (cargo build -p uct-ofi-plugin)"
+fi
 
 # ---------------------------------------------------------------- bulk stream (tcp_peer)
 # Starts a tcp_peer receiver in A; sets RX_PID; its address goes to $LOG/$1.addr.

@@ -133,14 +133,33 @@ fn client_without_server_times_out() {
 
 /// Server and client in two processes; returns (server, client) exit codes and outputs.
 fn two_processes(tl: &str, dev: &str, extra: &[&str]) -> [(i32, String, String); 2] {
+    two_processes_with(tl, dev, extra, &[])
+}
+
+/// [`two_processes`] with extra environment variables for both.
+fn two_processes_with(
+    tl: &str,
+    dev: &str,
+    extra: &[&str],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> [(i32, String, String); 2] {
     let port = free_port().to_string();
     let mut common = vec!["-t", tl, "-d", dev, "-p", &port, "-T", "20"];
     common.extend_from_slice(extra);
-    let server = spawn(&common);
+    let start = |args: &[&str]| {
+        Command::new(example())
+            .args(args)
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start uct_hello_world")
+    };
+    let server = start(&common);
     // The client retries connecting until the server listens.
     let mut client_args = common.clone();
     client_args.extend_from_slice(&["-n", "127.0.0.1"]);
-    let client = spawn(&client_args);
+    let client = start(&client_args);
     [server, client].map(|c| {
         let out = finish(c, Duration::from_secs(60));
         let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
@@ -182,6 +201,31 @@ fn two_processes_deliver_over_a_network_transport() {
         assert_eq!(c.0, 0, "client {flavour}\nstdout:\n{}\nstderr:\n{}", c.1, c.2);
         assert!(
             s.1.contains("[server] received 100 bytes") && s.1.contains("(intact)"),
+            "{}",
+            s.1
+        );
+        assert!(c.1.contains("the server confirmed"), "{}", c.1);
+    }
+}
+
+/// The ofi transport (plugin libuct_ofi.so, built by `cargo build --workspace` or
+/// `cargo build -p uct-ofi-plugin`) over `tcp;ofi_rxm` on loopback, every AM flavour.
+#[test]
+fn two_processes_deliver_over_ofi() {
+    let so = rucx_testkit::modules::plugin_dirs()
+        .into_iter()
+        .find(|d| d.join("libuct_ofi.so").is_file());
+    let Some(dir) = so else {
+        eprintln!("skipped: libuct_ofi.so not built (cargo build -p uct-ofi-plugin)");
+        return;
+    };
+    let env = [("RUCX_MODULE_DIR", dir.as_os_str())];
+    for (flavour, size) in [("-i", "40"), ("-b", "100"), ("-z", "1000")] {
+        let [s, c] = two_processes_with("ofi", "tcp;ofi_rxm/lo", &[flavour, "-s", size], &env);
+        assert_eq!(s.0, 0, "server {flavour}\nstdout:\n{}\nstderr:\n{}", s.1, s.2);
+        assert_eq!(c.0, 0, "client {flavour}\nstdout:\n{}\nstderr:\n{}", c.1, c.2);
+        assert!(
+            s.1.contains(&format!("[server] received {size} bytes")) && s.1.contains("(intact)"),
             "{}",
             s.1
         );

@@ -1,6 +1,6 @@
 //! The plugin loader: good plugins load, bad ones are skipped with a reason, built-ins win over
 //! plugins of the same name, plugin logs reach the host's subscriber, and no example or tool
-//! binary links libibverbs.
+//! binary links libibverbs or libfabric.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -243,7 +243,7 @@ fn plugin_logs_reach_host_subscriber() {
 }
 
 #[test]
-fn example_and_tool_binaries_do_not_link_libibverbs() {
+fn example_and_tool_binaries_do_not_link_libibverbs_or_libfabric() {
     let t = target_dir();
     let mut cmd = Command::new(env!("CARGO"));
     cmd.args([
@@ -277,7 +277,70 @@ fn example_and_tool_binaries_do_not_link_libibverbs() {
             "{} links libibverbs:\n{s}",
             p.display()
         );
+        assert!(
+            !s.contains("libfabric"),
+            "{} links libfabric (only libuct_ofi.so may):\n{s}",
+            p.display()
+        );
         checked += 1;
     }
     assert!(checked > 0, "no example/tool binary found under {}", t.display());
+}
+
+/// libfabric missing (hidden in a private mount namespace: /dev/null bound over it): the ofi
+/// plugin is skipped with the reason, everything else loads and runs. Needs root and unshare,
+/// and libuct_ofi.so (`cargo build -p uct-ofi-plugin`); skipped otherwise.
+#[test]
+fn ofi_plugin_without_libfabric_is_skipped_and_the_rest_runs() {
+    let Some(dir) = rucx_testkit::modules::plugin_dirs()
+        .into_iter()
+        .find(|d| d.join("libuct_ofi.so").is_file())
+    else {
+        eprintln!("skipped: libuct_ofi.so not built");
+        return;
+    };
+    let ldd = Command::new("ldd")
+        .arg(dir.join("libuct_ofi.so"))
+        .output()
+        .expect("ldd");
+    let ldd = String::from_utf8_lossy(&ldd.stdout).to_string();
+    let Some(lib) = ldd
+        .lines()
+        .find(|l| l.contains("libfabric"))
+        .and_then(|l| l.split("=>").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+    else {
+        panic!("libuct_ofi.so does not link libfabric:\n{ldd}");
+    };
+    let script = format!(
+        "mount --bind /dev/null {lib} && exec {} --exact probe_modules --nocapture --include-ignored",
+        std::env::current_exe().unwrap().display()
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .env("RUCX_MODULE_DIR", &dir)
+        .env("PLUGIN_TEST_PROBE", "1")
+        .env("RUCX_LOG_LEVEL", "warn")
+        .output();
+    let Ok(out) = out else {
+        eprintln!("skipped: no unshare");
+        return;
+    };
+    let s = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && (s.contains("Operation not permitted") || s.contains("mount:")) {
+        eprintln!("skipped: cannot hide libfabric here (needs root):\n{s}");
+        return;
+    }
+    assert!(
+        out.status.success(),
+        "the probe failed with libfabric hidden:\n{s}"
+    );
+    let ofi = s.lines().find(|l| l.starts_with("MODULE ofi ")).unwrap_or("");
+    assert!(ofi.contains("Failed"), "ofi should fail to load:\n{s}");
+    assert!(
+        s.lines()
+            .any(|l| l.contains("WARN") && l.contains("libuct_ofi.so")),
+        "one warning naming the plugin expected:\n{s}"
+    );
+    assert!(s.contains("MODULE self Builtin"), "{s}");
 }

@@ -13,6 +13,8 @@ pub enum Dev {
     /// The first device the transport reports, narrowed to the ports of the device that
     /// `RUCX_IB_DEVICE` names (`rxe0`) when it is set. None at all: the caller skips.
     First,
+    /// The first device whose name starts with this (`verbs;ofi_rxm/`); none: the caller skips.
+    Prefix(&'static str),
 }
 
 /// A transport on a device, with the memory domain that has it.
@@ -73,6 +75,7 @@ pub fn find(ctx: &Context, tl: &str, dev: Dev) -> Option<Resource> {
                 let hit = match dev {
                     Dev::Named(want) => d == want,
                     Dev::First => wanted.as_ref().is_none_or(|w| d.starts_with(&format!("{w}:"))),
+                    Dev::Prefix(p) => d.starts_with(p),
                 };
                 if hit {
                     return Some(Resource {
@@ -91,6 +94,6 @@ pub fn find(ctx: &Context, tl: &str, dev: Dev) -> Option<Resource> {
             "transport {tl}: RUCX_IB_DEVICE={} names none of its devices {seen:?}",
             wanted.unwrap_or_default()
         ),
-        Dev::First => None,
+        Dev::First | Dev::Prefix(_) => None,
     }
 }

@@ -37,6 +37,9 @@ pub struct Target {
 // `cargo build -p uct-ib-plugin`); skipped on a host without an RDMA device. ud_verbs declares a
 // silent peer dead after UD_TIMEOUT (30 s by default): 2 s keeps it well inside the suite's
 // deadline (`rucx_testkit::DEADLINE`), so the peer-failure tests can see it.
+// ofi_*: plugin only (libuct_ofi.so, `cargo build -p uct-ofi-plugin`, needs libfabric);
+// tcp;ofi_rxm and shm exist wherever libfabric does; verbs;ofi_rxm only with an RDMA device
+// (skipped elsewhere; runs in the soft-RoCE VM).
 // ================================================================================================
 pub static TARGETS: &[Target] = &[
     Target {
@@ -138,6 +141,33 @@ pub static TARGETS: &[Target] = &[
         workers: Workers::Separate,
         defaults: &[("UD_TIMEOUT", "2s")],
     },
+    Target {
+        name: "ofi_tcp",
+        modules: Modules::Plugin("ofi"),
+        tl: "ofi",
+        dev: Dev::Named("tcp;ofi_rxm/lo"),
+        connect: Connect::ToIface,
+        workers: Workers::Separate,
+        defaults: &[],
+    },
+    Target {
+        name: "ofi_shm",
+        modules: Modules::Plugin("ofi"),
+        tl: "ofi",
+        dev: Dev::Named("shm"),
+        connect: Connect::ToIface,
+        workers: Workers::Separate,
+        defaults: &[],
+    },
+    Target {
+        name: "ofi_verbs",
+        modules: Modules::Plugin("ofi"),
+        tl: "ofi",
+        dev: Dev::Prefix("verbs;ofi_rxm/"),
+        connect: Connect::ToIface,
+        workers: Workers::Separate,
+        defaults: &[],
+    },
 ];
 
 /// Instantiates `fn $test(&Setup)` (defined in the invoking module) once per target, as
@@ -148,7 +178,7 @@ macro_rules! conformance_test {
             mod $test {
                 per_target!(super::$test;
                     self_builtin self_builtin_2w self_plugin tcp_builtin tcp_builtin_1w tcp_builtin_ep_1w
-                    tcp_lo_iface tcp_lo_ep rc_verbs ud_verbs ud_verbs_iface);
+                    tcp_lo_iface tcp_lo_ep rc_verbs ud_verbs ud_verbs_iface ofi_tcp ofi_shm ofi_verbs);
             }
         )*
     };

@@ -1,0 +1,44 @@
+//! `RUCX_OFI_*` variables.
+
+use ucs::config::{ConfigField, ConfigKind, ConfigTable};
+
+/// The ofi transport's configuration.
+pub static OFI_CONFIG: ConfigTable = ConfigTable {
+    name: "ofi",
+    prefix: "OFI_",
+    fields: &[
+        ConfigField::new(
+            "PROVIDER",
+            "all",
+            ConfigKind::AllowList,
+            "libfabric providers to offer as devices, named as fi_info prints them (tcp;ofi_rxm, shm, \
+             verbs;ofi_rxm, efa; globs work); ^list to leave them out; all.",
+        ),
+        ConfigField::new(
+            "SEG_SIZE",
+            "8k",
+            ConfigKind::MemUnits,
+            "Size of send and receive buffers: the largest bcopy AM (header included); clamped to the \
+             provider's max_msg_size.",
+        ),
+        ConfigField::new(
+            "TX_QUEUE_LEN",
+            "256",
+            ConfigKind::Uint,
+            "Operations in flight per interface (sends, RMA, atomics) before sends return NoResource.",
+        ),
+        ConfigField::new(
+            "RX_QUEUE_LEN",
+            "256",
+            ConfigKind::Uint,
+            "Receive buffers posted per interface.",
+        ),
+        ConfigField::new(
+            "EVENT_FD",
+            "y",
+            ConfigKind::Bool,
+            "Open the completion queue with an fd wait object so the interface has an event fd; n \
+             (or a provider without one) leaves waiting to busy polling.",
+        ),
+    ],
+};

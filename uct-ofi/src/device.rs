@@ -1,0 +1,192 @@
+//! Devices: what `fi_getinfo` offers for reliable-datagram endpoints, one device per provider
+//! and domain, named as users know them (`tcp;ofi_rxm/lo`, `shm`, `verbs;ofi_rxm/rxe0`).
+//!
+//! A provider is asked for the richest capability set it grants (messages with RMA and atomics,
+//! then with RMA, then messages alone), with the modes and `mr_mode` bits the transport honours.
+//! Providers that libfabric registers but that cannot serve are reported with the reason.
+
+use ucs::config::{AllowList, Overrides};
+use ucs::{Error, Result, Status};
+
+use crate::config::OFI_CONFIG;
+use crate::ffi::{self, bits, Hints, Info, InfoRef};
+
+/// Modes the transport supports: every operation context is a 64-byte slot (FI_CONTEXT2), and
+/// it never sends remote CQ data, so consuming a receive for it (FI_RX_CQ_DATA) cannot happen.
+pub const MODE: u64 = bits::CONTEXT | bits::CONTEXT2 | bits::RX_CQ_DATA;
+/// `mr_mode` bits the transport honours (see md.rs).
+pub const MR_MODE: i32 = bits::MR_LOCAL | bits::MR_VIRT_ADDR | bits::MR_ALLOCATED | bits::MR_PROV_KEY;
+
+/// Capability sets tried, richest first.
+const TIERS: [u64; 3] = [
+    bits::MSG | bits::RMA | bits::ATOMIC,
+    bits::MSG | bits::RMA,
+    bits::MSG,
+];
+
+/// The device name of a provider's domain.
+pub fn device_name(prov: &str, domain: &str) -> String {
+    if domain.is_empty() || domain == prov {
+        prov.to_owned()
+    } else {
+        format!("{prov}/{domain}")
+    }
+}
+
+/// One usable device.
+pub struct Device {
+    pub name: String,
+    pub info: Info,
+}
+
+/// A provider that cannot serve, and why.
+pub struct Unusable {
+    pub provider: String,
+    pub reason: String,
+}
+
+/// The provider filter from `RUCX_OFI_PROVIDER` (set in code wins).
+pub fn provider_filter(config: &Overrides) -> Result<AllowList> {
+    OFI_CONFIG.with(config).get_allow_list("PROVIDER")
+}
+
+fn getinfo(caps: u64) -> Result<ffi::InfoList> {
+    ffi::getinfo(Some(Hints {
+        caps,
+        mode: MODE,
+        mr_mode: MR_MODE,
+        rdm: true,
+    }))
+    .map_err(|e| {
+        Error::new(
+            Status::IoError,
+            format!("fi_getinfo failed: {}", ffi::strerror(e as i64)),
+        )
+    })
+}
+
+/// Every usable device allowed by `filter`, in libfabric's preference order.
+pub fn scan(filter: &AllowList) -> Result<Vec<Device>> {
+    let mut out: Vec<Device> = Vec::new();
+    for caps in TIERS {
+        let list = getinfo(caps)?;
+        for i in list.iter().filter(InfoRef::is_rdm) {
+            let prov = i.prov_name();
+            if !filter.allows(&prov) {
+                continue;
+            }
+            let name = device_name(&prov, &i.domain_name());
+            if out.iter().any(|d| d.name == name) {
+                continue;
+            }
+            match i.dup() {
+                Ok(info) => out.push(Device { name, info }),
+                Err(e) => tracing::warn!("ofi: copying the fi_info of {name}: {}", ffi::strerror(e as i64)),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The device called `name`.
+pub fn find(name: &str, config: &Overrides) -> Result<Device> {
+    let filter = provider_filter(config)?;
+    let mut devs = scan(&filter)?;
+    match devs.iter().position(|d| d.name == name) {
+        Some(i) => Ok(devs.swap_remove(i)),
+        None => Err(Error::new(
+            Status::NoDevice,
+            format!(
+                "ofi: no device {name:?}; devices here: {:?} (RUCX_OFI_PROVIDER filters them; fi_info -t FI_EP_RDM lists what libfabric offers)",
+                devs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>()
+            ),
+        )),
+    }
+}
+
+/// Providers libfabric registers that give no usable device, with the reason.
+pub fn unusable(filter: &AllowList) -> Vec<Unusable> {
+    let usable: Vec<String> = scan(&ucs::config::AllowList {
+        deny: true,
+        items: vec![],
+    })
+    .unwrap_or_default()
+    .into_iter()
+    .map(|d| d.info.get().prov_name())
+    .collect();
+    let Ok(all) = ffi::getinfo(None) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Unusable> = Vec::new();
+    for i in all.iter() {
+        let prov = i.prov_name();
+        if out.iter().any(|u| u.provider == prov) {
+            continue;
+        }
+        let reason = if usable.contains(&prov) {
+            if filter.allows(&prov) {
+                continue;
+            }
+            "left out by RUCX_OFI_PROVIDER".to_owned()
+        } else {
+            let types: Vec<&str> = all
+                .iter()
+                .filter(|j| j.prov_name() == prov)
+                .map(|j| match j.ep_type() {
+                    t if t == bits::EP_MSG => "MSG",
+                    t if t == bits::EP_DGRAM => "DGRAM",
+                    _ => "RDM",
+                })
+                .fold(Vec::new(), |mut v, t| {
+                    if !v.contains(&t) {
+                        v.push(t);
+                    }
+                    v
+                });
+            if types.contains(&"RDM") {
+                format!(
+                    "its RDM endpoints need modes or mr_mode bits rucx does not support (mode {:#x}, mr_mode {:#x})",
+                    i.mode(),
+                    i.mr_mode()
+                )
+            } else {
+                format!(
+                    "no reliable-datagram endpoint (offers {}); its RDM form is a utility provider over it (ofi_rxm over MSG, ofi_rxd over DGRAM)",
+                    types.join(", ")
+                )
+            }
+        };
+        out.push(Unusable {
+            provider: prov,
+            reason,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names_are_provider_and_domain() {
+        assert_eq!(device_name("tcp;ofi_rxm", "lo"), "tcp;ofi_rxm/lo");
+        assert_eq!(device_name("shm", "shm"), "shm");
+        assert_eq!(device_name("verbs;ofi_rxm", "rxe0"), "verbs;ofi_rxm/rxe0");
+        assert_eq!(device_name("efa", ""), "efa");
+    }
+
+    #[test]
+    fn provider_filter_allows_and_denies() {
+        let allow = AllowList {
+            deny: false,
+            items: vec!["tcp;ofi_rxm".into(), "shm".into()],
+        };
+        assert!(allow.allows("shm") && !allow.allows("sockets"));
+        let deny = AllowList {
+            deny: true,
+            items: vec!["net*".into()],
+        };
+        assert!(!deny.allows("net;ofi_rxm") && deny.allows("tcp;ofi_rxm"));
+    }
+}

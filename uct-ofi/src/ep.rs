@@ -1,0 +1,577 @@
+//! The ofi endpoint: a peer's address in the interface's AV, the operations that go to it, its
+//! pending queue and flush waiters.
+//!
+//! Data paths: am_short is one `fi_inject` (no completion; the provider copies the data);
+//! am_bcopy packs into the slot's send buffer and `fi_send`s it; am_zcopy sends the header from
+//! the slot's buffer and the user's registered I/O vector with one `fi_sendmsg`; put/get zcopy
+//! are `fi_writemsg` (delivery-complete, so a flush means the data is at the target) and
+//! `fi_readmsg`; atomics are `fi_fetch_atomic`/`fi_compare_atomic` through the slot's buffer
+//! (`[operand][compare][result]`), posts included, so flush waits for them too.
+#![allow(unsafe_code)]
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use ucs::{Error, Outcome, Result, Status};
+use uct_transport::callbacks::{Comp, PackCb, PendingReq, PendingResult, PurgeCb, ResultPtr};
+use uct_transport::iov::{gather, total_len, Iov};
+use uct_transport::traits::{AtomicSize, EpHandle, TransportEp};
+use uct_transport::types::{AtomicOp, EpAttr, FlushFlags, AM_ID_MAX};
+
+use crate::ffi::{self, atomic, iovec_of};
+use crate::iface::{fi_op, Op, Shared};
+use crate::md::remote_key;
+use crate::wire;
+
+/// What operations in flight and the interface keep of an endpoint.
+pub(crate) struct EpState {
+    pub(crate) dest: u64,
+    handle: Cell<EpHandle>,
+    pub(crate) outstanding: Cell<usize>,
+    pending: RefCell<VecDeque<PendingReq>>,
+    /// In the interface's arbiter.
+    pub(crate) queued: Cell<bool>,
+    /// The provider said `-FI_EAGAIN` since the last send that went out.
+    blocked: Cell<bool>,
+    failed: Cell<Option<Status>>,
+    destroyed: Cell<bool>,
+    flush_waiters: RefCell<Vec<Comp>>,
+}
+
+impl EpState {
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.pending.borrow().is_empty()
+    }
+
+    /// An operation of this endpoint failed: the peer is unusable. Reported once, to the
+    /// interface's error handler, unless the endpoint is already destroyed.
+    pub(crate) fn fail(&self, s: &Shared, status: Status) {
+        if status == Status::Canceled || self.failed.get().is_some() {
+            return;
+        }
+        self.failed.set(Some(status));
+        if !self.destroyed.get() {
+            tracing::debug!("ofi {}: endpoint failed: {status:?}", s.md.name);
+            s.err_handler.report(self.handle.get(), status);
+        }
+    }
+
+    /// Nothing is in flight any more: completes the flush waiters.
+    pub(crate) fn flushed(&self) {
+        let w = std::mem::take(&mut *self.flush_waiters.borrow_mut());
+        for c in w {
+            c.complete(self.failed.get().unwrap_or(Status::Ok));
+        }
+    }
+
+    /// Dispatches this endpoint's pending requests until one stops.
+    pub(crate) fn dispatch(self: &Rc<Self>, s: &Shared) {
+        s.dispatching.set(Rc::as_ptr(self) as usize);
+        self.blocked.set(false);
+        loop {
+            let Some(req) = self.pending.borrow_mut().pop_front() else {
+                break;
+            };
+            match req.dispatch() {
+                PendingResult::Done | PendingResult::InProgress => {}
+                PendingResult::Stop => {
+                    self.pending.borrow_mut().push_front(req);
+                    break;
+                }
+            }
+        }
+        s.dispatching.set(0);
+    }
+}
+
+pub struct OfiEp {
+    s: Rc<Shared>,
+    st: Rc<EpState>,
+}
+
+impl OfiEp {
+    pub(crate) fn connect(s: &Rc<Shared>, dev: &[u8], iface: &[u8]) -> Result<OfiEp> {
+        if !s.reachable(dev, iface) {
+            return Err(Error::new(
+                Status::Unreachable,
+                format!(
+                    "ofi {}: the peer's address is not of this provider and fabric (or host, for shm)",
+                    s.md.name
+                ),
+            ));
+        }
+        let dest = s.av.insert(iface).map_err(|e| {
+            Error::new(
+                Status::Unreachable,
+                format!(
+                    "ofi {}: fi_av_insert of the peer failed: {}",
+                    s.md.name,
+                    ffi::strerror(e as i64)
+                ),
+            )
+        })?;
+        Ok(OfiEp {
+            s: s.clone(),
+            st: Rc::new(EpState {
+                dest,
+                handle: Cell::new(EpHandle(0)),
+                outstanding: Cell::new(0),
+                pending: RefCell::new(VecDeque::new()),
+                queued: Cell::new(false),
+                blocked: Cell::new(false),
+                failed: Cell::new(None),
+                destroyed: Cell::new(false),
+                flush_waiters: RefCell::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// Refuses a send while the endpoint failed, or while others wait in its pending queue
+    /// (unless this is the pending request being dispatched).
+    #[inline]
+    fn ready(&self) -> Result<()> {
+        if let Some(st) = self.st.failed.get() {
+            return Err(failed(st));
+        }
+        if self.st.has_pending() && self.s.dispatching.get() != Rc::as_ptr(&self.st) as usize {
+            return Err(Status::NoResource.into());
+        }
+        Ok(())
+    }
+
+    /// A libfabric return value: 0 is success, `-FI_EAGAIN` is `NoResource`.
+    #[inline]
+    fn posted(&self, r: isize, what: &str) -> Result<()> {
+        if r == 0 {
+            self.st.blocked.set(false);
+            return Ok(());
+        }
+        if -r as i32 == ffi::errno::EAGAIN {
+            self.st.blocked.set(true);
+            return Err(Status::NoResource.into());
+        }
+        Err(post_failed(&self.s.md.name, what, r))
+    }
+
+    /// Posts an operation in a fresh slot: `post(slot)` returns libfabric's value.
+    #[inline]
+    fn with_slot(
+        &self,
+        what: &str,
+        op: impl FnOnce(usize) -> Op,
+        post: impl FnOnce(usize) -> isize,
+    ) -> Result<()> {
+        self.ready()?;
+        let i = self.s.alloc()?;
+        match self.posted(post(i), what) {
+            Ok(()) => {
+                self.s.posted(i, op(i), &self.st);
+                Ok(())
+            }
+            Err(e) => {
+                self.s.unalloc(i);
+                Err(e)
+            }
+        }
+    }
+
+    fn plain(&self, comp: Comp) -> Op {
+        Op::Plain {
+            ep: self.st.clone(),
+            comp,
+        }
+    }
+
+    /// Local descriptors of an I/O vector (all null without `FI_MR_LOCAL`).
+    fn descs(&self, iov: &[Iov], out: &mut Vec<*mut std::ffi::c_void>) -> Result<()> {
+        for v in iov.iter().filter(|v| !v.is_empty()) {
+            let d = self.s.md.desc(v.memh() as usize);
+            if d.is_null() && self.s.md.mr_local() && !v.is_empty() {
+                return Err(Error::new(
+                    Status::InvalidParam,
+                    format!(
+                        "ofi {}: the provider needs registered memory (FI_MR_LOCAL): pass the memory handle of each zcopy buffer",
+                        self.s.md.name
+                    ),
+                ));
+            }
+            out.push(d);
+        }
+        Ok(())
+    }
+
+    fn rma(&self, write: bool, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Outcome> {
+        let what = if write { "fi_writemsg" } else { "fi_readmsg" };
+        let rk = remote_key(rkey)?;
+        self.ready()?;
+        if total_len(iov) == 0 {
+            // nothing to move (some providers never complete an empty transfer)
+            return Ok(Outcome::Done);
+        }
+        if iov.len() > self.s.rma_iov || total_len(iov) > self.s.max_rma {
+            return Err(too_big(what, total_len(iov), self.s.max_rma));
+        }
+        let mut descs = Vec::with_capacity(iov.len());
+        self.descs(iov, &mut descs)?;
+        let vecs: Vec<ffi::iovec> = iov
+            .iter()
+            .filter(|v| !v.is_empty())
+            .map(|v| iovec_of(v.addr(), v.len()))
+            .collect();
+        let s = &self.s;
+        self.with_slot(
+            what,
+            |_| self.plain(comp),
+            // SAFETY: the host keeps zcopy buffers valid until `comp` completes (the uct zcopy
+            // contract); the context is the slot's, reserved until the completion.
+            |i| unsafe {
+                s.ep.rma(
+                    write,
+                    &vecs,
+                    &mut descs,
+                    self.st.dest,
+                    rk.target(raddr),
+                    rk.key,
+                    s.ctx(i),
+                )
+            },
+        )?;
+        Ok(Outcome::InProgress)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fetch(
+        &self,
+        size: AtomicSize,
+        op: AtomicOp,
+        value: u64,
+        compare: Option<u64>,
+        result: Option<ResultPtr>,
+        raddr: u64,
+        rkey: u64,
+        comp: Comp,
+    ) -> Result<()> {
+        let caps = match size {
+            AtomicSize::U32 => self.s.atomics.a32,
+            AtomicSize::U64 => self.s.atomics.a64,
+        };
+        let ok = if result.is_some() {
+            caps.fop_flags.contains(op.flag())
+        } else {
+            caps.op_flags.contains(op.flag())
+        };
+        if !ok {
+            return Err(Error::new(
+                Status::Unsupported,
+                format!(
+                    "ofi {}: the provider has no {op:?} atomic of this size",
+                    self.s.md.name
+                ),
+            ));
+        }
+        let rk = remote_key(rkey)?;
+        let wide = size == AtomicSize::U64;
+        let dt = if wide { atomic::U64 } else { atomic::U32 };
+        let s = &self.s;
+        self.with_slot(
+            "fi_fetch_atomic",
+            |_| Op::Fetch {
+                ep: self.st.clone(),
+                comp,
+                result,
+                wide,
+            },
+            |i| {
+                let off = i * s.seg;
+                // SAFETY: slot i's buffer is ours until its operation completes; none is in flight.
+                let b = unsafe { s.tx_bufs.bytes_mut(off, 24) };
+                b[..8].copy_from_slice(&value.to_le_bytes());
+                b[8..16].copy_from_slice(&compare.unwrap_or(0).to_le_bytes());
+                b[16..].fill(0);
+                let base = s.tx_bufs.addr(off);
+                // SAFETY: operand, compare and result live in slot i's buffer (registered when
+                // the provider needs it), reserved with the context until the completion.
+                unsafe {
+                    s.ep.fetch_atomic(
+                        base,
+                        compare.map(|_| base.wrapping_add(8) as *const u8),
+                        base.wrapping_add(16),
+                        s.tx_desc(),
+                        self.st.dest,
+                        rk.target(raddr),
+                        rk.key,
+                        dt,
+                        fi_op(op),
+                        s.ctx(i),
+                    )
+                }
+            },
+        )
+    }
+}
+
+/// Refuses an AM id out of range (misuse, never sent).
+#[inline]
+fn check_id(id: u8) -> Result<()> {
+    if id < AM_ID_MAX {
+        return Ok(());
+    }
+    Err(bad_id(id))
+}
+
+#[cold]
+#[inline(never)]
+fn bad_id(id: u8) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!("ofi: AM id {id} out of range 0..{}", AM_ID_MAX - 1),
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn failed(st: Status) -> Error {
+    Error::new(
+        st,
+        "ofi: the endpoint's peer failed; destroy the endpoint".to_string(),
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn post_failed(dev: &str, what: &str, r: isize) -> Error {
+    let msg = format!("ofi {dev}: {what} failed: {}", ffi::strerror(r as i64));
+    tracing::error!("{msg}");
+    Error::new(Status::IoError, msg)
+}
+
+#[cold]
+#[inline(never)]
+fn too_big(what: &str, len: usize, max: usize) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!("ofi: {what} of {len} bytes (or too many iov entries) exceeds the limit {max} (see the iface attributes)"),
+    )
+}
+
+impl Drop for OfiEp {
+    fn drop(&mut self) {
+        self.st.destroyed.set(true);
+        self.st.pending.borrow_mut().clear();
+        self.s.arbiter.borrow_mut().retain(|e| !Rc::ptr_eq(e, &self.st));
+    }
+}
+
+impl TransportEp for OfiEp {
+    fn on_created(&self, handle: EpHandle) {
+        self.st.handle.set(handle);
+    }
+
+    fn query(&self) -> EpAttr {
+        EpAttr {
+            peer_am_max: 0,
+            connected: true,
+        }
+    }
+
+    #[inline]
+    fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> Result<()> {
+        check_id(id)?;
+        self.ready()?;
+        let len = wire::HDR_LEN + 8 + payload.len();
+        let mut buf = self.s.short_buf.borrow_mut();
+        let Some(b) = buf.get_mut(..len) else {
+            return Err(too_big("am_short", len - wire::HDR_LEN, self.s.max_short));
+        };
+        b[..wire::HDR_LEN].copy_from_slice(&wire::header(id));
+        b[wire::HDR_LEN..wire::HDR_LEN + 8].copy_from_slice(&header.to_le_bytes());
+        b[wire::HDR_LEN + 8..].copy_from_slice(payload);
+        let r = self.s.ep.inject(b, self.st.dest);
+        drop(buf);
+        self.posted(r, "fi_inject")
+    }
+
+    fn am_short_iov(&self, id: u8, iov: &[Iov]) -> Result<()> {
+        check_id(id)?;
+        self.ready()?;
+        let len = wire::HDR_LEN + total_len(iov);
+        let mut buf = self.s.short_buf.borrow_mut();
+        let Some(b) = buf.get_mut(..len) else {
+            return Err(too_big("am_short_iov", len - wire::HDR_LEN, self.s.max_short));
+        };
+        b[..wire::HDR_LEN].copy_from_slice(&wire::header(id));
+        gather(&mut b[wire::HDR_LEN..], iov);
+        let r = self.s.ep.inject(b, self.st.dest);
+        drop(buf);
+        self.posted(r, "fi_inject")
+    }
+
+    fn am_bcopy(&self, id: u8, pack: PackCb, _flags: u32) -> Result<usize> {
+        check_id(id)?;
+        self.ready()?;
+        let s = &self.s;
+        let i = s.alloc()?;
+        let off = i * s.seg;
+        // SAFETY: slot i's buffer is ours: no operation uses it until posted below.
+        let b = unsafe { s.tx_bufs.bytes_mut(off, s.seg) };
+        b[..wire::HDR_LEN].copy_from_slice(&wire::header(id));
+        let n = match pack.pack(&mut b[wire::HDR_LEN..]) {
+            Ok(n) => n,
+            Err(e) => {
+                s.unalloc(i);
+                return Err(e);
+            }
+        };
+        // SAFETY: the slot's buffer and context stay reserved until the send completes.
+        let r = unsafe {
+            s.ep.send(
+                s.tx_bufs.addr(off),
+                wire::HDR_LEN + n,
+                s.tx_desc(),
+                self.st.dest,
+                s.ctx(i),
+            )
+        };
+        match self.posted(r, "fi_send") {
+            Ok(()) => {
+                s.posted(i, self.plain(Comp::NONE), &self.st);
+                Ok(n)
+            }
+            Err(e) => {
+                s.unalloc(i);
+                Err(e)
+            }
+        }
+    }
+
+    fn am_zcopy(&self, id: u8, header: &[u8], iov: &[Iov], _flags: u32, comp: Comp) -> Result<Outcome> {
+        check_id(id)?;
+        let s = &self.s;
+        let total = wire::HDR_LEN + header.len() + total_len(iov);
+        if total > s.seg || iov.len() > s.am_iov || header.len() > 128 {
+            return Err(too_big("am_zcopy", total - wire::HDR_LEN, s.seg - wire::HDR_LEN));
+        }
+        let mut descs = Vec::with_capacity(iov.len() + 1);
+        descs.push(s.tx_desc());
+        self.descs(iov, &mut descs)?;
+        let mut vecs = Vec::with_capacity(iov.len() + 1);
+        self.with_slot(
+            "fi_sendmsg",
+            |_| self.plain(comp),
+            |i| {
+                let off = i * s.seg;
+                // SAFETY: slot i's buffer is ours until posted.
+                let b = unsafe { s.tx_bufs.bytes_mut(off, wire::HDR_LEN + header.len()) };
+                b[..wire::HDR_LEN].copy_from_slice(&wire::header(id));
+                b[wire::HDR_LEN..].copy_from_slice(header);
+                vecs.push(iovec_of(s.tx_bufs.addr(off), wire::HDR_LEN + header.len()));
+                vecs.extend(
+                    iov.iter()
+                        .filter(|v| !v.is_empty())
+                        .map(|v| iovec_of(v.addr(), v.len())),
+                );
+                // SAFETY: the header is in the slot's buffer and the payload in host memory
+                // kept valid until `comp` completes (uct zcopy contract).
+                unsafe { s.ep.sendmsg(&vecs, &mut descs, self.st.dest, s.ctx(i)) }
+            },
+        )?;
+        Ok(Outcome::InProgress)
+    }
+
+    fn put_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Outcome> {
+        if !self.s.rma {
+            return Err(Status::Unsupported.into());
+        }
+        self.rma(true, iov, raddr, rkey, comp)
+    }
+
+    fn get_zcopy(&self, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Outcome> {
+        if !self.s.rma {
+            return Err(Status::Unsupported.into());
+        }
+        self.rma(false, iov, raddr, rkey, comp)
+    }
+
+    fn atomic_post(&self, size: AtomicSize, op: AtomicOp, value: u64, raddr: u64, rkey: u64) -> Result<()> {
+        self.fetch(size, op, value, None, None, raddr, rkey, Comp::NONE)
+    }
+
+    fn atomic_fetch(
+        &self,
+        size: AtomicSize,
+        op: AtomicOp,
+        value: u64,
+        result: ResultPtr,
+        raddr: u64,
+        rkey: u64,
+        comp: Comp,
+    ) -> Result<Outcome> {
+        if op == AtomicOp::Cswap {
+            return Err(Status::InvalidParam.into());
+        }
+        self.fetch(size, op, value, None, Some(result), raddr, rkey, comp)?;
+        Ok(Outcome::InProgress)
+    }
+
+    fn atomic_cswap(
+        &self,
+        size: AtomicSize,
+        compare: u64,
+        swap: u64,
+        result: ResultPtr,
+        raddr: u64,
+        rkey: u64,
+        comp: Comp,
+    ) -> Result<Outcome> {
+        self.fetch(
+            size,
+            AtomicOp::Cswap,
+            swap,
+            Some(compare),
+            Some(result),
+            raddr,
+            rkey,
+            comp,
+        )?;
+        Ok(Outcome::InProgress)
+    }
+
+    fn pending_add(&self, req: PendingReq, _flags: u32) -> Result<()> {
+        if !self.st.has_pending()
+            && !self.st.blocked.get()
+            && self.s.has_free()
+            && self.st.failed.get().is_none()
+        {
+            return Err(Status::Busy.into());
+        }
+        self.st.pending.borrow_mut().push_back(req);
+        if !self.st.queued.replace(true) {
+            self.s.arbiter.borrow_mut().push_back(self.st.clone());
+        }
+        Ok(())
+    }
+
+    fn pending_purge(&self, purge: PurgeCb) {
+        let reqs = std::mem::take(&mut *self.st.pending.borrow_mut());
+        for r in reqs {
+            purge.purge(r);
+        }
+    }
+
+    fn flush(&self, _flags: FlushFlags, comp: Comp) -> Result<Outcome> {
+        if let Some(st) = self.st.failed.get() {
+            return Err(failed(st));
+        }
+        if self.st.has_pending() {
+            return Err(Status::NoResource.into());
+        }
+        if self.st.outstanding.get() == 0 {
+            return Ok(Outcome::Done);
+        }
+        if !comp.is_none() {
+            self.st.flush_waiters.borrow_mut().push(comp);
+        }
+        Ok(Outcome::InProgress)
+    }
+}

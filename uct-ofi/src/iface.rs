@@ -1,0 +1,749 @@
+//! The ofi interface: one RDM endpoint with its CQ (sends and receives) and AV, receive buffers
+//! posted on it, and the table of operations in flight.
+//!
+//! Every operation that completes through the CQ takes a slot: slot `i` owns operation
+//! context `i` (64 bytes, `FI_CONTEXT2`) and send buffer `i` (`SEG_SIZE` bytes, registered when
+//! the provider wants `FI_MR_LOCAL`); receive buffer `j` owns context `tx_len + j`. A completion's
+//! context address gives the slot back. No free slot, or `-FI_EAGAIN` from the provider, is
+//! `NoResource`; endpoints queue pending requests, dispatched from progress.
+//!
+//! Progress is manual: `progress` reads the CQ (which is also what drives providers with manual
+//! progress, `tcp;ofi_rxm` and `efa` among them), delivers AMs, completes operations, then
+//! dispatches pending requests.
+#![allow(unsafe_code)]
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::ffi::CStr;
+use std::os::fd::RawFd;
+use std::rc::Rc;
+
+use ucs::{Error, Outcome, Result, Status};
+use uct_transport::am::AmTable;
+use uct_transport::callbacks::{Comp, ErrHandler, ResultPtr};
+use uct_transport::traits::{IfaceOpenParams, Transport, TransportIface};
+use uct_transport::types::*;
+
+use crate::config::OFI_CONFIG;
+use crate::ep::{EpState, OfiEp};
+use crate::ffi::{self, atomic, bits, AtomicKind, Av, Buffers, Cq, CqEntry, Endpoint, Mr};
+use crate::md::{MdInner, OfiMd};
+use crate::wire;
+
+/// Bytes of one operation context (`struct fi_context2`).
+const CTX_LEN: usize = 64;
+/// Completions read per `fi_cq_read`.
+const CQ_BATCH: usize = 16;
+
+pub struct OfiTransport;
+
+impl Transport for OfiTransport {
+    type Md = OfiMd;
+    type Iface = OfiIface;
+    const NAME: &'static CStr = c"ofi";
+
+    fn query_devices(md: &OfiMd) -> Result<Vec<TlResource>> {
+        let ty = if md.inner.info.get().prov_name() == "shm" {
+            DeviceType::Shm
+        } else {
+            DeviceType::Net
+        };
+        Ok(vec![TlResource::new("ofi", &md.inner.name, ty)])
+    }
+
+    fn iface_open(md: &OfiMd, params: IfaceOpenParams) -> Result<OfiIface> {
+        if params.dev_name != md.inner.name {
+            return Err(Error::new(
+                Status::NoDevice,
+                format!(
+                    "ofi: no device {:?} in memory domain {:?} (one device per domain)",
+                    params.dev_name, md.inner.name
+                ),
+            ));
+        }
+        OfiIface::open(md.inner.clone(), params)
+    }
+}
+
+/// What an operation in flight completes.
+pub(crate) enum Op {
+    Free,
+    /// A send from the slot's buffer, or a zcopy/RMA operation.
+    Plain {
+        ep: Rc<EpState>,
+        comp: Comp,
+    },
+    /// An atomic that fetches into the slot's buffer (offset 16).
+    Fetch {
+        ep: Rc<EpState>,
+        comp: Comp,
+        result: Option<ResultPtr>,
+        wide: bool,
+    },
+}
+
+/// Atomic operations the provider supports, per width.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct AtomicSupport {
+    pub a32: AtomicCaps,
+    pub a64: AtomicCaps,
+}
+
+/// The interface's state, shared with its endpoints. Field order is drop order: the endpoint
+/// closes first, then the objects and memory it used.
+pub(crate) struct Shared {
+    pub(crate) ep: Endpoint,
+    pub(crate) cq: Rc<Cq>,
+    pub(crate) av: Rc<Av>,
+    tx_mr: Option<Mr>,
+    rx_mr: Option<Mr>,
+    pub(crate) md: Rc<MdInner>,
+    pub(crate) tx_bufs: Buffers,
+    rx_bufs: Buffers,
+    contexts: Buffers,
+    pub(crate) ops: RefCell<Vec<Op>>,
+    free: RefCell<Vec<u32>>,
+    pub(crate) seg: usize,
+    pub(crate) tx_len: usize,
+    rx_len: usize,
+    pub(crate) max_short: usize,
+    pub(crate) max_rma: usize,
+    pub(crate) am_iov: usize,
+    pub(crate) rma_iov: usize,
+    pub(crate) rma: bool,
+    pub(crate) atomics: AtomicSupport,
+    pub(crate) name: Vec<u8>,
+    dev_addr: [u8; 16],
+    am: Rc<AmTable>,
+    pub(crate) err_handler: ErrHandler,
+    /// Endpoints with pending requests, in arrival order.
+    pub(crate) arbiter: RefCell<VecDeque<Rc<EpState>>>,
+    /// The endpoint whose pending request is being dispatched (its sends may go ahead).
+    pub(crate) dispatching: Cell<usize>,
+    outstanding: Cell<usize>,
+    flush_waiters: RefCell<Vec<Comp>>,
+    /// am_short's staging buffer (`max_short` bytes).
+    pub(crate) short_buf: RefCell<Vec<u8>>,
+    wait_fd: Option<RawFd>,
+    warned_cq: Cell<bool>,
+}
+
+pub struct OfiIface {
+    pub(crate) s: Rc<Shared>,
+}
+
+/// A short hash naming the fabric (provider and fabric name): peers on another fabric are
+/// unreachable.
+fn fabric_hash(prov: &str, fabric: &str) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in prov.bytes().chain([0]).chain(fabric.bytes()) {
+        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+/// This host, for shared-memory providers.
+fn host_id() -> u64 {
+    let id = std::fs::read_to_string("/etc/machine-id")
+        .or_else(|_| std::fs::read_to_string("/proc/sys/kernel/hostname"))
+        .unwrap_or_default();
+    fabric_hash(id.trim(), "")
+}
+
+fn ioerr(dev: &str, what: &str, e: i32) -> Error {
+    let msg = format!("ofi {dev}: {what} failed: {}", ffi::strerror(e as i64));
+    tracing::error!("{msg}");
+    Error::new(Status::IoError, msg)
+}
+
+fn op_of(atomic: AtomicOp) -> Option<u32> {
+    Some(match atomic {
+        AtomicOp::Add => atomic::SUM,
+        AtomicOp::And => atomic::BAND,
+        AtomicOp::Or => atomic::BOR,
+        AtomicOp::Xor => atomic::BXOR,
+        AtomicOp::Swap => atomic::WRITE,
+        AtomicOp::Cswap => atomic::CSWAP,
+    })
+}
+
+pub(crate) fn fi_op(op: AtomicOp) -> u32 {
+    op_of(op).unwrap_or(atomic::SUM)
+}
+
+impl OfiIface {
+    fn open(md: Rc<MdInner>, params: IfaceOpenParams) -> Result<OfiIface> {
+        let cfg = OFI_CONFIG.with(&params.config);
+        let info = md.info.get();
+        let dev = md.name.clone();
+        let max_msg = info.max_msg_size().max(64);
+        let seg = (cfg.get_memunits("SEG_SIZE")?.bytes_or(8192) as usize).clamp(64, max_msg);
+        let tx_size = if info.tx_size() == 0 {
+            usize::MAX
+        } else {
+            info.tx_size()
+        };
+        let rx_size = if info.rx_size() == 0 {
+            usize::MAX
+        } else {
+            info.rx_size()
+        };
+        let tx_len = (cfg.get_uint("TX_QUEUE_LEN")? as usize)
+            .clamp(1, tx_size.max(1))
+            .min(1 << 20);
+        let rx_len = (cfg.get_uint("RX_QUEUE_LEN")? as usize)
+            .clamp(1, rx_size.max(1))
+            .min(1 << 20);
+        let want_fd = cfg.get_bool("EVENT_FD")?;
+
+        let cq_size = (tx_len + rx_len).next_power_of_two();
+        let cq = match want_fd.then(|| Cq::open(&md.domain, cq_size, true)) {
+            Some(Ok(cq)) => cq,
+            _ => Cq::open(&md.domain, cq_size, false).map_err(|e| ioerr(&dev, "fi_cq_open", e))?,
+        };
+        let wait_fd = if want_fd { cq.wait_fd() } else { None };
+        let av = Av::open(&md.domain, 64).map_err(|e| ioerr(&dev, "fi_av_open", e))?;
+        let ep = Endpoint::open(&md.domain, &md.info, &cq, &av).map_err(|e| ioerr(&dev, "fi_endpoint", e))?;
+        let name = ep.name().map_err(|e| ioerr(&dev, "fi_getname", e))?;
+
+        let tx_bufs = Buffers::new(tx_len * seg);
+        let rx_bufs = Buffers::new(rx_len * seg);
+        let contexts = Buffers::new((tx_len + rx_len) * CTX_LEN);
+        let (tx_mr, rx_mr) = if md.mr_local() {
+            // SAFETY: the buffers are fields of Shared declared after the regions, so they are
+            // dropped (freed) after the regions are closed.
+            unsafe {
+                (
+                    Some(md.register(tx_bufs.addr(0), tx_bufs.len())?),
+                    Some(md.register(rx_bufs.addr(0), rx_bufs.len())?),
+                )
+            }
+        } else {
+            (None, None)
+        };
+
+        let rma = info.caps() & bits::RMA != 0;
+        let mut atomics = AtomicSupport::default();
+        if info.caps() & bits::ATOMIC != 0 {
+            for (dt, caps) in [(atomic::U32, &mut atomics.a32), (atomic::U64, &mut atomics.a64)] {
+                for op in [AtomicOp::Add, AtomicOp::And, AtomicOp::Or, AtomicOp::Xor] {
+                    // posts go out as fetching atomics (so flush can wait for them)
+                    if ep.atomic_valid(AtomicKind::Fetch, dt, fi_op(op)) {
+                        caps.op_flags |= op.flag();
+                        caps.fop_flags |= op.flag();
+                    }
+                }
+                if ep.atomic_valid(AtomicKind::Fetch, dt, atomic::WRITE) {
+                    caps.fop_flags |= AtomicOp::Swap.flag();
+                }
+                if ep.atomic_valid(AtomicKind::Compare, dt, atomic::CSWAP) {
+                    caps.fop_flags |= AtomicOp::Cswap.flag();
+                }
+            }
+        }
+        let inject = info.inject_size().min(seg);
+        let max_short = if inject >= wire::HDR_LEN + 8 {
+            inject - wire::HDR_LEN
+        } else {
+            0
+        };
+        let mut dev_addr = [0u8; 16];
+        dev_addr[..8].copy_from_slice(&fabric_hash(&info.prov_name(), &info.fabric_name()).to_le_bytes());
+        if info.prov_name() == "shm" {
+            dev_addr[8..].copy_from_slice(&host_id().to_le_bytes());
+        }
+        let s = Rc::new(Shared {
+            ep,
+            cq,
+            av,
+            tx_mr,
+            rx_mr,
+            md: md.clone(),
+            tx_bufs,
+            rx_bufs,
+            contexts,
+            ops: RefCell::new((0..tx_len).map(|_| Op::Free).collect()),
+            free: RefCell::new((0..tx_len as u32).rev().collect()),
+            seg,
+            tx_len,
+            rx_len,
+            max_short,
+            max_rma: info.max_msg_size(),
+            am_iov: info.iov_limit().saturating_sub(1).clamp(1, MAX_IOV),
+            rma_iov: info.iov_limit().min(MAX_IOV),
+            rma,
+            atomics,
+            name,
+            dev_addr,
+            am: params.am,
+            err_handler: params.err_handler,
+            arbiter: RefCell::new(VecDeque::new()),
+            dispatching: Cell::new(0),
+            outstanding: Cell::new(0),
+            flush_waiters: RefCell::new(Vec::new()),
+            short_buf: RefCell::new(vec![0u8; max_short + wire::HDR_LEN]),
+            wait_fd,
+            warned_cq: Cell::new(false),
+        });
+        for j in 0..rx_len {
+            s.post_recv(j).map_err(|e| ioerr(&dev, "fi_recv", e))?;
+        }
+        Ok(OfiIface { s })
+    }
+}
+
+impl Shared {
+    /// The context address of slot `i` (send) or `tx_len + j` (receive).
+    #[inline]
+    pub(crate) fn ctx(&self, i: usize) -> *mut std::ffi::c_void {
+        self.contexts.addr(i * CTX_LEN).cast()
+    }
+
+    /// The send descriptor of the send buffers (null without `FI_MR_LOCAL`).
+    #[inline]
+    pub(crate) fn tx_desc(&self) -> *mut std::ffi::c_void {
+        self.tx_mr.as_ref().map_or(std::ptr::null_mut(), Mr::desc)
+    }
+
+    fn post_recv(&self, j: usize) -> std::result::Result<(), i32> {
+        let desc = self.rx_mr.as_ref().map_or(std::ptr::null_mut(), Mr::desc);
+        for _ in 0..1000 {
+            // SAFETY: receive buffer j and context tx_len + j belong to this receive until its
+            // completion is read (they are reposted only from that completion); both live as
+            // long as the endpoint (field order).
+            let r = unsafe {
+                self.ep.recv(
+                    self.rx_bufs.addr(j * self.seg),
+                    self.seg,
+                    desc,
+                    self.ctx(self.tx_len + j),
+                )
+            };
+            match r {
+                0 => return Ok(()),
+                r if -r as i32 == ffi::errno::EAGAIN => {
+                    // the provider's queue is full until it makes progress
+                    let mut none: [CqEntry; 0] = [];
+                    self.cq.read(&mut none);
+                }
+                r => return Err(r as i32),
+            }
+        }
+        Err(-(ffi::errno::EAGAIN))
+    }
+
+    /// A free slot for an operation of `ep`, or `NoResource`.
+    #[inline]
+    pub(crate) fn alloc(&self) -> Result<usize> {
+        match self.free.borrow_mut().pop() {
+            Some(i) => Ok(i as usize),
+            None => Err(Status::NoResource.into()),
+        }
+    }
+
+    /// Gives back a slot whose operation was not posted.
+    #[inline]
+    pub(crate) fn unalloc(&self, i: usize) {
+        self.free.borrow_mut().push(i as u32);
+    }
+
+    /// Records the operation posted in slot `i`.
+    #[inline]
+    pub(crate) fn posted(&self, i: usize, op: Op, ep: &EpState) {
+        self.ops.borrow_mut()[i] = op;
+        ep.outstanding.set(ep.outstanding.get() + 1);
+        self.outstanding.set(self.outstanding.get() + 1);
+    }
+
+    pub(crate) fn has_free(&self) -> bool {
+        !self.free.borrow().is_empty()
+    }
+
+    /// Whether `dev`/`iface` is an address of a peer this interface can reach.
+    pub(crate) fn reachable(&self, dev: &[u8], iface: &[u8]) -> bool {
+        dev == self.dev_addr && iface.len() == self.name.len()
+    }
+
+    /// Finishes the operation of slot `i` with `status`.
+    fn complete(&self, i: usize, status: Status) {
+        let op = std::mem::replace(&mut self.ops.borrow_mut()[i], Op::Free);
+        self.free.borrow_mut().push(i as u32);
+        let (ep, comp) = match op {
+            Op::Free => {
+                tracing::warn!("ofi: completion for idle operation slot {i}: ignored");
+                return;
+            }
+            Op::Plain { ep, comp } => (ep, comp),
+            Op::Fetch {
+                ep,
+                comp,
+                result,
+                wide,
+            } => {
+                if status == Status::Ok {
+                    // SAFETY: the atomic that wrote the slot's result has completed.
+                    let b = unsafe { self.tx_bufs.bytes(i * self.seg + 16, 8) };
+                    let v = if wide {
+                        u64::from_le_bytes(b.try_into().expect("8 bytes"))
+                    } else {
+                        u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as u64
+                    };
+                    if let Some(r) = result {
+                        r.set(v);
+                    }
+                }
+                (ep, comp)
+            }
+        };
+        ep.outstanding.set(ep.outstanding.get() - 1);
+        self.outstanding.set(self.outstanding.get() - 1);
+        if !comp.is_none() {
+            comp.complete(status);
+        }
+        if status != Status::Ok {
+            ep.fail(self, status);
+        }
+        if ep.outstanding.get() == 0 {
+            ep.flushed();
+        }
+        if self.outstanding.get() == 0 {
+            let w = std::mem::take(&mut *self.flush_waiters.borrow_mut());
+            for c in w {
+                c.complete(Status::Ok);
+            }
+        }
+    }
+
+    /// A received message in buffer `j`: delivered to its AM handler, then the buffer is posted
+    /// again.
+    fn receive(&self, j: usize, len: usize) {
+        if len > self.seg {
+            tracing::warn!(
+                "ofi: received {len} bytes into a {}-byte buffer: dropped",
+                self.seg
+            );
+        } else {
+            // SAFETY: the receive into buffer j has completed and is reposted only below.
+            let msg = unsafe { self.rx_bufs.bytes(j * self.seg, len) };
+            match wire::parse(msg) {
+                Ok((id, data)) => {
+                    let _ = self.am.invoke(id, data, None);
+                }
+                Err(bad) => tracing::warn!("ofi {}: dropped a received message: {bad}", self.md.name),
+            }
+        }
+        if let Err(e) = self.post_recv(j) {
+            tracing::error!(
+                "ofi {}: reposting a receive buffer failed: {} (one fewer receive buffer)",
+                self.md.name,
+                ffi::strerror(e as i64)
+            );
+        }
+    }
+
+    /// The slot of a context address: `Ok(send slot)` or `Err(receive buffer)`; `None` for an
+    /// address that is none of ours.
+    fn slot_of(&self, ctx: usize) -> Option<std::result::Result<usize, usize>> {
+        let base = self.contexts.addr(0) as usize;
+        let off = ctx.checked_sub(base)?;
+        if off % CTX_LEN != 0 {
+            return None;
+        }
+        let i = off / CTX_LEN;
+        if i < self.tx_len {
+            Some(Ok(i))
+        } else if i < self.tx_len + self.rx_len {
+            Some(Err(i - self.tx_len))
+        } else {
+            None
+        }
+    }
+
+    fn handle(&self, e: &CqEntry) {
+        match self.slot_of(e.context()) {
+            Some(Ok(i)) => self.complete(i, Status::Ok),
+            Some(Err(j)) => self.receive(j, e.len()),
+            None => tracing::warn!(
+                "ofi: completion with a foreign context {:#x}: ignored",
+                e.context()
+            ),
+        }
+    }
+
+    fn handle_error(&self) {
+        let Some(err) = self.cq.readerr() else {
+            return;
+        };
+        match self.slot_of(err.context) {
+            Some(Ok(i)) => {
+                tracing::debug!("ofi {}: operation failed: {}", self.md.name, err.message);
+                let st = if err.err == ffi::errno::ECANCELED {
+                    Status::Canceled
+                } else {
+                    Status::IoError
+                };
+                self.complete(i, st);
+            }
+            Some(Err(j)) => {
+                if err.err != ffi::errno::ECANCELED {
+                    tracing::warn!(
+                        "ofi {}: receive failed ({}): message dropped",
+                        self.md.name,
+                        err.message
+                    );
+                    if let Err(e) = self.post_recv(j) {
+                        tracing::error!("ofi: reposting a receive failed: {}", ffi::strerror(e as i64));
+                    }
+                }
+            }
+            None => tracing::warn!("ofi {}: error completion: {}", self.md.name, err.message),
+        }
+    }
+
+    /// Dispatches pending requests, each waiting endpoint once, in order.
+    fn dispatch_pending(&self) {
+        let n = self.arbiter.borrow().len();
+        for _ in 0..n {
+            let Some(ep) = self.arbiter.borrow_mut().pop_front() else {
+                break;
+            };
+            ep.dispatch(self);
+            if ep.has_pending() {
+                self.arbiter.borrow_mut().push_back(ep);
+            } else {
+                ep.queued.set(false);
+            }
+        }
+    }
+
+    /// Waits (a bounded time) for the operations in flight before the interface closes, on RxM
+    /// stacks: libfabric 1.17's `verbs;ofi_rxm` crashes closing an endpoint with sends in flight.
+    /// Not on others: `shm`'s progress touches the peer's region, which may be gone by now.
+    /// Their completions are dropped: the host has destroyed their endpoints.
+    fn drain(&self) {
+        if !self.md.info.get().prov_name().contains("ofi_rxm") {
+            return;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+        let mut ents = [CqEntry::default(); CQ_BATCH];
+        while std::time::Instant::now() < deadline {
+            let n = self.cq.read(&mut ents);
+            if -n as i32 == ffi::errno::EAGAIN && self.outstanding.get() == 0 {
+                break;
+            }
+            let mut slots: Vec<usize> = Vec::new();
+            if n > 0 {
+                slots.extend(
+                    ents[..n as usize]
+                        .iter()
+                        .filter_map(|e| self.slot_of(e.context())?.ok()),
+                );
+            } else if -n as i32 == ffi::errno::EAVAIL {
+                if let Some(err) = self.cq.readerr() {
+                    slots.extend(self.slot_of(err.context).and_then(|r| r.ok()));
+                }
+            }
+            for i in slots {
+                if !matches!(
+                    std::mem::replace(&mut self.ops.borrow_mut()[i], Op::Free),
+                    Op::Free
+                ) {
+                    self.outstanding.set(self.outstanding.get() - 1);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn progress(&self) -> u32 {
+        let mut ents = [CqEntry::default(); CQ_BATCH];
+        let n = self.cq.read(&mut ents);
+        let mut done = 0u32;
+        if n > 0 {
+            for e in &ents[..n as usize] {
+                self.handle(e);
+            }
+            done = n as u32;
+        } else if -n as i32 == ffi::errno::EAVAIL {
+            self.handle_error();
+            done = 1;
+        } else if n < 0 && -n as i32 != ffi::errno::EAGAIN && !self.warned_cq.replace(true) {
+            tracing::error!(
+                "ofi {}: fi_cq_read failed: {}",
+                self.md.name,
+                ffi::strerror(n as i64)
+            );
+        }
+        if !self.arbiter.borrow().is_empty() {
+            self.dispatch_pending();
+        }
+        done
+    }
+}
+
+impl Drop for OfiIface {
+    fn drop(&mut self) {
+        // Endpoints may outlive us; the host frees the handlers next.
+        self.s.am.clear();
+        self.s.arbiter.borrow_mut().clear();
+        self.s.drain();
+        if self.s.outstanding.get() > 0 && self.s.md.info.get().prov_name().contains("ofi_rxm") {
+            // Still in flight (the peer went away or stopped progressing): libfabric 1.17's RxM
+            // may crash closing the endpoint now, so its objects and buffers are left open.
+            tracing::debug!(
+                "ofi {}: closing with {} operations in flight: endpoint left open",
+                self.s.md.name,
+                self.s.outstanding.get()
+            );
+            std::mem::forget(self.s.clone());
+        }
+    }
+}
+
+impl TransportIface for OfiIface {
+    type Ep = OfiEp;
+
+    fn query(&self) -> IfaceAttr {
+        let s = &self.s;
+        let mut flags = IfaceFlags::AM_BCOPY
+            | IfaceFlags::AM_ZCOPY
+            | IfaceFlags::PENDING
+            | IfaceFlags::CONNECT_TO_IFACE
+            | IfaceFlags::CB_SYNC
+            | IfaceFlags::ERRHANDLE_AM_ID
+            | IfaceFlags::ERRHANDLE_BCOPY_LEN;
+        if s.max_short > 0 {
+            flags |= IfaceFlags::AM_SHORT;
+        }
+        if s.rma {
+            flags |= IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY;
+        }
+        let a = s.atomics;
+        if !(a.a32.fop_flags | a.a64.fop_flags).is_empty() {
+            flags |= IfaceFlags::ATOMIC_DEVICE;
+        }
+        if s.md.info.get().prov_name() != "shm" {
+            flags |= IfaceFlags::INTER_NODE;
+        }
+        let am_max = s.seg - wire::HDR_LEN;
+        let rma_caps = OpCaps {
+            max_zcopy: s.max_rma,
+            max_iov: s.rma_iov,
+            opt_zcopy_align: 1,
+            align_mtu: 1,
+            ..Default::default()
+        };
+        let shm = s.md.info.get().prov_name() == "shm";
+        IfaceAttr {
+            flags,
+            event_flags: if s.wait_fd.is_some() {
+                EventFlags::FD | EventFlags::SEND_COMP | EventFlags::RECV
+            } else {
+                EventFlags::EMPTY
+            },
+            am: OpCaps {
+                max_short: s.max_short,
+                max_bcopy: am_max,
+                min_zcopy: 0,
+                max_zcopy: am_max,
+                opt_zcopy_align: 1,
+                align_mtu: 1,
+                max_hdr: am_max.min(128),
+                max_iov: s.am_iov,
+            },
+            put: rma_caps,
+            get: rma_caps,
+            atomic32: a.a32,
+            atomic64: a.a64,
+            device_addr_len: s.dev_addr.len(),
+            iface_addr_len: s.name.len(),
+            ep_addr_len: 0,
+            max_num_eps: usize::MAX,
+            overhead: 50e-9,
+            bandwidth: Bandwidth {
+                dedicated: if shm { 10e9 } else { 1.25e9 },
+                shared: 0.0,
+            },
+            latency: LinearFunc {
+                c: if shm { 1e-6 } else { 10e-6 },
+                m: 0.0,
+            },
+            priority: 0,
+        }
+    }
+
+    fn device_address(&self, buf: &mut [u8]) -> Result<()> {
+        let out = buf.get_mut(..16).ok_or(Status::BufferTooSmall)?;
+        out.copy_from_slice(&self.s.dev_addr);
+        Ok(())
+    }
+
+    fn iface_address(&self, buf: &mut [u8]) -> Result<()> {
+        let n = self.s.name.len();
+        let out = buf.get_mut(..n).ok_or(Status::BufferTooSmall)?;
+        out.copy_from_slice(&self.s.name);
+        Ok(())
+    }
+
+    fn is_reachable(&self, dev: &[u8], iface: &[u8]) -> bool {
+        self.s.reachable(dev, iface)
+    }
+
+    fn progress(&self) -> u32 {
+        self.s.progress()
+    }
+
+    fn flush(&self, _flags: FlushFlags, comp: Comp) -> Result<Outcome> {
+        if self.s.outstanding.get() == 0 {
+            return Ok(Outcome::Done);
+        }
+        if !comp.is_none() {
+            self.s.flush_waiters.borrow_mut().push(comp);
+        }
+        Ok(Outcome::InProgress)
+    }
+
+    fn event_fd(&self) -> Result<RawFd> {
+        self.s.wait_fd.ok_or_else(|| {
+            Error::new(
+                Status::Unsupported,
+                format!(
+                    "ofi {}: the provider's completion queue has no fd wait object (or RUCX_OFI_EVENT_FD=n): poll with progress",
+                    self.s.md.name
+                ),
+            )
+        })
+    }
+
+    fn event_arm(&self, _events: ArmEvents) -> Result<()> {
+        if self.s.wait_fd.is_none() {
+            return Err(Status::Unsupported.into());
+        }
+        if !self.s.arbiter.borrow().is_empty() {
+            // pending requests wait for progress, not for the fd
+            return Err(Status::Busy.into());
+        }
+        match self.s.md.domain.fabric.trywait(&self.s.cq) {
+            Ok(()) => Ok(()),
+            Err(_) => Err(Status::Busy.into()),
+        }
+    }
+
+    fn ep_create_connected(&self, dev: &[u8], iface: &[u8]) -> Result<OfiEp> {
+        OfiEp::connect(&self.s, dev, iface)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fabric_hash_separates_providers_and_fabrics() {
+        assert_ne!(
+            fabric_hash("tcp;ofi_rxm", "127.0.0.0/8"),
+            fabric_hash("shm", "shm")
+        );
+        assert_ne!(fabric_hash("ab", "c"), fabric_hash("a", "bc"));
+        assert_eq!(fabric_hash("shm", "shm"), fabric_hash("shm", "shm"));
+    }
+}
