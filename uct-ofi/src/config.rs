@@ -9,10 +9,10 @@ pub static OFI_CONFIG: ConfigTable = ConfigTable {
     fields: &[
         ConfigField::new(
             "PROVIDER",
-            "all",
+            "tcp;ofi_rxm,shm,verbs;ofi_rxm,efa",
             ConfigKind::AllowList,
-            "libfabric providers to offer as devices, named as fi_info prints them (tcp;ofi_rxm, shm, \
-             verbs;ofi_rxm, efa; globs work); ^list to leave them out; all.",
+            "libfabric providers to offer as devices, named as fi_info prints them (globs work); \
+             ^list to leave them out; all. Default: the providers rucx is tested with, and efa.",
         ),
         ConfigField::new(
             "SEG_SIZE",

@@ -249,7 +249,10 @@ impl OfiIface {
         };
         let mut dev_addr = [0u8; 16];
         dev_addr[..8].copy_from_slice(&fabric_hash(&info.prov_name(), &info.fabric_name()).to_le_bytes());
-        if info.prov_name() == "shm" {
+        // Shared memory and loopback fabrics reach only this host: every host has its own
+        // 127.0.0.1 and ::1, so the fabric name alone would make two hosts look joined.
+        let fabric = info.fabric_name();
+        if info.prov_name() == "shm" || fabric.starts_with("127.") || fabric == "::1/128" {
             dev_addr[8..].copy_from_slice(&host_id().to_le_bytes());
         }
         let s = Rc::new(Shared {
