@@ -155,17 +155,19 @@ impl EpInner {
         done
     }
 
+    /// The peer's process exited or its interface closed (and this is not reported yet).
+    pub(crate) fn peer_gone(&self) -> bool {
+        self.failed.get().is_none()
+            && (self.peer.is_closed()
+                || match &self.pidfd {
+                    Some(fd) => sys::pidfd_exited(fd),
+                    None => self.peer_pid != std::process::id() && !sys::pid_alive(self.peer_pid),
+                })
+    }
+
     /// Fails the endpoint when its peer went away.
     pub(crate) fn check_peer(&self) {
-        if self.failed.get().is_some() {
-            return;
-        }
-        let gone = self.peer.is_closed()
-            || match &self.pidfd {
-                Some(fd) => sys::pidfd_exited(fd),
-                None => self.peer_pid != std::process::id() && !sys::pid_alive(self.peer_pid),
-            };
-        if gone {
+        if self.peer_gone() {
             self.failed.set(Some(Status::ConnectionReset));
             tracing::debug!(
                 "{}: peer process {} or its interface is gone",

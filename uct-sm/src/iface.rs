@@ -6,6 +6,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::rc::{Rc, Weak};
+use std::time::Instant;
 
 use ucs::config::Overrides;
 use ucs::{Error, Outcome, Result, Status};
@@ -13,7 +14,6 @@ use uct_transport::am::AmTable;
 use uct_transport::callbacks::{Comp, ErrHandler};
 use uct_transport::traits::{EpHandle, IfaceOpenParams, TransportIface};
 use uct_transport::types::*;
-use uct_transport::worker_ref::{AsyncId, WorkerRef};
 
 use crate::addr::{host_id, random_u64, same_host, MmAddr, DEV_ADDR_LEN, MM_ADDR_LEN};
 use crate::config::MmSettings;
@@ -22,13 +22,15 @@ use crate::fifo::{elem_size_for, seg_len, Fifo, Peek};
 use crate::mm::{Mapper, OwnSeg};
 use crate::rxbuf::RxPool;
 
+/// Progress calls between two reads of the clock for peer checks.
+const CHECK_EVERY: u32 = 256;
+
 /// What the interface's endpoints share with it.
 pub(crate) struct IfaceInner {
     pub(crate) name: &'static str,
     pub(crate) settings: MmSettings,
     am: Rc<AmTable>,
     pub(crate) err: ErrHandler,
-    pub(crate) worker: WorkerRef,
     fifo: Fifo,
     /// The posix name to unlink at close (only without proc link).
     seg_name: Option<String>,
@@ -47,13 +49,16 @@ pub(crate) struct IfaceInner {
     pub(crate) pending_eps: RefCell<Vec<Weak<EpInner>>>,
     /// Corrupt elements seen (the first is logged).
     corrupt: Cell<u64>,
+    /// Progress calls until the clock is read for the next peer check.
+    check_countdown: Cell<u32>,
+    /// When endpoints next check their peers.
+    next_check: Cell<Instant>,
     /// Attach a peer's segment through this mapper.
     pub(crate) attach: fn(u32, u64, usize, bool) -> Result<crate::sys::Mapping>,
 }
 
 pub struct MmIface {
     inner: Rc<IfaceInner>,
-    timer: Option<AsyncId>,
 }
 
 impl MmIface {
@@ -99,7 +104,6 @@ impl MmIface {
             settings,
             am: params.am,
             err: params.err_handler,
-            worker: params.worker,
             fifo,
             seg_name: name,
             _seg_fd: _fd,
@@ -111,18 +115,11 @@ impl MmIface {
             eps: RefCell::new(Vec::new()),
             pending_eps: RefCell::new(Vec::new()),
             corrupt: Cell::new(0),
+            check_countdown: Cell::new(CHECK_EVERY),
+            next_check: Cell::new(Instant::now() + settings.peer_check),
             attach: M::attach,
         });
-        let weak = Rc::downgrade(&inner);
-        let timer = inner
-            .worker
-            .timer_add(settings.peer_check, move || {
-                if let Some(i) = weak.upgrade() {
-                    i.check_peers();
-                }
-            })
-            .ok();
-        Ok(MmIface { inner, timer })
+        Ok(MmIface { inner })
     }
 }
 
@@ -131,9 +128,6 @@ impl Drop for MmIface {
         // Endpoints of peers see this at their next check and fail.
         self.inner.fifo.close();
         self.inner.am.clear();
-        if let Some(t) = self.timer.take() {
-            self.inner.worker.handler_remove(t);
-        }
         if let Some(n) = &self.inner.seg_name {
             crate::sys::posix_unlink(n);
         }
@@ -199,6 +193,23 @@ impl IfaceInner {
             .borrow_mut()
             .retain(|w| w.upgrade().is_some_and(|e| e.has_pending()));
         done
+    }
+
+    /// Checks peers when the interval has passed (the clock is read every [`CHECK_EVERY`]
+    /// progress calls only). A timer would keep a poll-mode worker from ever sleeping.
+    #[inline]
+    fn maybe_check_peers(&self) {
+        let n = self.check_countdown.get() - 1;
+        if n > 0 {
+            self.check_countdown.set(n);
+            return;
+        }
+        self.check_countdown.set(CHECK_EVERY);
+        let now = Instant::now();
+        if now >= self.next_check.get() {
+            self.next_check.set(now + self.settings.peer_check);
+            self.check_peers();
+        }
     }
 
     /// Fails endpoints whose peer process exited or whose peer interface closed.
@@ -287,6 +298,7 @@ impl TransportIface for MmIface {
         if !i.pending_eps.borrow().is_empty() {
             n += i.dispatch_pending();
         }
+        i.maybe_check_peers();
         n
     }
 
@@ -311,6 +323,17 @@ impl TransportIface for MmIface {
 
     fn event_arm(&self, events: ArmEvents) -> Result<()> {
         let i = &*self.inner;
+        // Before sleeping: a peer that died is reported by the next progress, not missed.
+        if i.eps
+            .borrow()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .any(|e| e.peer_gone())
+        {
+            i.check_countdown.set(1);
+            i.next_check.set(Instant::now());
+            return Err(Status::Busy.into());
+        }
         if events.contains(ArmEvents::SEND_COMP)
             && i.pending_eps
                 .borrow()
