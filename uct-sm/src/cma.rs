@@ -7,6 +7,7 @@
 //! missing access right is refused with `InvalidAddr`, as the software RMA of self and tcp
 //! refuses it. (The target takes no part in a cma transfer, so a region it deregistered after
 //! sending the rkey cannot be detected; the kernel still refuses unmapped memory.)
+#![allow(unsafe_code)]
 
 use std::cell::{Cell, RefCell};
 use std::ffi::CStr;

@@ -195,8 +195,8 @@ impl TransportEp for MmEp {
     fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> Result<()> {
         let e = &*self.inner;
         let len = 8 + payload.len();
-        let c = e.claim(id, len)?;
-        let buf = e.peer.payload(&c);
+        let mut c = e.claim(id, len)?;
+        let buf = e.peer.payload(&mut c);
         buf[..8].copy_from_slice(&header.to_le_bytes());
         buf[8..len].copy_from_slice(payload);
         e.publish(c, Some((id, len)));
@@ -206,8 +206,8 @@ impl TransportEp for MmEp {
     fn am_short_iov(&self, id: u8, iov: &[Iov]) -> Result<()> {
         let e = &*self.inner;
         let len = total_len(iov);
-        let c = e.claim(id, len)?;
-        let n = gather(e.peer.payload(&c), iov);
+        let mut c = e.claim(id, len)?;
+        let n = gather(e.peer.payload(&mut c), iov);
         e.publish(c, Some((id, n)));
         Ok(())
     }
@@ -215,8 +215,8 @@ impl TransportEp for MmEp {
     #[inline]
     fn am_bcopy(&self, id: u8, pack: PackCb, _flags: u32) -> Result<usize> {
         let e = &*self.inner;
-        let c = e.claim(id, 0)?;
-        match pack.pack(e.peer.payload(&c)) {
+        let mut c = e.claim(id, 0)?;
+        match pack.pack(e.peer.payload(&mut c)) {
             Ok(n) => {
                 e.publish(c, Some((id, n)));
                 Ok(n)

@@ -23,6 +23,7 @@
 //! locals. Element indexes are masked, lengths and ids are read once into locals and checked
 //! before the payload is copied out: a peer writing anything anywhere in the segment can lose
 //! or garble messages, never make us touch memory outside the mapping.
+#![allow(unsafe_code)]
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -94,7 +95,7 @@ pub enum Peek {
 
 impl Fifo {
     fn u32_at(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off + 4 <= HDR_LEN && off % 4 == 0);
+        debug_assert!(off + 4 <= HDR_LEN && off.is_multiple_of(4));
         // SAFETY: `off` is a fixed, aligned header offset inside the mapping (HDR_LEN bytes at
         // least, checked at creation/open); the mapping outlives `&self`. Shared memory another
         // process writes is accessed only through atomics.
@@ -102,7 +103,7 @@ impl Fifo {
     }
 
     fn u64_at(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off + 8 <= HDR_LEN && off % 8 == 0);
+        debug_assert!(off + 8 <= HDR_LEN && off.is_multiple_of(8));
         // SAFETY: as in `u32_at`; offsets are 8-aligned and the mapping is page-aligned.
         unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(off).cast()) }
     }
@@ -127,7 +128,7 @@ impl Fifo {
 
     /// Sets up a new, zeroed segment as an empty FIFO (its owner's view).
     pub fn init(map: Mapping, count: u64, elem_size: usize, nonce: u64) -> Result<Fifo> {
-        if !count.is_power_of_two() || elem_size % 64 != 0 || elem_size < ELEM_HDR + 8 {
+        if !count.is_power_of_two() || !elem_size.is_multiple_of(64) || elem_size < ELEM_HDR + 8 {
             return Err(Status::InvalidParam.into());
         }
         if HDR_LEN + count as usize * elem_size > map.len() {
@@ -177,7 +178,7 @@ impl Fifo {
         }
         if !count.is_power_of_two()
             || count > 65536
-            || elem_size % 64 != 0
+            || !elem_size.is_multiple_of(64)
             || elem_size < ELEM_HDR + 8
             || (HDR_LEN as u64).saturating_add(count.saturating_mul(elem_size as u64))
                 > probe.map.len() as u64
@@ -253,7 +254,7 @@ impl Fifo {
 
     /// The payload of a claimed element, for the sender to fill.
     #[inline]
-    pub fn payload(&self, c: &Claim) -> &mut [u8] {
+    pub fn payload<'a>(&'a self, c: &'a mut Claim) -> &'a mut [u8] {
         // SAFETY: the element is inside the mapping (see `elem`) and has payload_cap bytes after
         // its header. We claimed it, so no sender of ours writes it and the receiver does not
         // read it until we publish. A hostile process could write it concurrently: that can only
@@ -373,8 +374,8 @@ mod tests {
         let mut rd = 0u64;
         for round in 0..5u64 {
             for i in 0..4u64 {
-                let c = f.claim(&tail).expect("room");
-                f.payload(&c)[..8].copy_from_slice(&(round * 4 + i).to_le_bytes());
+                let mut c = f.claim(&tail).expect("room");
+                f.payload(&mut c)[..8].copy_from_slice(&(round * 4 + i).to_le_bytes());
                 f.publish(c, Some((3, 8)));
             }
             assert!(f.claim(&tail).is_none(), "full after 4");

@@ -18,17 +18,13 @@
 #![deny(unsafe_code)]
 
 mod addr;
-#[allow(unsafe_code)]
 mod cma;
 pub mod config;
 mod ep;
-#[allow(unsafe_code)]
 mod fifo;
 mod iface;
 mod mm;
-#[allow(unsafe_code)]
 mod rxbuf;
-#[allow(unsafe_code)]
 mod sys;
 
 pub use config::{CMA_CONFIG, MM_CONFIG, POSIX_CONFIG, SYSV_CONFIG};

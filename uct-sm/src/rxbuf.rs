@@ -1,6 +1,7 @@
 //! Private receive descriptors: a message is copied out of the shared FIFO into one before its
 //! handler runs (a peer cannot change it under the handler), and `keep()` lends that descriptor
 //! without a further copy. Released descriptors return to their interface's free list.
+#![allow(unsafe_code)]
 
 use std::cell::RefCell;
 use std::ptr::NonNull;

@@ -1,5 +1,6 @@
 //! The system calls of shared memory: creating and mapping segments (posix and sysv), process
 //! handles (pidfd), and cross-memory copies (cma). Every other module is safe code on top.
+#![allow(unsafe_code)]
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

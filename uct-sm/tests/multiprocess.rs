@@ -131,7 +131,7 @@ fn peer(e: &Entity, dev: &[u8], addr: &[u8]) {
             seq += 1;
         }
         e.worker.progress();
-        if seq % 64 == 0 {
+        if seq.is_multiple_of(64) {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
