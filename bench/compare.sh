@@ -23,7 +23,9 @@
 # ucp_fadd) between two processes over tcp on loopback, UCX_TLS=tcp next to RUCX_TLS=tcp; in the
 # VM (with verbs) tag_lat and tag_bw over rc (UCX_TLS=rc / RUCX_TLS=rc).
 #
-# Usage: bench/compare.sh [--rounds N] [--quick] [--cases self,tcp,ucp,floor,verbs,eps] [--pin]
+# The sm cases (posix/sysv FIFOs, cma put/get) run between two processes of one host, as
+# ucx_perftest -x posix/sysv/cma does.
+# Usage: bench/compare.sh [--rounds N] [--quick] [--cases self,tcp,sm,ucp,floor,verbs,eps] [--pin]
 #                         [--nice | --rt] [--write] [--timeout S]
 #   --quick   2 rounds, a fifth of the iterations (a smoke run)
 #   --pin     loopback runs on CPU 0; server on CPU 0, client on CPU 1 (taskset)
@@ -44,7 +46,7 @@ NICE=0
 WRITE=0
 BUILD=1
 TO=60
-CASES="self,tcp,ucp,floor,verbs,eps"
+CASES="self,tcp,sm,ucp,floor,verbs,eps"
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="$2"; shift 2 ;;
@@ -56,7 +58,7 @@ while [ $# -gt 0 ]; do
         --no-build) BUILD=0; shift ;;
         --timeout) TO="$2"; shift 2 ;;
         --cases) CASES="$2"; shift 2 ;;
-        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -197,6 +199,16 @@ if want tcp; then
             "tcp_put_bw_1m|p2p|tcp lo put_bw 1 MiB zcopy|bw|-t put_bw -x tcp -d lo -s 1048576 -D zcopy -n $(iters 3000)|same"
         )
     fi
+fi
+if want sm && [ "$IN_VM" != 1 ]; then
+    CASE_LIST+=(
+        "posix_am_lat_8|p2p|posix am_lat 8 B short|lat|-t am_lat -x posix -d memory -s 8 -D short -n $(iters 1000000)|same"
+        "posix_am_bw_8000|p2p|posix am_bw 8000 B bcopy|bw|-t am_bw -x posix -d memory -s 8000 -D bcopy -n $(iters 500000)|same"
+        "posix_am_mr_8|p2p|posix am message rate 8 B short|mr|-t am_bw -x posix -d memory -s 8 -D short -n $(iters 2000000)|same"
+        "sysv_am_lat_8|p2p|sysv am_lat 8 B short|lat|-t am_lat -x sysv -d memory -s 8 -D short -n $(iters 1000000)|same"
+        "cma_put_bw_1m|p2p|cma put_bw 1 MiB zcopy|bw|-t put_bw -x cma -d memory -s 1048576 -D zcopy -n $(iters 20000)|same"
+        "cma_get_bw_1m|p2p|cma get 1 MiB zcopy|bw|-t get -x cma -d memory -s 1048576 -D zcopy -n $(iters 20000)|same"
+    )
 fi
 if want ucp && [ "$IN_VM" != 1 ]; then
     CASE_LIST+=(
