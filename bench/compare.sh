@@ -24,7 +24,8 @@
 # VM (with verbs) tag_lat and tag_bw over rc (UCX_TLS=rc / RUCX_TLS=rc).
 #
 # The sm cases (posix/sysv FIFOs, cma put/get) run between two processes of one host, as
-# ucx_perftest -x posix/sysv/cma does.
+# ucx_perftest -x posix/sysv/cma does, plus UCP tag_lat/tag_bw with the transports each tool
+# selects by default (shared memory).
 # Usage: bench/compare.sh [--rounds N] [--quick] [--cases self,tcp,sm,ucp,floor,verbs,eps] [--pin]
 #                         [--nice | --rt] [--write] [--timeout S]
 #   --quick   2 rounds, a fifth of the iterations (a smoke run)
@@ -58,7 +59,7 @@ while [ $# -gt 0 ]; do
         --no-build) BUILD=0; shift ;;
         --timeout) TO="$2"; shift 2 ;;
         --cases) CASES="$2"; shift 2 ;;
-        -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -208,6 +209,8 @@ if want sm && [ "$IN_VM" != 1 ]; then
         "sysv_am_lat_8|p2p|sysv am_lat 8 B short|lat|-t am_lat -x sysv -d memory -s 8 -D short -n $(iters 1000000)|same"
         "cma_put_bw_1m|p2p|cma put_bw 1 MiB zcopy|bw|-t put_bw -x cma -d memory -s 1048576 -D zcopy -n $(iters 20000)|same"
         "cma_get_bw_1m|p2p|cma get 1 MiB zcopy|bw|-t get -x cma -d memory -s 1048576 -D zcopy -n $(iters 20000)|same"
+        "sm_ucp_tag_lat_8|ucpsm|ucp intra-node tag_lat 8 B, default transports|lat|-t tag_lat -s 8 -n $(iters 100000)|same"
+        "sm_ucp_tag_bw_1m|ucpsm|ucp intra-node tag_bw 1 MiB, default transports|bw|-t tag_bw -s 1048576 -n $(iters 3000)|same"
     )
 fi
 if want ucp && [ "$IN_VM" != 1 ]; then
@@ -266,6 +269,8 @@ run_case() { # tool id mode args   (called in a subshell: the exports stay here)
     case "$mode" in ucp*) [ "$NICE" = 2 ] && NICE=1 ;; esac
     case "$mode" in
         ucp) export UCX_TLS=tcp UCX_NET_DEVICES=lo RUCX_TLS=tcp RUCX_NET_DEVICES=lo; mode=p2p ;;
+        # Both tools choose: shared memory between the two local processes (tcp only on lo).
+        ucpsm) unset UCX_TLS RUCX_TLS; export UCX_NET_DEVICES=lo RUCX_NET_DEVICES=lo; mode=p2p ;;
         ucprc) export UCX_TLS=rc UCX_NET_DEVICES="$VERBS_DEV" RUCX_TLS=rc RUCX_NET_DEVICES="$VERBS_DEV"; mode=p2p ;;
     esac
     if [ "$mode" = loop ]; then row=$(run_loopback "$tool" "$@"); else row=$(run_p2p "$tool" "$@"); fi
