@@ -23,15 +23,18 @@
 # ucp_fadd) between two processes over tcp on loopback, UCX_TLS=tcp next to RUCX_TLS=tcp; in the
 # VM (with verbs) tag_lat and tag_bw over rc (UCX_TLS=rc / RUCX_TLS=rc).
 #
+# sm: posix and sysv FIFOs and cma put/get between two processes of one host, as
+# ucx_perftest -x posix/sysv/cma.
+#
 # intra: tag_lat 8 B and tag_bw 1 MiB between two processes on this host with every transport
-# allowed (UCX_TLS / RUCX_TLS unset): each tool's own choice (UCX: shared memory).
+# allowed (UCX_TLS / RUCX_TLS unset): each tool's own choice (both: shared memory).
 #
 # ofi: the libfabric transport (libuct_ofi.so) between two processes on loopback: tcp;ofi_rxm and
 # shm am_lat next to libfabric's own fi_pingpong (its usec/xfer, half a round trip, fills the UCX
 # column), and tcp;ofi_rxm am_bw 64 KiB next to UCX's tcp am_bw zcopy.
 #
-# Usage: bench/compare.sh [--rounds N] [--quick] [--cases self,tcp,ucp,intra,floor,verbs,eps,ofi] [--pin]
-#                         [--nice | --rt] [--write] [--timeout S]
+# Usage: bench/compare.sh [--rounds N] [--quick] [--cases self,tcp,sm,ucp,intra,floor,verbs,eps,ofi]
+#                         [--pin] [--nice | --rt] [--write] [--timeout S]
 #   --quick   2 rounds, a fifth of the iterations (a smoke run)
 #   --pin     loopback runs on CPU 0; server on CPU 0, client on CPU 1 (taskset)
 #   --nice    run the measured processes at nice -20 (root): on a machine shared with compilers
@@ -51,7 +54,7 @@ NICE=0
 WRITE=0
 BUILD=1
 TO=60
-CASES="self,tcp,ucp,intra,floor,verbs,eps,ofi"
+CASES="self,tcp,sm,ucp,intra,floor,verbs,eps,ofi"
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="$2"; shift 2 ;;
@@ -63,7 +66,7 @@ while [ $# -gt 0 ]; do
         --no-build) BUILD=0; shift ;;
         --timeout) TO="$2"; shift 2 ;;
         --cases) CASES="$2"; shift 2 ;;
-        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -225,6 +228,16 @@ if want tcp; then
         )
     fi
 fi
+if want sm && [ "$IN_VM" != 1 ]; then
+    CASE_LIST+=(
+        "posix_am_lat_8|p2p|posix am_lat 8 B short|lat|-t am_lat -x posix -d memory -s 8 -D short -n $(iters 1000000)|same"
+        "posix_am_bw_8000|p2p|posix am_bw 8000 B bcopy|bw|-t am_bw -x posix -d memory -s 8000 -D bcopy -n $(iters 500000)|same"
+        "posix_am_mr_8|p2p|posix am message rate 8 B short|mr|-t am_bw -x posix -d memory -s 8 -D short -n $(iters 2000000)|same"
+        "sysv_am_lat_8|p2p|sysv am_lat 8 B short|lat|-t am_lat -x sysv -d memory -s 8 -D short -n $(iters 1000000)|same"
+        "cma_put_bw_1m|p2p|cma put_bw 1 MiB zcopy|bw|-t put_bw -x cma -d memory -s 1048576 -D zcopy -n $(iters 20000)|same"
+        "cma_get_bw_1m|p2p|cma get 1 MiB zcopy|bw|-t get -x cma -d memory -s 1048576 -D zcopy -n $(iters 20000)|same"
+    )
+fi
 if want ucp && [ "$IN_VM" != 1 ]; then
     CASE_LIST+=(
         "ucp_tag_lat_8|ucp|ucp tcp tag_lat 8 B|lat|-t tag_lat -s 8 -n $(iters 100000)|same"
@@ -306,6 +319,7 @@ run_case() { # tool id mode args   (called in a subshell: the exports stay here)
     case "$mode" in ucp|ucprc) [ "$NICE" = 2 ] && NICE=1 ;; esac
     case "$mode" in
         ucp) export UCX_TLS=tcp UCX_NET_DEVICES=lo RUCX_TLS=tcp RUCX_NET_DEVICES=lo; mode=p2p ;;
+        # Both tools choose: shared memory between the two local processes (tcp only on lo).
         ucprc) export UCX_TLS=rc UCX_NET_DEVICES="$VERBS_DEV" RUCX_TLS=rc RUCX_NET_DEVICES="$VERBS_DEV"; mode=p2p ;;
         ucpintra) unset UCX_TLS UCX_NET_DEVICES RUCX_TLS RUCX_NET_DEVICES; mode=p2p ;;
     esac

@@ -7,7 +7,7 @@ pub use uct;
 /// The transport modules linked into rucx, in priority order. A plugin file with the same name
 /// as one of these is listed as shadowed and not loaded.
 pub fn builtin_modules() -> Vec<&'static uct::Module> {
-    vec![uct_self::module(), uct_tcp::module()]
+    vec![uct_self::module(), uct_tcp::module(), uct_sm::module()]
 }
 
 /// A context builder with every built-in module ([`builtin_modules`]) and plugin discovery on;

@@ -224,3 +224,35 @@ fn peer_killed_mid_transfer() {
 fn peer_killed_mid_rendezvous() {
     peer_killed(&["rndv"]);
 }
+
+/// With `RUCX_TLS` unset, two processes of one host talk over shared memory: posix (or sysv)
+/// carries active messages and cma the rendezvous fetches (`RUCX_PROTO_INFO` prints the
+/// lanes); messages of every size arrive intact.
+#[test]
+fn default_selection_between_local_processes_is_shared_memory() {
+    let env = [("RUCX_PROTO_INFO", "y"), ("RUCX_NET_DEVICES", "lo")];
+    let (srv, addr, out) = server(&["echo", "127.0.0.1:0"], &env);
+    let o = check(
+        &Proc(Some(spawn_with(&["sizes", &addr, "1048576"], &env))).finish(),
+        "the client",
+    );
+    let am = o
+        .lines()
+        .find(|l| l.starts_with("lane[") && l.contains(" am "))
+        .unwrap_or_else(|| panic!("no AM lane printed:\n{o}"));
+    assert!(
+        am.contains("posix/memory -> posix/memory") || am.contains("sysv/memory -> sysv/memory"),
+        "AM lane not on shared memory: {am}\n{o}"
+    );
+    assert!(
+        o.lines().any(|l| l.starts_with("lane[")
+            && l.contains("cma/memory -> cma/memory")
+            && l.contains("rma_bw")),
+        "no cma rendezvous lane:\n{o}"
+    );
+    assert!(o.contains("rendezvous") && o.contains("all sizes intact"), "{o}");
+    let mut out = out;
+    line_starting(&mut out, "echoed ");
+    // It serves until killed.
+    drop(srv);
+}

@@ -318,6 +318,21 @@ fn knob(tl: &str) -> Option<Knob> {
             invalid: "8",
             read: |a| a.am.max_bcopy,
         }),
+        // Sizes whose element (16-byte header + payload) is whole cache lines: no rounding.
+        "posix" | "sysv" => Some(Knob {
+            var: "MM_SEG_SIZE",
+            a: ("4080", 4080),
+            b: ("12272", 12272),
+            invalid: "8",
+            read: |a| a.am.max_bcopy,
+        }),
+        "cma" => Some(Knob {
+            var: "CMA_MAX_IOV",
+            a: ("2", 2),
+            b: ("3", 3),
+            invalid: "0",
+            read: |a| a.put.max_iov,
+        }),
         _ => None,
     }
 }
@@ -328,6 +343,7 @@ fn seg_knob(tl: &str) -> Option<(&'static str, [(&'static str, usize); 2])> {
     match tl {
         "tcp" => Some(("TCP_RX_SEG_SIZE", [("100k", 102_400), ("80k", 81_920)])),
         "self" => Some(("SELF_SEG_SIZE", [("12k", 12_288), ("6k", 6_144)])),
+        "posix" | "sysv" => Some(("MM_SEG_SIZE", [("4080", 4080), ("2032", 2032)])),
         _ => None,
     }
 }

@@ -33,6 +33,7 @@ pub struct Target {
 //
 // self and tcp (on `lo`, which every host has) are required: linked in, and as plugins
 // (libuct_self.so, libuct_tcp.so from `cargo build`).
+// posix, sysv and cma (shared memory, device `memory`): linked in, and as the libuct_sm.so plugin.
 // rc_verbs/ud_verbs: plugin only (libuct_ib.so from `cargo build --workspace` or
 // `cargo build -p uct-ib-plugin`); skipped on a host without an RDMA device. ud_verbs declares a
 // silent peer dead after UD_TIMEOUT (30 s by default): 2 s keeps it well inside the suite's
@@ -115,6 +116,69 @@ pub static TARGETS: &[Target] = &[
         defaults: &[],
     },
     Target {
+        name: "posix_builtin",
+        modules: Modules::Builtin(uct_sm::module),
+        tl: "posix",
+        dev: Dev::Named("memory"),
+        connect: Connect::ToIface,
+        workers: Workers::Separate,
+        defaults: &[],
+    },
+    Target {
+        name: "posix_builtin_1w",
+        modules: Modules::Builtin(uct_sm::module),
+        tl: "posix",
+        dev: Dev::Named("memory"),
+        connect: Connect::ToIface,
+        workers: Workers::Shared,
+        defaults: &[],
+    },
+    Target {
+        name: "posix_plugin",
+        modules: Modules::Plugin("sm"),
+        tl: "posix",
+        dev: Dev::Named("memory"),
+        connect: Connect::ToIface,
+        workers: Workers::Separate,
+        defaults: &[],
+    },
+    Target {
+        name: "sysv_builtin",
+        modules: Modules::Builtin(uct_sm::module),
+        tl: "sysv",
+        dev: Dev::Named("memory"),
+        connect: Connect::ToIface,
+        workers: Workers::Separate,
+        defaults: &[],
+    },
+    Target {
+        name: "sysv_plugin",
+        modules: Modules::Plugin("sm"),
+        tl: "sysv",
+        dev: Dev::Named("memory"),
+        connect: Connect::ToIface,
+        workers: Workers::Separate,
+        defaults: &[],
+    },
+    Target {
+        name: "cma_builtin",
+        modules: Modules::Builtin(uct_sm::module),
+        tl: "cma",
+        dev: Dev::Named("memory"),
+        connect: Connect::ToIface,
+        workers: Workers::Separate,
+        defaults: &[],
+    },
+    Target {
+        name: "cma_plugin",
+        modules: Modules::Plugin("sm"),
+        tl: "cma",
+        dev: Dev::Named("memory"),
+        connect: Connect::ToIface,
+        workers: Workers::Separate,
+        defaults: &[],
+    },
+    Target {
         name: "rc_verbs",
         modules: Modules::Plugin("ib"),
         tl: "rc_verbs",
@@ -178,7 +242,9 @@ macro_rules! conformance_test {
             mod $test {
                 per_target!(super::$test;
                     self_builtin self_builtin_2w self_plugin tcp_builtin tcp_builtin_1w tcp_builtin_ep_1w
-                    tcp_lo_iface tcp_lo_ep rc_verbs ud_verbs ud_verbs_iface ofi_tcp ofi_shm ofi_verbs);
+                    tcp_lo_iface tcp_lo_ep posix_builtin posix_builtin_1w posix_plugin sysv_builtin
+                    sysv_plugin cma_builtin cma_plugin rc_verbs ud_verbs ud_verbs_iface ofi_tcp ofi_shm
+                    ofi_verbs);
             }
         )*
     };

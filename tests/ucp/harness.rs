@@ -21,6 +21,8 @@ pub struct Target {
     pub two_workers: bool,
     /// Needs the ib plugin and an RDMA device (skipped without one).
     pub rdma: bool,
+    /// The AM lane has am_zcopy (posix and sysv copy every message into the peer's FIFO).
+    pub am_zcopy: bool,
 }
 
 pub static TARGETS: &[Target] = &[
@@ -30,6 +32,7 @@ pub static TARGETS: &[Target] = &[
         tl_name: "self",
         two_workers: false,
         rdma: false,
+        am_zcopy: true,
     },
     Target {
         name: "tcp",
@@ -37,6 +40,15 @@ pub static TARGETS: &[Target] = &[
         tl_name: "tcp",
         two_workers: true,
         rdma: false,
+        am_zcopy: true,
+    },
+    Target {
+        name: "posix",
+        tls: "posix,cma,tcp",
+        tl_name: "posix",
+        two_workers: true,
+        rdma: false,
+        am_zcopy: false,
     },
     Target {
         name: "rc_verbs",
@@ -44,6 +56,7 @@ pub static TARGETS: &[Target] = &[
         tl_name: "rc_verbs",
         two_workers: true,
         rdma: true,
+        am_zcopy: true,
     },
     Target {
         name: "ud_verbs",
@@ -51,6 +64,7 @@ pub static TARGETS: &[Target] = &[
         tl_name: "ud_verbs",
         two_workers: true,
         rdma: true,
+        am_zcopy: true,
     },
 ];
 
@@ -62,6 +76,7 @@ macro_rules! ucp_test {
         mod $t {
             #[test] fn self_() { $crate::harness::run("self_", super::$t) }
             #[test] fn tcp() { $crate::harness::run("tcp", super::$t) }
+            #[test] fn posix() { $crate::harness::run("posix", super::$t) }
             #[test] fn rc_verbs() { $crate::harness::run("rc_verbs", super::$t) }
             #[test] fn ud_verbs() { $crate::harness::run("ud_verbs", super::$t) }
         }

@@ -38,7 +38,10 @@ fn close_flush_tells_peer(s: &Setup) {
     if !s.t.two_workers {
         return;
     }
-    let Some(p) = s.pair() else { return };
+    // Eager sends only: the handler reads every message's data.
+    let Some(p) = s.with("RNDV_THRESH", "inf").pair() else {
+        return;
+    };
     let got = Rc::new(RefCell::new(Vec::new()));
     let peer_err = Rc::new(RefCell::new(Vec::new()));
     let (g, pe) = (got.clone(), peer_err.clone());
@@ -114,14 +117,12 @@ fn peer_failure(s: &Setup) {
         return;
     }
     // Short transport timeouts so rc/ud notice the silent peer quickly.
-    let Some(ctx) = context(
-        s.t,
-        &[
-            ("IB_TIMEOUT", "100ms"),
-            ("IB_RETRY_COUNT", "1"),
-            ("UD_TIMEOUT", "1s"),
-        ],
-    ) else {
+    let ib: &[(&str, &str)] = &[
+        ("IB_TIMEOUT", "100ms"),
+        ("IB_RETRY_COUNT", "1"),
+        ("UD_TIMEOUT", "1s"),
+    ];
+    let Some(ctx) = context(s.t, if s.t.rdma { ib } else { &[] }) else {
         return;
     };
     let a = Worker::with_async_mode(&ctx, AsyncMode::Poll).unwrap();

@@ -1035,6 +1035,68 @@ pub(crate) mod fixtures {
         info("ud_verbs", dev, "ib", DeviceType::Net, attr)
     }
 
+    /// `posix/memory` and `sysv/memory` (uct-sm's FIFO transports): 80 ns, 10 ns overhead,
+    /// 12179 MB/s, 8240-byte elements (am_short and am_bcopy), no RMA, peer failure.
+    pub fn mm(tl: &str) -> TlInfo {
+        let attr = TlAttr {
+            flags: F::AM_SHORT
+                | F::AM_BCOPY
+                | F::PENDING
+                | F::CONNECT_TO_IFACE
+                | F::CB_SYNC
+                | F::ERRHANDLE_PEER_FAILURE
+                | F::ERRHANDLE_AM_ID
+                | F::ERRHANDLE_BCOPY_LEN
+                | F::ERRHANDLE_SHORT_BUF
+                | F::ERRHANDLE_BCOPY_BUF,
+            latency_c: 80e-9,
+            latency_m: 0.0,
+            overhead: 10e-9,
+            bw_dedicated: 12179.0 * MB,
+            bw_shared: 0.0,
+            priority: 0,
+            am_max_bcopy: 8240,
+            am_max_short: 8240,
+            am_max_zcopy: 0,
+            am_max_hdr: 0,
+            am_max_iov: 16,
+            put_max_zcopy: 0,
+            get_max_zcopy: 0,
+            atomic32: (AtomicOps::EMPTY, AtomicOps::EMPTY),
+            atomic64: (AtomicOps::EMPTY, AtomicOps::EMPTY),
+        };
+        info(tl, "memory", tl, DeviceType::Shm, attr)
+    }
+
+    /// `cma/memory`: put/get zcopy only, 80 ns, 2 us overhead, 11145 MB/s.
+    pub fn cma() -> TlInfo {
+        let attr = TlAttr {
+            flags: F::PUT_ZCOPY
+                | F::GET_ZCOPY
+                | F::CONNECT_TO_IFACE
+                | F::CB_SYNC
+                | F::ERRHANDLE_PEER_FAILURE
+                | F::ERRHANDLE_REMOTE_MEM
+                | F::ERRHANDLE_ZCOPY_BUF,
+            latency_c: 80e-9,
+            latency_m: 0.0,
+            overhead: 2000e-9,
+            bw_dedicated: 11145.0 * MB,
+            bw_shared: 0.0,
+            priority: 0,
+            am_max_bcopy: 0,
+            am_max_short: 0,
+            am_max_zcopy: 0,
+            am_max_hdr: 0,
+            am_max_iov: 0,
+            put_max_zcopy: usize::MAX,
+            get_max_zcopy: usize::MAX,
+            atomic32: (AtomicOps::EMPTY, AtomicOps::EMPTY),
+            atomic64: (AtomicOps::EMPTY, AtomicOps::EMPTY),
+        };
+        info("cma", "memory", "cma", DeviceType::Shm, attr)
+    }
+
     /// A host with loopback and soft RoCE: self, tcp/lo, rc_verbs and ud_verbs on rxe0:1.
     pub fn lo_rxe_host() -> Vec<TlInfo> {
         vec![self_tl(), tcp("lo"), rc("rxe0:1"), ud("rxe0:1")]
@@ -1061,6 +1123,7 @@ mod tests {
             a.tl_name == b.tl_name
                 && match a.tl_name.as_str() {
                     "self" => la.host == ra.host && la.process == ra.process,
+                    "posix" | "sysv" | "cma" => la.host == ra.host,
                     "tcp" if a.dev_name == "lo" || b.dev_name == "lo" => {
                         a.dev_name == b.dev_name && la.host == ra.host
                     }
@@ -1158,6 +1221,44 @@ mod tests {
             LaneUsage::AM | LaneUsage::AM_BW | LaneUsage::RMA | LaneUsage::RMA_BW
         );
         assert!(s.lanes.iter().all(|l| h[l.local].tl_name != "self"));
+    }
+
+    /// Two processes of one host with every default transport (RUCX_TLS unset): shared memory
+    /// carries AM (posix, sysv by the tie-break) and cma the rendezvous; between hosts, tcp and
+    /// verbs as before.
+    #[test]
+    fn shared_memory_between_processes_of_one_host() {
+        let mut h = lo_rxe_host();
+        h.extend([mm("posix"), mm("sysv"), cma(), tcp("eth0")]);
+        let p = SelectParams {
+            rma: true,
+            max_am_bw_lanes: 1,
+            max_rma_bw_lanes: 2,
+            rma_bw_ops: IfaceFlags::GET_ZCOPY,
+            ..params(3, 9)
+        };
+        let s = select_both(&h, P1, &h, P2, &p).unwrap();
+        let am = pair(&s, s.am, &h, &h);
+        assert!(
+            am == "posix/memory -> posix/memory" || am == "sysv/memory -> sysv/memory",
+            "AM lane {am}:\n{}",
+            s.describe(&h, &h)
+        );
+        assert_eq!(
+            pair(&s, s.rma_bw[0], &h, &h),
+            "cma/memory -> cma/memory",
+            "{}",
+            s.describe(&h, &h)
+        );
+        let s = select_both(&h, P1, &h, H2, &p).unwrap();
+        for l in &s.lanes {
+            let tl = h[l.local].tl_name.as_str();
+            assert!(
+                !matches!(tl, "posix" | "sysv" | "cma" | "self"),
+                "{tl} between hosts:\n{}",
+                s.describe(&h, &h)
+            );
+        }
     }
 
     #[test]
