@@ -140,13 +140,19 @@ fn idle_interfaces_sleep(s: &Setup) {
             }
         }
     };
+    // The target's AM transport has an event fd for receives: it sleeps while no endpoint
+    // uses it (transports without one, such as cma, are always polled).
+    let polls_target = |w: &Worker| {
+        w.progressed_resources()
+            .iter()
+            .any(|r| r.starts_with(s.t.tl_name))
+    };
     settle(&[&a, &b]);
-    // every transport of these targets has an event fd for receives
-    assert_eq!(
-        b.progressed_resources(),
-        Vec::<String>::new(),
-        "[{}] idle worker",
-        s.t.name
+    assert!(
+        !polls_target(&b),
+        "[{}] idle worker: {:?}",
+        s.t.name,
+        b.progressed_resources()
     );
     let got = std::rc::Rc::new(std::cell::Cell::new(0));
     let g = got.clone();
@@ -168,20 +174,24 @@ fn idle_interfaces_sleep(s: &Setup) {
     settle(&[&a, &b]);
     for w in [&a, &b] {
         let on = w.progressed_resources();
-        assert!(
-            !on.is_empty() && on.iter().all(|r| r.starts_with(s.t.tl_name)),
-            "[{}] progressed while wired: {on:?}",
-            s.t.name
-        );
+        assert!(polls_target(w), "[{}] progressed while wired: {on:?}", s.t.name);
+        // rc's wireup goes over ud_verbs, an auxiliary transport no lane uses afterwards
+        if s.t.tl_name == "rc_verbs" {
+            assert!(
+                !on.iter().any(|r| r.starts_with("ud_verbs")),
+                "[{}] auxiliary transport progressed while wired: {on:?}",
+                s.t.name
+            );
+        }
     }
     let _ = ep.close(ucp::CloseMode::Force);
     drop(ep);
     settle(&[&a, &b]);
-    assert_eq!(
-        a.progressed_resources(),
-        Vec::<String>::new(),
-        "[{}] endpoint gone",
-        s.t.name
+    assert!(
+        !polls_target(&a),
+        "[{}] endpoint gone: {:?}",
+        s.t.name,
+        a.progressed_resources()
     );
 }
 
