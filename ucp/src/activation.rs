@@ -7,9 +7,13 @@
 //!
 //! Only interfaces with an event fd for receives sleep, and only in a worker whose async
 //! context has a thread (in poll mode nothing would watch the fd without a system call in
-//! every `progress`). `RUCX_ADAPTIVE_PROGRESS=n` keeps every interface progressed.
+//! every `progress`). An idle interface with no event fd at all (libfabric's shm, cma, self)
+//! is polled every [`LAZY_EVERY`]th `progress` instead: a new peer's first message waits a
+//! little, the endpoints' lanes do not pay for its poll. `RUCX_ADAPTIVE_PROGRESS=n` keeps
+//! every interface progressed.
 //!
-//! Fast path: an idle `progress` pays one atomic load and one `Cell` read here.
+//! Fast path: an idle `progress` pays one atomic load and two `Cell` reads here (and a counter
+//! while lazily polled interfaces exist).
 
 use std::cell::Cell;
 use std::os::fd::AsRawFd;
@@ -27,6 +31,9 @@ use crate::worker::WorkerInner;
 /// completions) is tried again after as many.
 const SETTLE_CALLS: u32 = 256;
 
+/// An idle interface without an event fd is progressed once in this many `progress` calls.
+pub(crate) const LAZY_EVERY: u32 = 32;
+
 /// Per-interface activation state.
 struct IfaceState {
     /// Endpoints whose lanes (other than a wireup-only lane) use the interface.
@@ -35,6 +42,8 @@ struct IfaceState {
     active: Cell<bool>,
     /// May sleep: it has an event fd for receives, and adaptive progress is on.
     sleepable: Cell<bool>,
+    /// Has no event fd (and adaptive progress is on): polled lazily while idle.
+    lazy_ok: bool,
     /// The async fd handler, while asleep.
     handler: Cell<Option<HandlerId>>,
 }
@@ -46,6 +55,10 @@ pub(crate) struct Activation {
     woken: Arc<AtomicU64>,
     /// Progress calls left until the next sleep attempt; 0: none wanted.
     countdown: Cell<u32>,
+    /// Bit `i`: interface `i` is polled lazily (idle, no event fd).
+    lazy: Cell<u64>,
+    /// Progress calls until the lazy interfaces' next poll.
+    lazy_tick: Cell<u32>,
 }
 
 impl Activation {
@@ -66,21 +79,24 @@ impl Activation {
                             .event_flags
                             .contains(EventFlags::FD | EventFlags::RECV),
                 ),
+                lazy_ok: enabled && !w.iface.attr().event_flags.contains(EventFlags::FD),
                 handler: Cell::new(None),
             })
             .collect();
-        let any = ifaces.iter().any(|s| s.sleepable.get());
+        let any = ifaces.iter().any(|s| s.sleepable.get() || s.lazy_ok);
         Activation {
             ifaces,
             woken: Arc::new(AtomicU64::new(0)),
             countdown: Cell::new(if any { SETTLE_CALLS } else { 0 }),
+            lazy: Cell::new(0),
+            lazy_tick: Cell::new(LAZY_EVERY),
         }
     }
 
     /// True when `progress` has activation work (the fast path: one load, one read).
     #[inline]
     pub fn has_work(&self) -> bool {
-        self.woken.load(Ordering::Relaxed) != 0 || self.countdown.get() != 0
+        self.woken.load(Ordering::Relaxed) != 0 || self.countdown.get() != 0 || self.lazy.get() != 0
     }
 
     /// Interface `i` is progressed (for tests and `rucx-info`-style reports).
@@ -114,7 +130,7 @@ pub(crate) fn remove_users(w: &WorkerInner, used: u64) {
     for i in indexes(used) {
         let s = &w.activation.ifaces[i];
         s.users.set(s.users.get().saturating_sub(1));
-        if s.users.get() == 0 && s.sleepable.get() {
+        if s.users.get() == 0 && (s.sleepable.get() || s.lazy_ok) {
             w.activation.want_sleep_attempt();
         }
     }
@@ -135,6 +151,8 @@ fn wake(w: &WorkerInner, i: usize) {
     if s.active.replace(true) {
         return;
     }
+    let a = &w.activation;
+    a.lazy.set(a.lazy.get() & !(1 << i));
     if let Some(id) = s.handler.take() {
         // Not sync: this runs on the owner thread, which is where the handler would run.
         let _ = w.uct.async_context().remove_handler(id, false);
@@ -159,6 +177,9 @@ pub(crate) fn run(w: &Rc<WorkerInner>) -> u32 {
         }
         a.want_sleep_attempt();
     }
+    if a.lazy.get() != 0 {
+        n += poll_lazy(w);
+    }
     let c = a.countdown.get();
     if c > 1 {
         a.countdown.set(c - 1);
@@ -171,15 +192,49 @@ pub(crate) fn run(w: &Rc<WorkerInner>) -> u32 {
     n
 }
 
-/// Puts every idle interface to sleep; false when one was busy (try again later).
+/// Every [`LAZY_EVERY`]th call: progresses the lazily polled interfaces; one that had work
+/// is progressed on every call again until it is idle once more.
+fn poll_lazy(w: &WorkerInner) -> u32 {
+    let a = &w.activation;
+    let t = a.lazy_tick.get();
+    if t > 1 {
+        a.lazy_tick.set(t - 1);
+        return 0;
+    }
+    a.lazy_tick.set(LAZY_EVERY);
+    let mut n = 0;
+    for i in indexes(a.lazy.get()) {
+        let k = w.ifaces[i].iface.progress();
+        if k > 0 {
+            wake(w, i);
+            a.want_sleep_attempt();
+        }
+        n += k;
+    }
+    n
+}
+
+/// Puts every idle interface to sleep (or to lazy polling); false when one was busy (try
+/// again later).
 fn try_sleep_idle(w: &WorkerInner) -> bool {
     let a = &w.activation;
     let mut all = true;
     for (i, s) in a.ifaces.iter().enumerate() {
-        if s.users.get() > 0 || !s.active.get() || !s.sleepable.get() {
+        if s.users.get() > 0 || !s.active.get() {
             continue;
         }
-        all &= try_sleep(w, i);
+        if s.sleepable.get() {
+            all &= try_sleep(w, i);
+        } else if s.lazy_ok {
+            let iface = &w.ifaces[i].iface;
+            if iface.progress() > 0 {
+                all = false;
+                continue;
+            }
+            iface.progress_disable(ProgressFlags::SEND | ProgressFlags::RECV);
+            s.active.set(false);
+            a.lazy.set(a.lazy.get() | (1 << i));
+        }
     }
     all
 }

@@ -367,8 +367,9 @@ impl Worker {
         &self.inner.address
     }
 
-    /// The resources `progress` polls now, as `transport/device`: those an endpoint uses, and
-    /// those that cannot sleep on an event fd (see `RUCX_ADAPTIVE_PROGRESS`).
+    /// The resources `progress` polls on every call now, as `transport/device`: those an
+    /// endpoint uses, and idle ones that can do neither of the adaptive progress's (sleep on an
+    /// event fd, be polled every few calls; see `RUCX_ADAPTIVE_PROGRESS`).
     pub fn progressed_resources(&self) -> Vec<String> {
         self.inner
             .ifaces
