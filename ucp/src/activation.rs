@@ -112,8 +112,15 @@ impl Activation {
 }
 
 /// The interface indexes of bit set `used`.
-fn indexes(used: u64) -> impl Iterator<Item = usize> {
-    (0..64).filter(move |i| used & (1 << i) != 0)
+fn indexes(mut used: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        if used == 0 {
+            return None;
+        }
+        let i = used.trailing_zeros() as usize;
+        used &= used - 1;
+        Some(i)
+    })
 }
 
 /// An endpoint's lanes use interfaces `used` (a bit per index): they are progressed from now on.
@@ -167,8 +174,10 @@ fn wake(w: &WorkerInner, i: usize) {
 pub(crate) fn run(w: &Rc<WorkerInner>) -> u32 {
     let a = &w.activation;
     let mut n = 0;
-    let woken = a.woken.swap(0, Ordering::Acquire);
-    if woken != 0 {
+    // A plain load first: the swap is a locked instruction, and this runs on every call
+    // while interfaces are polled lazily.
+    if a.woken.load(Ordering::Relaxed) != 0 {
+        let woken = a.woken.swap(0, Ordering::Acquire);
         for i in indexes(woken) {
             if !a.ifaces[i].active.get() {
                 wake(w, i);

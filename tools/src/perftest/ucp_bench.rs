@@ -13,7 +13,7 @@ use ucs::{Error, Result, Status};
 use super::measure::Perf;
 use super::params::{AsyncKind, Params, TestType};
 use super::rte::{self, Rte};
-use super::ucp_rma::{Pending, Rma, RmaOp};
+use super::ucp_rma::{Pending, Rma, RmaOp, SendPool};
 
 /// UCX's tag for the tag tests.
 const TAG: u64 = 0x1337_a880;
@@ -64,6 +64,9 @@ pub fn supported(name: &str) -> bool {
     Op::of(name).is_some()
 }
 
+/// Tag messages from this size are sent from owned, pooled buffers (no copy into the request).
+const OWNED_MIN: usize = 8192;
+
 /// The connected endpoint and the test's state.
 pub struct UcpBench {
     op: Op,
@@ -73,6 +76,8 @@ pub struct UcpBench {
     window: usize,
     loopback: bool,
     sbuf: Vec<u8>,
+    /// Buffers of owned tag sends (messages of at least [`OWNED_MIN`] bytes).
+    send_pool: SendPool,
     /// A spare receive buffer (tag and stream receives hand theirs back).
     rbuf: Option<Vec<u8>>,
     /// AM arrivals (eager, or rendezvous fetched), and payloads that failed `-V`.
@@ -137,6 +142,7 @@ impl UcpBench {
             window: p.max_outstanding.max(1) as usize,
             loopback: p.loopback,
             sbuf: (0..len).map(pattern).collect(),
+            send_pool: SendPool::default(),
             rbuf: Some(vec![0; len]),
             am_count,
             am_seen: 0,
@@ -210,6 +216,7 @@ impl UcpBench {
     /// Sends one message; `Some(request)` while it is still in flight.
     fn send(&self) -> Result<Option<Pending>> {
         let r = match self.op {
+            Op::Tag if self.len >= OWNED_MIN => return self.send_owned(),
             Op::Tag => self.ep.tag_send(TAG, &self.sbuf),
             Op::TagSync => self.ep.tag_send_sync(TAG, &self.sbuf),
             Op::Am => self.ep.am_send(AM_ID, &[], &self.sbuf, AmFlags::default()),
@@ -219,6 +226,23 @@ impl UcpBench {
         Ok(match r {
             Issued::Done(()) => None,
             Issued::Pending(q) => Some(Pending::Unit(q)),
+        })
+    }
+
+    /// A tag send that lends its buffer (as ucx_perftest sends from its own buffer, without a
+    /// copy): the buffer comes back to the pool when the send finishes.
+    fn send_owned(&self) -> Result<Option<Pending>> {
+        let buf = self
+            .send_pool
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| self.sbuf.clone());
+        Ok(match self.ep.tag_send_owned(TAG, buf)? {
+            Issued::Done(b) => {
+                self.send_pool.borrow_mut().push(b);
+                None
+            }
+            Issued::Pending(q) => Some(Pending::Owned(q, self.send_pool.clone())),
         })
     }
 

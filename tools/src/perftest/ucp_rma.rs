@@ -42,7 +42,12 @@ pub enum Pending {
     Unit(Request<()>),
     Bytes(Request<Vec<u8>>),
     Word(Request<u64>),
+    /// An owned send: its buffer goes back to the pool when it finishes.
+    Owned(Request<Vec<u8>>, SendPool),
 }
+
+/// Send buffers for owned sends, reused (each holds the message's pattern).
+pub type SendPool = std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>>;
 
 impl Pending {
     /// `Some` once finished.
@@ -51,6 +56,7 @@ impl Pending {
             Pending::Unit(r) => r.take(),
             Pending::Bytes(r) => r.take().map(|v| v.map(drop)),
             Pending::Word(r) => r.take().map(|v| v.map(drop)),
+            Pending::Owned(r, pool) => r.take().map(|v| v.map(|b| pool.borrow_mut().push(b))),
         }
     }
 }

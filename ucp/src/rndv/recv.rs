@@ -155,8 +155,10 @@ pub(crate) fn recv_data(
     })?;
     let ep = d.ep.clone();
     ep.check_usable()?;
-    buf.clear();
-    if buf.try_reserve_exact(d.total).is_err() {
+    // The fetch overwrites the buffer: what it already holds needs no zeroing, only the
+    // bytes it must grow by.
+    buf.truncate(d.total);
+    if buf.try_reserve_exact(d.total - buf.len()).is_err() {
         send_ats(&ep, d.rndv_id, Status::NoMemory);
         return Err(Error::new(
             Status::NoMemory,
@@ -394,8 +396,12 @@ impl GetOp {
             let comp = Completion::new(move |st| {
                 s.chunk_done(n, if st.is_err() { Err(st.into()) } else { Ok(()) });
             });
+            let iov = [iov];
             let r =
-                ep.uct[self.lane].get_zcopy(&[iov], self.addr + self.issued as u64, &self.rkey, Some(&comp));
+                ep.uct[self.lane].get_zcopy(&iov, self.addr + self.issued as u64, &self.rkey, Some(&comp));
+            // The buffer's last clone goes before the fetch may finish: the receive then gets
+            // the buffer back itself, not a copy.
+            drop(iov);
             match r {
                 Ok(ucs::Outcome::InProgress) => self.issued += n,
                 Ok(ucs::Outcome::Done) => {
