@@ -339,6 +339,8 @@ FLOOR_SPECS=(
     "floor_bw|bw|tcp floor: socket stream 64 KiB|stream -s 65536 -n $(iters 40000)"
     "floor_lat_reno|lat|tcp floor: socket ping-pong 8 B, reno|lat -s 8 -n $(iters 100000) --cc reno"
     "floor_bw_reno|bw|tcp floor: socket stream 64 KiB, reno|stream -s 65536 -n $(iters 40000) --cc reno"
+    "floor_memcpy_8000|bw|memory floor: memcpy 8000 B|memcpy -s 8000 -n $(iters 2000000)"
+    "floor_memcpy_1m|bw|memory floor: memcpy 1 MiB|memcpy -s 1048576 -n $(iters 20000)"
 )
 echo "running ${#CASE_LIST[@]} cases x $ROUNDS rounds (UCX and rucx alternating) ..." >&2
 for round in $(seq 1 "$ROUNDS"); do
@@ -579,6 +581,17 @@ TABLE=$(
                 echo "The same against the reno floor (rucx's tcp uses reno on loopback, UCX the system's default): rucx/floor $rr, UCX/floor $ur; p50: rucx/floor $rp; per round rucx/floor CI $frange, against 1.10: $fside."
             fi
         fi
+    fi
+    # Shared memory against its floors: a cache line's one-way trip between the CPUs (the
+    # placement probe) and a cache-hot memcpy of the message size.
+    if [ -n "${VAL[posix_am_lat_8,rucx]:-}" ] && [ -n "${LINE:-}" ]; then
+        sm_floor() { # case floor-values...
+            local c=$1; shift
+            local f; f=$(median 6 "$@")
+            echo "rucx $(ratio "$f" "$(median 6 ${VAL[$c,rucx]:-})"), UCX $(ratio "$f" "$(median 6 ${VAL[$c,ucx]:-})")"
+        }
+        echo
+        echo "Shared memory against its floors (tool/floor, medians): posix am_lat 8 B / cache line one way: $(sm_floor posix_am_lat_8 $LINE); posix am_bw 8000 B / memcpy 8000 B: $(sm_floor posix_am_bw_8000 ${VAL[floor_memcpy_8000,floor]:-}); cma put_bw 1 MiB / memcpy 1 MiB: $(sm_floor cma_put_bw_1m ${VAL[floor_memcpy_1m,floor]:-}); cma get 1 MiB / memcpy 1 MiB: $(sm_floor cma_get_bw_1m ${VAL[floor_memcpy_1m,floor]:-})."
     fi
     if [ ${#EPS_ROWS[@]} -gt 0 ]; then
         echo

@@ -5,6 +5,7 @@
 //! socket-floor lat    [-s 8]     [-n 100000] [-w 1000]   # ping-pong, reports RTT/2
 //! socket-floor stream [-s 65536] [-n 20000]  [-w 100]    # one-way stream, then a 1-byte ack
 //! socket-floor line   [-n 1000000]                       # a cache line between CPUs 0 and 1
+//! socket-floor memcpy [-s 8000]  [-n 1000000] [-w 1000]  # copy bandwidth, one buffer to another
 //! ```
 //! `--cc NAME` (lat, stream) sets the sockets' congestion control (TCP_CONGESTION), e.g. reno,
 //! what rucx's tcp uses on loopback (`RUCX_TCP_CONGESTION=auto`); without it the system's
@@ -18,7 +19,12 @@
 //! `line` tells where the two CPUs are: two threads pinned to CPUs 0 and 1 hand a cache line
 //! back and forth, and the latency columns give the one-way time in µs: a few hundredths when
 //! both CPUs share an L3 cache, several times that across dies. The floor ping-pong and tcp's
-//! direct reads depend on it.
+//! direct reads depend on it. It is also the shared-memory transports' latency floor: a message
+//! between two processes of one host costs at least that line's trip.
+//!
+//! `memcpy` is their bandwidth floor: one thread copies `-s` bytes from one buffer to another
+//! (both stay in cache between copies, as a FIFO's elements and a rendezvous buffer reused by
+//! the benchmark do), bandwidth in MB/s.
 #![forbid(unsafe_code)]
 
 use std::io::{ErrorKind, Read, Write};
@@ -36,13 +42,14 @@ struct Args {
 
 fn parse() -> Result<Args, String> {
     let mut a = std::env::args().skip(1);
-    let mode = a.next().ok_or("missing mode: lat, stream or line")?;
-    if !matches!(mode.as_str(), "lat" | "stream" | "line") {
-        return Err(format!("unknown mode {mode:?}: lat, stream or line"));
+    let mode = a.next().ok_or("missing mode: lat, stream, line or memcpy")?;
+    if !matches!(mode.as_str(), "lat" | "stream" | "line" | "memcpy") {
+        return Err(format!("unknown mode {mode:?}: lat, stream, line or memcpy"));
     }
     let (size, iters, warmup) = match mode.as_str() {
         "stream" => (65536, 20_000, 100),
         "line" => (8, 1_000_000, 10_000),
+        "memcpy" => (8000, 1_000_000, 1000),
         _ => (8, 100_000, 1000),
     };
     let mut args = Args {
@@ -196,9 +203,30 @@ fn cache_line(a: &Args) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `memcpy`: copies `size` bytes between two buffers `iters` times.
+fn copy_bw(a: &Args) -> std::io::Result<()> {
+    let src = vec![0x5au8; a.size];
+    let mut dst = vec![0u8; a.size];
+    for _ in 0..a.warmup {
+        dst.copy_from_slice(std::hint::black_box(&src));
+    }
+    let start = Instant::now();
+    for _ in 0..a.iters {
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let n = a.iters as f64;
+    print(a.iters, 0.0, secs / n * 1e6, n * a.size as f64 / secs, n / secs);
+    Ok(())
+}
+
 fn run(a: &Args) -> std::io::Result<()> {
     if a.mode == "line" {
         return cache_line(a);
+    }
+    if a.mode == "memcpy" {
+        return copy_bw(a);
     }
     let (mut c, s) = pair(a.cc.as_deref())?;
     let total = a.warmup + a.iters;
@@ -262,7 +290,7 @@ fn main() {
         Ok(a) => a,
         Err(e) => {
             eprintln!("socket-floor: {e}");
-            eprintln!("usage: socket-floor lat|stream|line [-s size] [-n iterations] [-w warm-up]");
+            eprintln!("usage: socket-floor lat|stream|line|memcpy [-s size] [-n iterations] [-w warm-up]");
             std::process::exit(2);
         }
     };
