@@ -12,6 +12,8 @@ pub mod config;
 pub mod device;
 mod ep;
 pub mod ffi;
+#[cfg(feature = "fuzz")]
+pub mod fuzz;
 mod iface;
 mod md;
 mod wire;

@@ -355,6 +355,29 @@ impl Fifo {
     pub fn raw(&self) -> (*mut u8, usize) {
         (self.map.as_ptr(), self.map.len())
     }
+
+    /// Writes `bytes` at `off` of the segment (clipped to it), as a hostile peer would.
+    #[cfg(any(test, feature = "fuzz"))]
+    pub fn scribble(&self, off: usize, bytes: &[u8]) {
+        let n = bytes.len().min(self.map.len().saturating_sub(off));
+        for (i, b) in bytes[..n].iter().enumerate() {
+            // SAFETY: `off + i` is inside the mapping (clipped above); a volatile byte store,
+            // as another process's write would land.
+            unsafe { self.map.as_ptr().add(off + i).write_volatile(*b) };
+        }
+    }
+
+    /// Elements in the FIFO.
+    #[cfg(any(test, feature = "fuzz"))]
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The mapping back (a fuzz body reopens what it scribbled as a peer's segment).
+    #[cfg(any(test, feature = "fuzz"))]
+    pub fn into_mapping(self) -> Mapping {
+        self.map
+    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,8 @@ mod cma;
 pub mod config;
 mod ep;
 mod fifo;
+#[cfg(feature = "fuzz")]
+pub mod fuzz;
 mod iface;
 mod mm;
 mod rxbuf;

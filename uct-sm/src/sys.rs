@@ -40,6 +40,33 @@ impl Drop for Mapping {
     }
 }
 
+/// An anonymous shared mapping of `len` bytes: the segment a test or fuzz body plays a peer's
+/// writes into.
+#[cfg(any(test, feature = "fuzz"))]
+pub fn anon_mapping(len: usize) -> Result<Mapping> {
+    // SAFETY: a new anonymous mapping at an address the kernel picks; no existing memory is
+    // affected, and the result is checked before use.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(os_err("mmap", Status::NoMemory));
+    }
+    let ptr = NonNull::new(p.cast()).ok_or(Status::NoMemory)?;
+    Ok(Mapping {
+        ptr,
+        len,
+        sysv: false,
+    })
+}
+
 fn os_err(what: &str, st: Status) -> Error {
     let e = std::io::Error::last_os_error();
     let msg = format!("{what}: {e}");
