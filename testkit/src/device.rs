@@ -63,9 +63,11 @@ pub fn find(ctx: &Context, tl: &str, dev: Dev) -> Option<Resource> {
             .md_resources()
             .unwrap_or_else(|e| panic!("{tl}: listing the memory domains of {}: {e}", c.name()));
         for name in names {
-            let md = c
-                .md_open_with(&name, ctx.settings())
-                .unwrap_or_else(|e| panic!("{tl}: opening memory domain {name}: {e}"));
+            // Memory domains that cannot serve are listed with their reason; they hold no
+            // resources to test.
+            let Ok(md) = c.md_open_with(&name, ctx.settings()) else {
+                continue;
+            };
             let res = md
                 .tl_resources()
                 .unwrap_or_else(|e| panic!("{tl}: the resources of memory domain {name}: {e}"));

@@ -93,22 +93,42 @@ pub fn pack(k: RemoteKey, buf: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+/// The memory-domain name of a provider that cannot serve ends with this.
+pub const UNUSABLE_SUFFIX: &str = " (not usable)";
+
 pub struct OfiComponent;
 
 impl TransportComponent for OfiComponent {
     type Md = OfiMd;
     const NAME: &'static CStr = c"ofi";
 
+    /// The usable devices, then one name per provider that cannot serve
+    /// (`"<provider> (not usable)"`): opening that one fails with the reason, so `rucx-info -d`
+    /// lists the provider and why, and contexts skip it.
     fn md_resources() -> Result<Vec<String>> {
         let filter = device::provider_filter(&Overrides::default())?;
         let devs = device::scan(&filter)?;
-        for u in device::unusable(&filter) {
-            tracing::info!("ofi: provider {} not used: {}", u.provider, u.reason);
-        }
-        Ok(devs.into_iter().map(|d| d.name).collect())
+        let mut names: Vec<String> = devs.into_iter().map(|d| d.name).collect();
+        names.extend(
+            device::unusable(&filter)
+                .into_iter()
+                .map(|u| format!("{}{UNUSABLE_SUFFIX}", u.provider)),
+        );
+        Ok(names)
     }
 
     fn md_open(name: &str, config: &Overrides) -> Result<OfiMd> {
+        if let Some(prov) = name.strip_suffix(UNUSABLE_SUFFIX) {
+            let filter = device::provider_filter(config)?;
+            let reason = device::unusable(&filter)
+                .into_iter()
+                .find(|u| u.provider == prov)
+                .map_or_else(|| "not offered".to_owned(), |u| u.reason);
+            return Err(Error::new(
+                Status::Unsupported,
+                format!("provider {prov} not used: {reason}"),
+            ));
+        }
         let Device { name, info } = device::find(name, config)?;
         let err = |what: &str, e: i32| {
             Error::new(
@@ -279,6 +299,28 @@ impl TransportMd for OfiMd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Providers that cannot serve are listed as memory domains that refuse to open, with the
+    /// reason (what `rucx-info -d` shows); the usable ones open.
+    #[test]
+    fn unusable_providers_are_listed_with_their_reason() {
+        let Ok(names) = OfiComponent::md_resources() else {
+            return; // no libfabric providers at all
+        };
+        let filter = device::provider_filter(&Overrides::default()).unwrap();
+        let unusable = device::unusable(&filter);
+        for u in &unusable {
+            let name = format!("{}{UNUSABLE_SUFFIX}", u.provider);
+            assert!(names.contains(&name), "{name} not listed in {names:?}");
+            let e = OfiComponent::md_open(&name, &Overrides::default())
+                .err()
+                .expect("refused");
+            assert_eq!(e, Status::Unsupported);
+            assert!(e.to_string().contains(&u.reason), "{e} lacks {:?}", u.reason);
+        }
+        let usable = names.iter().filter(|n| !n.ends_with(UNUSABLE_SUFFIX)).count();
+        assert_eq!(usable + unusable.len(), names.len());
+    }
 
     #[test]
     fn rkey_round_trip_and_target() {

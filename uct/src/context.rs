@@ -315,7 +315,15 @@ impl Context {
                 continue;
             }
             for md_name in c.md_resources()? {
-                let md = c.md_open_with(&md_name, &self.settings)?;
+                // A memory domain a module lists but cannot open (a device that cannot serve,
+                // listed with its reason) does not hide the others.
+                let md = match c.md_open_with(&md_name, &self.settings) {
+                    Ok(md) => md,
+                    Err(e) => {
+                        tracing::debug!("{}: memory domain {md_name} not used: {e}", c.name());
+                        continue;
+                    }
+                };
                 if let Some(r) = md
                     .tl_resources()?
                     .into_iter()
@@ -346,7 +354,13 @@ impl Context {
         let mut out = Vec::new();
         for c in &self.components {
             for md_name in c.md_resources()? {
-                let md = c.md_open_with(&md_name, &self.settings)?;
+                let md = match c.md_open_with(&md_name, &self.settings) {
+                    Ok(md) => md,
+                    Err(e) => {
+                        tracing::debug!("{}: memory domain {md_name} not used: {e}", c.name());
+                        continue;
+                    }
+                };
                 for r in md.tl_resources()? {
                     out.push((md.clone(), r));
                 }
