@@ -212,7 +212,8 @@ pub static TARGETS: &[Target] = &[
         dev: Dev::Named("tcp;ofi_rxm/lo"),
         connect: Connect::ToIface,
         workers: Workers::Separate,
-        defaults: &[],
+        // the event fd is off by default (a system call per completion): test it here
+        defaults: &[("OFI_EVENT_FD", "y")],
     },
     Target {
         name: "ofi_shm",

@@ -35,10 +35,10 @@ pub static OFI_CONFIG: ConfigTable = ConfigTable {
         ),
         ConfigField::new(
             "EVENT_FD",
-            "y",
+            "n",
             ConfigKind::Bool,
-            "Open the completion queue with an fd wait object so the interface has an event fd; n \
-             (or a provider without one) leaves waiting to busy polling.",
+            "Open the completion queue with an fd wait object so the interface has an event fd \
+             (libfabric then signals it per completion); UCP sets it for workers that sleep.",
         ),
     ],
 };
