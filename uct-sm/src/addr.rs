@@ -18,6 +18,14 @@ fn fnv(bytes: &[u8], mut h: u64) -> u64 {
 }
 
 /// This host's device address (the same for every shared-memory interface of the process).
+/// Writes this host's device address (posix, sysv and cma share it) into `buf`.
+pub fn write_device_address(buf: &mut [u8]) -> ucs::Result<()> {
+    buf.get_mut(..DEV_ADDR_LEN)
+        .ok_or(ucs::Status::BufferTooSmall)?
+        .copy_from_slice(&host_id());
+    Ok(())
+}
+
 pub fn host_id() -> [u8; DEV_ADDR_LEN] {
     static ID: OnceLock<[u8; DEV_ADDR_LEN]> = OnceLock::new();
     *ID.get_or_init(|| {

@@ -24,7 +24,7 @@ use uct_transport::traits::{
 use uct_transport::types::*;
 use uct_transport::worker_ref::WorkerRef;
 
-use crate::addr::{host_id, same_host, DEV_ADDR_LEN};
+use crate::addr::{same_host, write_device_address, DEV_ADDR_LEN};
 use crate::config::cma_max_iov;
 use crate::mm::DEVICE;
 
@@ -240,10 +240,7 @@ impl TransportIface for CmaIface {
     }
 
     fn device_address(&self, buf: &mut [u8]) -> Result<()> {
-        buf.get_mut(..DEV_ADDR_LEN)
-            .ok_or(Status::BufferTooSmall)?
-            .copy_from_slice(&host_id());
-        Ok(())
+        write_device_address(buf)
     }
 
     fn iface_address(&self, buf: &mut [u8]) -> Result<()> {

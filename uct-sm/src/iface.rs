@@ -15,7 +15,7 @@ use uct_transport::callbacks::{Comp, ErrHandler};
 use uct_transport::traits::{EpHandle, IfaceOpenParams, TransportIface};
 use uct_transport::types::*;
 
-use crate::addr::{host_id, random_u64, same_host, MmAddr, DEV_ADDR_LEN, MM_ADDR_LEN};
+use crate::addr::{random_u64, same_host, write_device_address, MmAddr, DEV_ADDR_LEN, MM_ADDR_LEN};
 use crate::config::MmSettings;
 use crate::ep::{EpInner, MmEp};
 use crate::fifo::{elem_size_for, seg_len, Fifo, Peek};
@@ -276,10 +276,7 @@ impl TransportIface for MmIface {
     }
 
     fn device_address(&self, buf: &mut [u8]) -> Result<()> {
-        buf.get_mut(..DEV_ADDR_LEN)
-            .ok_or(Status::BufferTooSmall)?
-            .copy_from_slice(&host_id());
-        Ok(())
+        write_device_address(buf)
     }
 
     fn iface_address(&self, buf: &mut [u8]) -> Result<()> {

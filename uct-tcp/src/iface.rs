@@ -140,7 +140,7 @@ impl Transport for TcpTransport {
                 2,
             ),
             staged: RefCell::new(Vec::new()),
-            rx_bufs: BufPool::new(RxParser::new(cfg.rx_seg as u32).capacity(), 4),
+            rx_bufs: BufPool::new(RxParser::without_buffer(cfg.rx_seg as u32).capacity(), 4),
             rx_spare: RefCell::new(Vec::new()),
             me: me.clone(),
             cfg,

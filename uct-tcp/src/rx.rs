@@ -16,7 +16,7 @@ use crate::iface::Shared;
 use crate::ops::{GetDst, Op, OpKind};
 use crate::rx_parser::{Frame, RxParser};
 use crate::sock;
-use crate::wire::{Msg, WireError, MIN_MAX_PAYLOAD};
+use crate::wire::{Msg, WireError};
 
 /// Largest direct receive into target memory per round.
 const DIRECT_MAX: u64 = 1 << 30;
@@ -91,10 +91,8 @@ impl Shared {
     #[cold]
     fn take_rx(&self) -> Box<Rx> {
         self.rx_spare.borrow_mut().pop().unwrap_or_else(|| {
-            let mut parser = RxParser::new(MIN_MAX_PAYLOAD);
-            parser.set_max_payload(self.rx_max_payload());
             Box::new(Rx {
-                parser,
+                parser: RxParser::without_buffer(self.rx_max_payload()),
                 sink: Sink::None,
             })
         })

@@ -74,10 +74,18 @@ impl RxParser {
     /// A parser accepting AM payloads up to `max_payload` bytes (the value this side announces
     /// in its handshake). Allocates its buffer once.
     pub fn new(max_payload: u32) -> RxParser {
+        let mut p = RxParser::without_buffer(max_payload);
+        p.buf = vec![0u8; p.cap].into_boxed_slice();
+        p
+    }
+
+    /// The same parser with its buffer still to come: lent ([`give_buffer`](Self::give_buffer))
+    /// or allocated by the first [`buf_mut`](Self::buf_mut).
+    pub fn without_buffer(max_payload: u32) -> RxParser {
         let frame = FRAME_HDR_LEN + (max_payload as usize).max(MsgType::MAX_FIXED_PAYLOAD);
         let max_item = frame.max(Handshake::MAX_LEN);
         RxParser {
-            buf: vec![0u8; 2 * max_item].into_boxed_slice(),
+            buf: Box::default(),
             cap: 2 * max_item,
             start: 0,
             end: 0,
