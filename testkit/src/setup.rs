@@ -87,12 +87,13 @@ impl Setup {
     }
 
     /// The interface parameters: the transport and device, with the configuration.
+    /// Interfaces are opened for wakeup (an event fd where the transport has one), so the
+    /// event tests see what a sleeping application gets.
     pub fn params(&self) -> IfaceParams {
-        self.config
-            .iter()
-            .fold(IfaceParams::new(self.tl(), self.dev()), |p, (k, v)| {
-                p.config(k, v)
-            })
+        self.config.iter().fold(
+            IfaceParams::new(self.tl(), self.dev()).wakeup(true),
+            |p, (k, v)| p.config(k, v),
+        )
     }
 
     /// Opens an interface on `md` and `worker` with the parameters `params` makes of

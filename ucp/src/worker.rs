@@ -255,11 +255,7 @@ impl Worker {
                 }
             });
             params.config = ctx.inner.settings.clone();
-            // libfabric signals a CQ's wait fd on every completion (a system call per message):
-            // ofi interfaces get one only where the worker may sleep on it.
-            if wakeup && r.tl_name == "ofi" && params.config.get("OFI_EVENT_FD").is_none() {
-                params.config.set("OFI_EVENT_FD", "y");
-            }
+            params.wakeup = wakeup;
             let iface = match Iface::open(&md, &uct, params) {
                 Ok(i) => i,
                 Err(e) => {

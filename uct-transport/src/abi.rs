@@ -22,7 +22,7 @@ use std::ffi::{c_char, c_void};
 use crate::types::{IfaceAttr, MdAttr, TlResource};
 
 /// Bumped on any change to a `Raw*` type or table. A plugin with another version is skipped.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// Status as it crosses the boundary (`ucs::Status::as_raw`).
 pub type RawStatus = i8;
@@ -138,7 +138,12 @@ pub struct RawIfaceParams {
     /// winning): `num_config` pairs, valid for the call.
     pub config: *const RawConfigPair,
     pub num_config: usize,
+    /// What the caller will use the interface for: `IFACE_FEATURE_*` bits.
+    pub features: u64,
 }
+
+/// [`RawIfaceParams::features`]: the caller will wait on the interface's event fd.
+pub const IFACE_FEATURE_WAKEUP: u64 = 1;
 
 /// One configuration variable set in code: name without `RUCX_` and value, UTF-8, each valid
 /// for the call it is passed to.

@@ -63,6 +63,9 @@ pub struct IfaceOpenParams {
     /// Configuration set in code for this interface; read the transport's tables through it
     /// (`TABLE.with(&params.config)`), so it wins over the `RUCX_*` environment.
     pub config: Overrides,
+    /// The caller will wait on the interface's event fd (`event_fd` / `event_arm`). A transport
+    /// whose event fd costs something per operation may set it up only then.
+    pub wakeup: bool,
 }
 
 /// A transport (`uct_tl_t`) on memory domains of type `Md`.

@@ -48,6 +48,10 @@ pub struct IfaceParams {
     /// Configuration set in code for this interface (`RUCX_*` names without the prefix); it
     /// wins over the environment and over the context's settings.
     pub config: Overrides,
+    /// The caller will wait on the interface's event fd ([`Iface::event_fd`], `event_arm`):
+    /// transports whose event notification costs per operation (ofi) set it up only then.
+    /// Without it, such a transport may report no event fd.
+    pub wakeup: bool,
 }
 
 impl IfaceParams {
@@ -60,7 +64,14 @@ impl IfaceParams {
             err_handler: None,
             progress: ProgressFlags::SEND | ProgressFlags::RECV,
             config: Overrides::new(),
+            wakeup: false,
         }
+    }
+
+    /// Asks for an interface the caller will sleep on (see [`IfaceParams::wakeup`]).
+    pub fn wakeup(mut self, on: bool) -> IfaceParams {
+        self.wakeup = on;
+        self
     }
 
     /// Sets the peer-failure handler.
@@ -343,6 +354,11 @@ impl Iface {
             err_handler_arg: &*eps as *const EpRegistry as *mut c_void,
             config: pairs.as_ptr(),
             num_config: pairs.len(),
+            features: if params.wakeup {
+                uct_transport::abi::IFACE_FEATURE_WAKEUP
+            } else {
+                0
+            },
         };
         let mut h: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid md handle of the transport's component, params and out-pointer.

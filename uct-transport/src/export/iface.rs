@@ -68,6 +68,7 @@ unsafe extern "C" fn iface_open<T: Transport>(
             rx_headroom: p.rx_headroom,
             // SAFETY: the host passes `num_config` valid pairs.
             config: unsafe { read_config_pairs(p.config, p.num_config) },
+            wakeup: p.features & crate::abi::IFACE_FEATURE_WAKEUP != 0,
         };
         match T::iface_open(md, params) {
             Ok(i) => {
