@@ -212,8 +212,7 @@ pub static TARGETS: &[Target] = &[
         dev: Dev::Named("tcp;ofi_rxm/lo"),
         connect: Connect::ToIface,
         workers: Workers::Separate,
-        // the event fd is off by default (a system call per completion): test it here
-        defaults: &[("OFI_EVENT_FD", "y")],
+        defaults: &[("OFI_PEER_TIMEOUT", "2s")],
     },
     Target {
         name: "ofi_shm",
@@ -222,7 +221,7 @@ pub static TARGETS: &[Target] = &[
         dev: Dev::Named("shm"),
         connect: Connect::ToIface,
         workers: Workers::Separate,
-        defaults: &[],
+        defaults: &[("OFI_PEER_TIMEOUT", "2s")],
     },
     Target {
         name: "ofi_verbs",
@@ -231,7 +230,7 @@ pub static TARGETS: &[Target] = &[
         dev: Dev::Prefix("verbs;ofi_rxm/"),
         connect: Connect::ToIface,
         workers: Workers::Separate,
-        defaults: &[],
+        defaults: &[("OFI_PEER_TIMEOUT", "2s")],
     },
 ];
 

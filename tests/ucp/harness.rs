@@ -21,6 +21,10 @@ pub struct Target {
     pub two_workers: bool,
     /// Needs the ib plugin and an RDMA device (skipped without one).
     pub rdma: bool,
+    /// `RUCX_NET_DEVICES` of a target on the host (RDMA targets take every device).
+    pub net_devices: &'static str,
+    /// Its transport is a plugin (skipped where the plugin or its device is missing).
+    pub plugin: bool,
     /// The AM lane has am_zcopy (posix and sysv copy every message into the peer's FIFO).
     pub am_zcopy: bool,
 }
@@ -32,6 +36,8 @@ pub static TARGETS: &[Target] = &[
         tl_name: "self",
         two_workers: false,
         rdma: false,
+        net_devices: "lo",
+        plugin: false,
         am_zcopy: true,
     },
     Target {
@@ -40,6 +46,8 @@ pub static TARGETS: &[Target] = &[
         tl_name: "tcp",
         two_workers: true,
         rdma: false,
+        net_devices: "lo",
+        plugin: false,
         am_zcopy: true,
     },
     Target {
@@ -48,6 +56,8 @@ pub static TARGETS: &[Target] = &[
         tl_name: "posix",
         two_workers: true,
         rdma: false,
+        net_devices: "lo",
+        plugin: false,
         am_zcopy: false,
     },
     Target {
@@ -56,6 +66,8 @@ pub static TARGETS: &[Target] = &[
         tl_name: "rc_verbs",
         two_workers: true,
         rdma: true,
+        net_devices: "",
+        plugin: true,
         am_zcopy: true,
     },
     Target {
@@ -64,6 +76,19 @@ pub static TARGETS: &[Target] = &[
         tl_name: "ud_verbs",
         two_workers: true,
         rdma: true,
+        net_devices: "",
+        plugin: true,
+        am_zcopy: true,
+    },
+    // libfabric's tcp;ofi_rxm (libuct_ofi.so), with UCP's selection choosing among its lanes
+    Target {
+        name: "ofi",
+        tls: "ofi",
+        tl_name: "ofi",
+        two_workers: true,
+        rdma: false,
+        net_devices: "tcp;ofi_rxm/lo",
+        plugin: true,
         am_zcopy: true,
     },
 ];
@@ -79,13 +104,14 @@ macro_rules! ucp_test {
             #[test] fn posix() { $crate::harness::run("posix", super::$t) }
             #[test] fn rc_verbs() { $crate::harness::run("rc_verbs", super::$t) }
             #[test] fn ud_verbs() { $crate::harness::run("ud_verbs", super::$t) }
+            #[test] fn ofi() { $crate::harness::run("ofi", super::$t) }
         }
     )*};
 }
 
 /// The uct context a target's UCP context is built on.
 pub fn uct_context(t: &Target) -> uct::Context {
-    if t.rdma {
+    if t.plugin {
         rucx_testkit::modules::plugin_context().build()
     } else {
         rucx::context_builder().plugins(false).build()
@@ -104,15 +130,18 @@ pub fn context_with(t: &Target, extra: &[(&str, &str)], features: Features) -> O
         .features(features)
         .config("TLS", t.tls);
     if !t.rdma {
-        b = b.config("NET_DEVICES", "lo");
+        b = b.config("NET_DEVICES", t.net_devices);
     }
     for (k, v) in extra {
         b = b.config(k, v);
     }
     match b.build() {
         Ok(c) => Some(c),
-        Err(e) if t.rdma && e == ucs::Status::NoDevice => {
-            println!("SKIP [{}] no RDMA device: {e}", t.name);
+        Err(e) if t.plugin && e == ucs::Status::NoDevice => {
+            println!(
+                "SKIP [{}] no device (RDMA, or the transport's plugin): {e}",
+                t.name
+            );
             None
         }
         Err(e) => panic!("[{}] ucp context: {e}", t.name),

@@ -273,16 +273,14 @@ fn forged_rendezvous(s: &Setup) {
     let Some(p) = s.pair() else { return };
     let victim = WorkerAddress::unpack(p.b.address()).unwrap();
     let sender = WorkerAddress::unpack(p.a.address()).unwrap();
-    let entry = victim
-        .entries
-        .iter()
-        .find(|e| e.tl.tl_name == s.t.tl_name)
-        .unwrap();
-    let resource = sender
-        .entries
-        .iter()
-        .position(|e| e.tl.tl_name == s.t.tl_name)
-        .unwrap() as u8;
+    // the device the endpoint's lanes use (a transport may have several: ofi's shm and tcp)
+    p.wait_for("wired", || p.ep.is_connected());
+    let lanes = p.ep.describe_lanes();
+    let on_lane = |e: &&AddressEntry| {
+        e.tl.tl_name == s.t.tl_name && lanes.contains(&format!("{}/{} ", e.tl.tl_name, e.tl.dev_name))
+    };
+    let entry = victim.entries.iter().find(on_lane).unwrap();
+    let resource = sender.entries.iter().position(|e| on_lane(&e)).unwrap() as u8;
     let a = attacker(s, &p, entry).expect("self and tcp connect to interfaces");
     let region = uct::Mem::register(&a.md, vec![7u8; 4096], uct::MemAccess::ALL).unwrap();
     let rkey = region.pack_rkey().unwrap();

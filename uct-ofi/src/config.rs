@@ -34,11 +34,18 @@ pub static OFI_CONFIG: ConfigTable = ConfigTable {
             "Receive buffers posted per interface.",
         ),
         ConfigField::new(
+            "PEER_TIMEOUT",
+            "10s",
+            ConfigKind::Time,
+            "How long an endpoint's sends may find the provider full (-FI_EAGAIN) before its peer \
+             counts as gone (error handler, EndpointTimeout); inf: never.",
+        ),
+        ConfigField::new(
             "EVENT_FD",
             "n",
             ConfigKind::Bool,
-            "Open the completion queue with an fd wait object so the interface has an event fd \
-             (libfabric then signals it per completion); UCP sets it for workers that sleep.",
+            "Give every interface an event fd (a CQ fd wait object, which libfabric signals per \
+             completion); without it, only interfaces opened for wakeup (UCP Features::WAKEUP) have one.",
         ),
     ],
 };

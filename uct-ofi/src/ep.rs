@@ -34,6 +34,10 @@ pub(crate) struct EpState {
     pub(crate) queued: Cell<bool>,
     /// The provider said `-FI_EAGAIN` since the last send that went out.
     blocked: Cell<bool>,
+    /// When the provider first said `-FI_EAGAIN` with nothing going out since.
+    pub(crate) stalled_since: Cell<Option<std::time::Instant>>,
+    /// In the interface's `stalled` list.
+    pub(crate) watched: Cell<bool>,
     failed: Cell<Option<Status>>,
     destroyed: Cell<bool>,
     flush_waiters: RefCell<Vec<Comp>>,
@@ -42,6 +46,10 @@ pub(crate) struct EpState {
 impl EpState {
     pub(crate) fn has_pending(&self) -> bool {
         !self.pending.borrow().is_empty()
+    }
+
+    pub(crate) fn is_failed(&self) -> bool {
+        self.failed.get().is_some() || self.destroyed.get()
     }
 
     /// An operation of this endpoint failed: the peer is unusable. Reported once, to the
@@ -65,16 +73,23 @@ impl EpState {
         }
     }
 
-    /// Dispatches this endpoint's pending requests until one stops.
+    /// Dispatches this endpoint's pending requests until one stops or a send finds the
+    /// provider full. At most as many calls as requests were queued: a callback that queues
+    /// itself again (its send got `-FI_EAGAIN`) waits for the next progress, because the
+    /// provider only frees resources (and RxM only finishes connecting) in `fi_cq_read`.
     pub(crate) fn dispatch(self: &Rc<Self>, s: &Shared) {
         s.dispatching.set(Rc::as_ptr(self) as usize);
         self.blocked.set(false);
-        loop {
+        let mut budget = self.pending.borrow().len();
+        while budget > 0 && !self.blocked.get() && self.failed.get().is_none() {
+            budget -= 1;
             let Some(req) = self.pending.borrow_mut().pop_front() else {
                 break;
             };
             match req.dispatch() {
-                PendingResult::Done | PendingResult::InProgress => {}
+                PendingResult::Done => {}
+                // keep it first and go on
+                PendingResult::InProgress => self.pending.borrow_mut().push_front(req),
                 PendingResult::Stop => {
                     self.pending.borrow_mut().push_front(req);
                     break;
@@ -101,7 +116,7 @@ impl OfiEp {
                 ),
             ));
         }
-        let dest = s.av.insert(iface).map_err(|e| {
+        let dest = s.peer_addr(iface).map_err(|e| {
             Error::new(
                 Status::Unreachable,
                 format!(
@@ -120,6 +135,8 @@ impl OfiEp {
                 pending: RefCell::new(VecDeque::new()),
                 queued: Cell::new(false),
                 blocked: Cell::new(false),
+                stalled_since: Cell::new(None),
+                watched: Cell::new(false),
                 failed: Cell::new(None),
                 destroyed: Cell::new(false),
                 flush_waiters: RefCell::new(Vec::new()),
@@ -145,10 +162,19 @@ impl OfiEp {
     fn posted(&self, r: isize, what: &str) -> Result<()> {
         if r == 0 {
             self.st.blocked.set(false);
+            self.st.stalled_since.set(None);
             return Ok(());
         }
         if -r as i32 == ffi::errno::EAGAIN {
             self.st.blocked.set(true);
+            if self.st.stalled_since.get().is_none() {
+                // RxM says -FI_EAGAIN while it (re)connects, for ever if the peer is gone:
+                // progress fails the endpoint after RUCX_OFI_PEER_TIMEOUT
+                self.st.stalled_since.set(Some(std::time::Instant::now()));
+                if !self.st.watched.replace(true) {
+                    self.s.stalled.borrow_mut().push(self.st.clone());
+                }
+            }
             return Err(Status::NoResource.into());
         }
         Err(post_failed(&self.s.md.name, what, r))
@@ -212,6 +238,7 @@ impl OfiEp {
         if iov.len() > self.s.rma_iov || total_len(iov) > self.s.max_rma {
             return Err(too_big(what, total_len(iov), self.s.max_rma));
         }
+        let target = rk.target(raddr, total_len(iov))?;
         let mut descs = Vec::with_capacity(iov.len());
         self.descs(iov, &mut descs)?;
         let vecs: Vec<ffi::iovec> = iov
@@ -226,15 +253,7 @@ impl OfiEp {
             // SAFETY: the host keeps zcopy buffers valid until `comp` completes (the uct zcopy
             // contract); the context is the slot's, reserved until the completion.
             |i| unsafe {
-                s.ep.rma(
-                    write,
-                    &vecs,
-                    &mut descs,
-                    self.st.dest,
-                    rk.target(raddr),
-                    rk.key,
-                    s.ctx(i),
-                )
+                s.ep.rma(write, &vecs, &mut descs, self.st.dest, target, rk.key, s.ctx(i))
             },
         )?;
         Ok(Outcome::InProgress)
@@ -272,6 +291,7 @@ impl OfiEp {
         }
         let rk = remote_key(rkey)?;
         let wide = size == AtomicSize::U64;
+        let target = rk.target(raddr, if wide { 8 } else { 4 })?;
         let dt = if wide { atomic::U64 } else { atomic::U32 };
         let s = &self.s;
         self.with_slot(
@@ -299,7 +319,7 @@ impl OfiEp {
                         base.wrapping_add(16),
                         s.tx_desc(),
                         self.st.dest,
-                        rk.target(raddr),
+                        target,
                         rk.key,
                         dt,
                         fi_op(op),

@@ -26,11 +26,13 @@ pub fn ofi_wire(data: &[u8]) {
         Err(Bad::Id(id)) => assert!(id >= AM_ID_MAX),
     }
     if let Ok(k) = unpack(data) {
-        let mut b = [0u8; 24];
+        let mut b = [0u8; crate::md::RKEY_PACKED_LEN];
         pack(k, &mut b).expect("room for an rkey");
         let again = unpack(&b).expect("a packed rkey unpacks");
-        assert_eq!((again.virt, again.key, again.base), (k.virt, k.key, k.base));
-        assert_eq!(b[8..24], data[8..24]);
+        assert_eq!(again, k);
+        assert_eq!(b[8..], data[8..crate::md::RKEY_PACKED_LEN]);
+        // the range check never panics, whatever the peer packed
+        let _ = k.target(k.base.wrapping_add(data.len() as u64), data.len());
     }
 }
 
@@ -43,12 +45,13 @@ mod tests {
     fn fuzz_body_ofi_wire_seeded() {
         let mut am = crate::wire::header(5).to_vec();
         am.extend_from_slice(b"payload");
-        let mut rkey = [0u8; 24];
+        let mut rkey = [0u8; crate::md::RKEY_PACKED_LEN];
         pack(
             crate::md::RemoteKey {
                 virt: true,
                 key: 0x1234,
                 base: 0x7f00_0000_0000,
+                len: 4096,
             },
             &mut rkey,
         )

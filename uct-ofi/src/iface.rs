@@ -95,6 +95,9 @@ pub(crate) struct Shared {
     pub(crate) ep: Endpoint,
     pub(crate) cq: Rc<Cq>,
     pub(crate) av: Rc<Av>,
+    /// Each peer's AV entry, by its address: endpoints to one peer share it (providers bound
+    /// their AV: shm takes a few hundred entries).
+    peers: RefCell<std::collections::HashMap<Box<[u8]>, u64>>,
     tx_mr: Option<Mr>,
     rx_mr: Option<Mr>,
     pub(crate) md: Rc<MdInner>,
@@ -126,6 +129,11 @@ pub(crate) struct Shared {
     pub(crate) short_buf: RefCell<Vec<u8>>,
     wait_fd: Option<RawFd>,
     warned_cq: Cell<bool>,
+    /// Endpoints whose sends found the provider full; failed after `peer_timeout`.
+    pub(crate) stalled: RefCell<Vec<Rc<EpState>>>,
+    peer_timeout: std::time::Duration,
+    /// Progress calls, to look at `stalled` every few of them.
+    ticks: Cell<u32>,
 }
 
 pub struct OfiIface {
@@ -194,7 +202,10 @@ impl OfiIface {
         let rx_len = (cfg.get_uint("RX_QUEUE_LEN")? as usize)
             .clamp(1, rx_size.max(1))
             .min(1 << 20);
-        let want_fd = cfg.get_bool("EVENT_FD")?;
+        let want_fd = params.wakeup || cfg.get_bool("EVENT_FD")?;
+        let peer_timeout = cfg
+            .get_time("PEER_TIMEOUT")?
+            .duration_or(std::time::Duration::from_secs(10));
 
         let cq_size = (tx_len + rx_len).next_power_of_two();
         let cq = match want_fd.then(|| Cq::open(&md.domain, cq_size, true)) {
@@ -259,6 +270,7 @@ impl OfiIface {
             ep,
             cq,
             av,
+            peers: RefCell::new(std::collections::HashMap::new()),
             tx_mr,
             rx_mr,
             md: md.clone(),
@@ -287,6 +299,9 @@ impl OfiIface {
             short_buf: RefCell::new(vec![0u8; max_short + wire::HDR_LEN]),
             wait_fd,
             warned_cq: Cell::new(false),
+            stalled: RefCell::new(Vec::new()),
+            peer_timeout,
+            ticks: Cell::new(0),
         });
         for j in 0..rx_len {
             s.post_recv(j).map_err(|e| ioerr(&dev, "fi_recv", e))?;
@@ -360,6 +375,16 @@ impl Shared {
 
     pub(crate) fn has_free(&self) -> bool {
         !self.free.borrow().is_empty()
+    }
+
+    /// The AV entry of the peer at `addr`, inserted at its first endpoint.
+    pub(crate) fn peer_addr(&self, addr: &[u8]) -> std::result::Result<u64, i32> {
+        if let Some(&a) = self.peers.borrow().get(addr) {
+            return Ok(a);
+        }
+        let a = self.av.insert(addr)?;
+        self.peers.borrow_mut().insert(addr.into(), a);
+        Ok(a)
     }
 
     /// Whether `dev`/`iface` is an address of a peer this interface can reach.
@@ -579,7 +604,43 @@ impl Shared {
         if !self.arbiter.borrow().is_empty() {
             self.dispatch_pending();
         }
+        if !self.stalled.borrow().is_empty() {
+            let t = self.ticks.get().wrapping_add(1);
+            self.ticks.set(t);
+            if t & 63 == 0 {
+                self.fail_stalled();
+            }
+        }
         done
+    }
+
+    /// Fails the endpoints whose sends found the provider full for longer than the peer
+    /// timeout (a peer that is gone: RxM retries its connection for ever); forgets those that
+    /// sent since.
+    fn fail_stalled(&self) {
+        let now = std::time::Instant::now();
+        let mut gone = Vec::new();
+        self.stalled.borrow_mut().retain(|ep| {
+            let keep = match ep.stalled_since.get() {
+                Some(_) if ep.is_failed() => false,
+                Some(t) if now.saturating_duration_since(t) > self.peer_timeout => {
+                    gone.push(ep.clone());
+                    false
+                }
+                Some(_) => true,
+                None => false,
+            };
+            ep.watched.set(keep);
+            keep
+        });
+        for ep in gone {
+            tracing::warn!(
+                "ofi {}: sends found the provider full for {:?}: peer counted as gone (RUCX_OFI_PEER_TIMEOUT)",
+                self.md.name,
+                self.peer_timeout
+            );
+            ep.fail(self, Status::EndpointTimeout);
+        }
     }
 }
 
@@ -614,6 +675,12 @@ impl TransportIface for OfiIface {
             | IfaceFlags::CB_SYNC
             | IfaceFlags::ERRHANDLE_AM_ID
             | IfaceFlags::ERRHANDLE_BCOPY_LEN;
+        // RxM stacks report a broken connection on the CQ, or refuse sends (-FI_EAGAIN) while
+        // reconnecting to a peer that is gone (RUCX_OFI_PEER_TIMEOUT). libfabric 1.17's shm
+        // crashes sending to a closed endpoint of the same process, and efa is not verified.
+        if s.md.info.get().prov_name().contains("ofi_rxm") {
+            flags |= IfaceFlags::ERRHANDLE_PEER_FAILURE;
+        }
         if s.max_short > 0 {
             flags |= IfaceFlags::AM_SHORT;
         }
@@ -710,7 +777,7 @@ impl TransportIface for OfiIface {
             Error::new(
                 Status::Unsupported,
                 format!(
-                    "ofi {}: the provider's completion queue has no fd wait object (or RUCX_OFI_EVENT_FD=n): poll with progress",
+                    "ofi {}: the provider's completion queue has no fd wait object (open the interface for wakeup, or RUCX_OFI_EVENT_FD=y): poll with progress",
                     self.s.md.name
                 ),
             )

@@ -6,8 +6,10 @@
 //! calls only under `FI_MR_LOCAL`; RMA addresses are virtual under `FI_MR_VIRT_ADDR`, else
 //! offsets into the region, which is why the packed rkey carries the region's base address.
 //!
-//! Memory handles are `slot + 1` in the domain's registration table. Packed rkey, 24 bytes,
-//! little-endian: `[u8 version = 1][u8 virt_addr][u16 0][u32 0][u64 key][u64 base]`.
+//! Memory handles are `slot + 1` in the domain's registration table. Packed rkey, 32 bytes,
+//! little-endian: `[u8 version = 2][u8 virt_addr][u16 0][u32 0][u64 key][u64 base][u64 len]`.
+//! The initiator refuses RMA and atomics outside `[base, base + len)`: not every provider
+//! checks at the target (`shm` reads and writes through CMA without asking it).
 //! Unpacked rkeys live in a process-wide table (an rkey may be used on any interface); the u64
 //! the host passes to RMA calls is its index there.
 
@@ -26,26 +28,35 @@ use crate::device::{self, Device};
 use crate::ffi::{self, bits, Domain, Fabric, Info, Mr};
 
 /// Length of a packed rkey.
-pub const RKEY_PACKED_LEN: usize = 24;
-const RKEY_VERSION: u8 = 1;
+pub const RKEY_PACKED_LEN: usize = 32;
+const RKEY_VERSION: u8 = 2;
 
 /// An unpacked remote key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemoteKey {
     pub key: u64,
     pub base: u64,
+    /// Bytes registered from `base`.
+    pub len: u64,
     pub virt: bool,
 }
 
 impl RemoteKey {
-    /// The address libfabric's RMA calls take for remote address `raddr`.
+    /// The address libfabric's RMA calls take for `len` bytes at remote address `raddr`, or
+    /// `InvalidParam` where they are not all inside the region.
     #[inline]
-    pub fn target(&self, raddr: u64) -> u64 {
-        if self.virt {
-            raddr
-        } else {
-            raddr.wrapping_sub(self.base)
+    pub fn target(&self, raddr: u64, len: usize) -> Result<u64> {
+        let off = raddr.wrapping_sub(self.base);
+        if raddr < self.base || off > self.len || len as u64 > self.len - off {
+            return Err(Error::new(
+                Status::InvalidParam,
+                format!(
+                    "ofi: {len} bytes at {raddr:#x} are outside the remote region {:#x}+{} of this rkey",
+                    self.base, self.len
+                ),
+            ));
         }
+        Ok(if self.virt { raddr } else { off })
     }
 }
 
@@ -79,6 +90,7 @@ pub fn unpack(packed: &[u8]) -> Result<RemoteKey> {
         virt: packed[1] != 0,
         key: u(8),
         base: u(16),
+        len: u(24),
     })
 }
 
@@ -90,6 +102,7 @@ pub fn pack(k: RemoteKey, buf: &mut [u8]) -> Result<()> {
     out[1] = k.virt as u8;
     out[8..16].copy_from_slice(&k.key.to_le_bytes());
     out[16..24].copy_from_slice(&k.base.to_le_bytes());
+    out[24..32].copy_from_slice(&k.len.to_le_bytes());
     Ok(())
 }
 
@@ -171,6 +184,7 @@ impl TransportComponent for OfiComponent {
 struct Reg {
     mr: Mr,
     base: u64,
+    len: u64,
 }
 
 /// What a memory domain shares with the interfaces opened on it.
@@ -260,6 +274,7 @@ impl TransportMd for OfiMd {
         let slot = self.inner.regs.borrow_mut().insert(Reg {
             mr,
             base: addr as u64,
+            len: len as u64,
         });
         Ok(slot + 1)
     }
@@ -289,6 +304,7 @@ impl TransportMd for OfiMd {
             RemoteKey {
                 key: r.mr.key(),
                 base: r.base,
+                len: r.len,
                 virt: self.inner.mr_mode & bits::MR_VIRT_ADDR != 0,
             },
             buf,
@@ -327,13 +343,24 @@ mod tests {
         let k = RemoteKey {
             key: 0x1234,
             base: 0x7000,
+            len: 0x100,
             virt: false,
         };
         let mut b = [0u8; RKEY_PACKED_LEN];
         pack(k, &mut b).unwrap();
         assert_eq!(unpack(&b).unwrap(), k);
-        assert_eq!(k.target(0x7010), 0x10);
-        assert_eq!(RemoteKey { virt: true, ..k }.target(0x7010), 0x7010);
+        assert_eq!(k.target(0x7010, 8).unwrap(), 0x10);
+        assert_eq!(RemoteKey { virt: true, ..k }.target(0x7010, 8).unwrap(), 0x7010);
+        assert_eq!(k.target(0x7000, 0x100).unwrap(), 0);
+        for (addr, len) in [
+            (0x6fff, 1),
+            (0x70f9, 8),
+            (0x7100, 1),
+            (0x7000, 0x101),
+            (u64::MAX, 2),
+        ] {
+            assert!(k.target(addr, len).is_err(), "{addr:#x}+{len}");
+        }
         assert!(unpack(&b[..8]).is_err());
         b[0] = 9;
         assert!(unpack(&b).is_err());
