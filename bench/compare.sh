@@ -31,7 +31,9 @@
 #
 # ofi: the libfabric transport (libuct_ofi.so) between two processes on loopback: tcp;ofi_rxm and
 # shm am_lat next to libfabric's own fi_pingpong (its usec/xfer, half a round trip, fills the UCX
-# column), and tcp;ofi_rxm am_bw 64 KiB next to UCX's tcp am_bw zcopy.
+# column), and tcp;ofi_rxm am_bw 64 KiB next to UCX's tcp am_bw zcopy. With verbs, in the VM:
+# verbs;ofi_rxm am_lat next to rucx's own rc_verbs am_lat (the target's reference: the UCX column
+# holds rucx there) and next to fi_pingpong over verbs;ofi_rxm.
 #
 # Usage: bench/compare.sh [--rounds N] [--quick] [--cases self,tcp,sm,ucp,intra,floor,verbs,eps,ofi]
 #                         [--pin] [--nice | --rt] [--write] [--timeout S]
@@ -115,7 +117,7 @@ if [ "$BUILD" = 1 ]; then
     echo "building rucx-perftest, socket-floor and ep-cost (release) ..." >&2
     (cd "$ROOT" && timeout 1800 cargo build --release -q -p rucx-tools --bin rucx-perftest -p rucx-bench) ||
         { echo "compare.sh: build failed" >&2; exit 1; }
-    if want ofi && [ "$IN_VM" != 1 ]; then
+    if want ofi && [ "$IN_VM" != 1 ] || { want ofi && [ "$VM_VERBS" = 1 ]; }; then
         echo "building uct-ofi (release: libuct_ofi.so, the libfabric plugin) ..." >&2
         (cd "$ROOT" && timeout 1800 cargo build --release -q -p uct-ofi-plugin) ||
             { note "ofi cases skipped: cargo build -p uct-ofi-plugin failed (needs libfabric-dev)"; CASES=${CASES//ofi/}; }
@@ -175,12 +177,15 @@ run_fipp() { # fi_pingpong args...
     timeout -k 5 "$TO" $(cpu 0) fi_pingpong -B "$PORT" "$@" >/dev/null 2>>"$LOG" &
     spid=$!
     sleep 0.3
-    out=$(timeout -k 5 "$TO" $(cpu 1) fi_pingpong -P "$PORT" "$@" 127.0.0.1 2>>"$LOG" |
+    out=$(timeout -k 5 "$TO" $(cpu 1) fi_pingpong -P "$PORT" "$@" "$FIPP_ADDR" 2>>"$LOG" |
         awk '$1 ~ /^[0-9]+$/ && NF >= 8 && $7 + 0 > 0 {
             printf "%s,%s,%s,%s,%s,%s,%.3f,%.3f\n", $2, $7, $7, $7, $6, $6, 1e6 / $7, 1e6 / $7 }' | tail -1)
     wait "$spid" 2>/dev/null
     echo "${out:-FAIL}"
 }
+
+# The address fi_pingpong's client connects to (verbs: the rxe device's IP).
+FIPP_ADDR=127.0.0.1
 
 median() { # precision values... (FAIL ignored)
     local prec=$1; shift
@@ -287,6 +292,18 @@ if want verbs && { [ "$IN_VM" = 1 ] || [ -n "${RUCX_BENCH_VERBS_DEV:-}" ]; }; th
         "ud_verbs_am_lat|p2p|ud_verbs am_lat 8 B short|lat|-t am_lat -x ud_verbs -d $VERBS_DEV -s 8 -n $(iters 20000)|same"
         "ud_verbs_am_bw|p2p|ud_verbs am_bw 1000 B bcopy|bw|-t am_bw -x ud_verbs -d $VERBS_DEV -s 1000 -D bcopy -n $(iters 20000)|same"
     )
+    if want ofi; then
+        # rxe's IP (testbed/rxe-vm.sh); RxM sizes its verbs CQ by FI_UNIVERSE_SIZE, whose default
+        # exceeds rxe's limits (docs/ofi.md)
+        FIPP_ADDR=${RUCX_BENCH_VERBS_IP:-192.0.2.1}
+        export FI_UNIVERSE_SIZE=${FI_UNIVERSE_SIZE:-16}
+        CASE_LIST+=(
+            "ofi_verbs_am_lat|rr|ofi verbs;ofi_rxm am_lat 8 B (UCX col: rucx rc_verbs am_lat)|lat|-t am_lat -x rc_verbs -d $VERBS_DEV -s 8 -n $(iters 60000)|-t am_lat -x ofi -d verbs;ofi_rxm/${VERBS_DEV%%:*} -s 8 -D short -n $(iters 60000)"
+        )
+        command -v fi_pingpong >/dev/null 2>&1 && CASE_LIST+=(
+            "ofi_verbs_fipp|fipp|ofi verbs;ofi_rxm am_lat 8 B (UCX col: fi_pingpong verbs;ofi_rxm rdm 64 B)|lat|-p verbs;ofi_rxm -e rdm -S 64 -I $(iters 60000)|-t am_lat -x ofi -d verbs;ofi_rxm/${VERBS_DEV%%:*} -s 8 -D short -n $(iters 60000)"
+        )
+    fi
     if want ucp; then
         CASE_LIST+=(
             "rc_ucp_tag_lat|ucprc|rc_verbs ucp tag_lat 8 B|lat|-t tag_lat -s 8 -n $(iters 20000)|same"
@@ -326,10 +343,13 @@ run_case() { # tool id mode args   (called in a subshell: the exports stay here)
     case "$mode" in
         # rucx finds libuct_ofi.so in the release folder; 64 KiB AMs need 64 KiB buffers, and
         # RxM sends them eagerly only below its buffer size (above: rendezvous, see docs/ofi.md).
-        fipp | ofi) export RUCX_MODULE_DIR=${RUCX_MODULE_DIR:-$TARGET/release} RUCX_OFI_SEG_SIZE=72k \
-            FI_OFI_RXM_BUFFER_SIZE=${FI_OFI_RXM_BUFFER_SIZE:-73728} ;;
+        # The VM's cases are 8 B latencies, with the providers' defaults.
+        fipp | ofi | rr) export RUCX_MODULE_DIR=${RUCX_MODULE_DIR:-$TARGET/release}
+            [ "$IN_VM" = 1 ] || export RUCX_OFI_SEG_SIZE=72k FI_OFI_RXM_BUFFER_SIZE=${FI_OFI_RXM_BUFFER_SIZE:-73728} ;;
     esac
     if [ "$mode" = fipp ] && [ "$tool" = "$UCX" ]; then row=$(run_fipp "$@"); mode=done; fi
+    # rr: the reference column is rucx itself (another transport), not UCX
+    if [ "$mode" = rr ]; then tool=$RUCX; mode=p2p; fi
     if [ "$mode" = loop ]; then row=$(run_loopback "$tool" "$@"); elif [ "$mode" != done ]; then row=$(run_p2p "$tool" "$@"); fi
     echo "$row"
 }
@@ -504,7 +524,7 @@ fi
 # verbs through the VM: one boot, this script inside, its rows taken over.
 VERBS_ROWS=()
 if [ "$VM_VERBS" = 1 ]; then
-    vm_cases=verbs; want ucp && vm_cases+=,ucp; want eps && vm_cases+=,eps
+    vm_cases=verbs; want ucp && vm_cases+=,ucp; want eps && vm_cases+=,eps; want ofi && vm_cases+=,ofi
     vm_args=(--cases "$vm_cases" --rounds "$ROUNDS" --no-build --timeout "$TO")
     [ "$QUICK" = 1 ] && vm_args+=(--quick)
     # the measured processes in the guest get the same priority and placement as here
@@ -515,7 +535,7 @@ if [ "$VM_VERBS" = 1 ]; then
         env CARGO_TARGET_DIR="$TARGET" bench/compare.sh "${vm_args[@]}" 2>>"$LOG")
     vm_rc=$?
     echo "$VM_OUT" >>"$LOG"
-    while IFS= read -r l; do VERBS_ROWS+=("$l"); done < <(echo "$VM_OUT" | grep -E '^\| (rc|ud)_verbs [a-z]')
+    while IFS= read -r l; do VERBS_ROWS+=("$l"); done < <(echo "$VM_OUT" | grep -E '^\| ((rc|ud)_verbs|ofi verbs)[ ;]')
     while IFS= read -r l; do EPS_ROWS+=("$l"); done < <(echo "$VM_OUT" | grep -E '^\| ((rc|ud)_verbs|ucp/rc) \| ')
     while IFS= read -r l; do note "VM: ${l#- }"; done < <(echo "$VM_OUT" | grep -E '^- ')
     [ ${#VERBS_ROWS[@]} -gt 0 ] || note "verbs cases failed in the VM (exit $vm_rc; see $LOG)"
