@@ -1,5 +1,7 @@
-//! The ofi endpoint: a peer's address in the interface's AV, the operations that go to it, its
-//! pending queue and flush waiters.
+//! The ofi endpoint: the libfabric endpoint and address its operations go to (the interface's
+//! RDM endpoint and the peer's address in its AV; or its own connected endpoint and
+//! `FI_ADDR_UNSPEC`), its pending queue and flush waiters. A connected one refuses operations
+//! with `NoResource` until the connection is up.
 //!
 //! Data paths: am_short is one `fi_inject` (no completion; the provider copies the data);
 //! am_bcopy packs into the slot's send buffer and `fi_send`s it; am_zcopy sends the header from
@@ -19,14 +21,18 @@ use uct_transport::iov::{gather, total_len, Iov};
 use uct_transport::traits::{AtomicSize, EpHandle, TransportEp};
 use uct_transport::types::{AtomicOp, EpAttr, FlushFlags, AM_ID_MAX};
 
-use crate::ffi::{self, atomic, iovec_of};
+use crate::ffi::{self, atomic, iovec_of, Endpoint};
 use crate::iface::{fi_op, Op, Shared};
 use crate::md::remote_key;
 use crate::wire;
 
 /// What operations in flight and the interface keep of an endpoint.
 pub(crate) struct EpState {
+    /// Where operations go: the endpoint and the destination address it takes.
+    pub(crate) tx: Rc<Endpoint>,
     pub(crate) dest: u64,
+    /// A connected endpoint whose connection is not up yet.
+    pub(crate) connecting: Cell<bool>,
     handle: Cell<EpHandle>,
     pub(crate) outstanding: Cell<usize>,
     pending: RefCell<VecDeque<PendingReq>>,
@@ -40,6 +46,22 @@ pub(crate) struct EpState {
 }
 
 impl EpState {
+    pub(crate) fn new(tx: Rc<Endpoint>, dest: u64, connecting: bool) -> EpState {
+        EpState {
+            tx,
+            dest,
+            connecting: Cell::new(connecting),
+            handle: Cell::new(EpHandle(0)),
+            outstanding: Cell::new(0),
+            pending: RefCell::new(VecDeque::new()),
+            queued: Cell::new(false),
+            blocked: Cell::new(false),
+            failed: Cell::new(None),
+            destroyed: Cell::new(false),
+            flush_waiters: RefCell::new(Vec::new()),
+        }
+    }
+
     pub(crate) fn has_pending(&self) -> bool {
         !self.pending.borrow().is_empty()
     }
@@ -101,7 +123,11 @@ impl OfiEp {
                 ),
             ));
         }
-        let dest = s.av.insert(iface).map_err(|e| {
+        if s.msg.is_some() {
+            return crate::msg::connect(s, iface).map(|st| OfiEp { s: s.clone(), st });
+        }
+        let av = s.av.as_ref().expect("an RDM interface has an AV");
+        let dest = av.insert(iface).map_err(|e| {
             Error::new(
                 Status::Unreachable,
                 format!(
@@ -113,17 +139,7 @@ impl OfiEp {
         })?;
         Ok(OfiEp {
             s: s.clone(),
-            st: Rc::new(EpState {
-                dest,
-                handle: Cell::new(EpHandle(0)),
-                outstanding: Cell::new(0),
-                pending: RefCell::new(VecDeque::new()),
-                queued: Cell::new(false),
-                blocked: Cell::new(false),
-                failed: Cell::new(None),
-                destroyed: Cell::new(false),
-                flush_waiters: RefCell::new(Vec::new()),
-            }),
+            st: Rc::new(EpState::new(s.rx.clone(), dest, false)),
         })
     }
 
@@ -134,7 +150,9 @@ impl OfiEp {
         if let Some(st) = self.st.failed.get() {
             return Err(failed(st));
         }
-        if self.st.has_pending() && self.s.dispatching.get() != Rc::as_ptr(&self.st) as usize {
+        if self.st.connecting.get()
+            || (self.st.has_pending() && self.s.dispatching.get() != Rc::as_ptr(&self.st) as usize)
+        {
             return Err(Status::NoResource.into());
         }
         Ok(())
@@ -226,7 +244,7 @@ impl OfiEp {
             // SAFETY: the host keeps zcopy buffers valid until `comp` completes (the uct zcopy
             // contract); the context is the slot's, reserved until the completion.
             |i| unsafe {
-                s.ep.rma(
+                self.st.tx.rma(
                     write,
                     &vecs,
                     &mut descs,
@@ -293,7 +311,7 @@ impl OfiEp {
                 // SAFETY: operand, compare and result live in slot i's buffer (registered when
                 // the provider needs it), reserved with the context until the completion.
                 unsafe {
-                    s.ep.fetch_atomic(
+                    self.st.tx.fetch_atomic(
                         base,
                         compare.map(|_| base.wrapping_add(8) as *const u8),
                         base.wrapping_add(16),
@@ -360,6 +378,9 @@ impl Drop for OfiEp {
         self.st.destroyed.set(true);
         self.st.pending.borrow_mut().clear();
         self.s.arbiter.borrow_mut().retain(|e| !Rc::ptr_eq(e, &self.st));
+        if let Some(m) = &self.s.msg {
+            m.forget(&self.st);
+        }
     }
 }
 
@@ -371,7 +392,7 @@ impl TransportEp for OfiEp {
     fn query(&self) -> EpAttr {
         EpAttr {
             peer_am_max: 0,
-            connected: true,
+            connected: !self.st.connecting.get(),
         }
     }
 
@@ -387,7 +408,7 @@ impl TransportEp for OfiEp {
         b[..wire::HDR_LEN].copy_from_slice(&wire::header(id));
         b[wire::HDR_LEN..wire::HDR_LEN + 8].copy_from_slice(&header.to_le_bytes());
         b[wire::HDR_LEN + 8..].copy_from_slice(payload);
-        let r = self.s.ep.inject(b, self.st.dest);
+        let r = self.st.tx.inject(b, self.st.dest);
         drop(buf);
         self.posted(r, "fi_inject")
     }
@@ -402,7 +423,7 @@ impl TransportEp for OfiEp {
         };
         b[..wire::HDR_LEN].copy_from_slice(&wire::header(id));
         gather(&mut b[wire::HDR_LEN..], iov);
-        let r = self.s.ep.inject(b, self.st.dest);
+        let r = self.st.tx.inject(b, self.st.dest);
         drop(buf);
         self.posted(r, "fi_inject")
     }
@@ -425,7 +446,7 @@ impl TransportEp for OfiEp {
         };
         // SAFETY: the slot's buffer and context stay reserved until the send completes.
         let r = unsafe {
-            s.ep.send(
+            self.st.tx.send(
                 s.tx_bufs.addr(off),
                 wire::HDR_LEN + n,
                 s.tx_desc(),
@@ -473,7 +494,7 @@ impl TransportEp for OfiEp {
                 );
                 // SAFETY: the header is in the slot's buffer and the payload in host memory
                 // kept valid until `comp` completes (uct zcopy contract).
-                unsafe { s.ep.sendmsg(&vecs, &mut descs, self.st.dest, s.ctx(i)) }
+                unsafe { self.st.tx.sendmsg(&vecs, &mut descs, self.st.dest, s.ctx(i)) }
             },
         )?;
         Ok(Outcome::InProgress)
@@ -540,6 +561,7 @@ impl TransportEp for OfiEp {
     fn pending_add(&self, req: PendingReq, _flags: u32) -> Result<()> {
         if !self.st.has_pending()
             && !self.st.blocked.get()
+            && !self.st.connecting.get()
             && self.s.has_free()
             && self.st.failed.get().is_none()
         {

@@ -1,5 +1,7 @@
 //! The ofi interface: one RDM endpoint with its CQ (sends and receives) and AV, receive buffers
-//! posted on it, and the table of operations in flight.
+//! posted on it, and the table of operations in flight. On a connected (`FI_EP_MSG`) device the
+//! RDM endpoint's place is taken by a shared receive context, and each uct endpoint has its own
+//! connected libfabric endpoint (see `msg`), on the same CQ.
 //!
 //! Every operation that completes through the CQ takes a slot: slot `i` owns operation
 //! context `i` (64 bytes, `FI_CONTEXT2`) and send buffer `i` (`SEG_SIZE` bytes, registered when
@@ -28,6 +30,7 @@ use crate::config::OFI_CONFIG;
 use crate::ep::{EpState, OfiEp};
 use crate::ffi::{self, atomic, bits, AtomicKind, Av, Buffers, Cq, CqEntry, Endpoint, Mr};
 use crate::md::{MdInner, OfiMd};
+use crate::msg::Msg;
 use crate::wire;
 
 /// Bytes of one operation context (`struct fi_context2`).
@@ -89,12 +92,17 @@ pub(crate) struct AtomicSupport {
     pub a64: AtomicCaps,
 }
 
-/// The interface's state, shared with its endpoints. Field order is drop order: the endpoint
-/// closes first, then the objects and memory it used.
+/// The interface's state, shared with its endpoints. Field order is drop order: the endpoints
+/// close first (connected ones and operations in flight are dropped in `Drop`), then the
+/// objects and memory they used.
 pub(crate) struct Shared {
-    pub(crate) ep: Endpoint,
+    /// Connection management on a connected device.
+    pub(crate) msg: Option<Msg>,
+    /// Where receives are posted: the RDM endpoint (which also sends), or the shared receive
+    /// context of the connected endpoints.
+    pub(crate) rx: Rc<Endpoint>,
     pub(crate) cq: Rc<Cq>,
-    pub(crate) av: Rc<Av>,
+    pub(crate) av: Option<Rc<Av>>,
     tx_mr: Option<Mr>,
     rx_mr: Option<Mr>,
     pub(crate) md: Rc<MdInner>,
@@ -202,9 +210,24 @@ impl OfiIface {
             _ => Cq::open(&md.domain, cq_size, false).map_err(|e| ioerr(&dev, "fi_cq_open", e))?,
         };
         let wait_fd = if want_fd { cq.wait_fd() } else { None };
-        let av = Av::open(&md.domain, 64).map_err(|e| ioerr(&dev, "fi_av_open", e))?;
-        let ep = Endpoint::open(&md.domain, &md.info, &cq, &av).map_err(|e| ioerr(&dev, "fi_endpoint", e))?;
-        let name = ep.name().map_err(|e| ioerr(&dev, "fi_getname", e))?;
+        let (rx, av, msg, name) = if info.is_msg() {
+            let (msg, srx, name) = Msg::open(&md, &cq, params.worker)?;
+            (srx, None, Some(msg), name)
+        } else {
+            let av = Av::open(&md.domain, 64).map_err(|e| ioerr(&dev, "fi_av_open", e))?;
+            let ep =
+                Endpoint::open(&md.domain, &md.info, &cq, &av).map_err(|e| ioerr(&dev, "fi_endpoint", e))?;
+            let name = ep.name().map_err(|e| ioerr(&dev, "fi_getname", e))?;
+            (Rc::new(ep), Some(av), None, name)
+        };
+        // connected endpoints exist only once connected: ask the domain
+        let valid = |kind, dt, op| {
+            if msg.is_some() {
+                md.domain.atomic_valid(kind, dt, op)
+            } else {
+                rx.atomic_valid(kind, dt, op)
+            }
+        };
 
         let tx_bufs = Buffers::new(tx_len * seg);
         let rx_bufs = Buffers::new(rx_len * seg);
@@ -228,15 +251,15 @@ impl OfiIface {
             for (dt, caps) in [(atomic::U32, &mut atomics.a32), (atomic::U64, &mut atomics.a64)] {
                 for op in [AtomicOp::Add, AtomicOp::And, AtomicOp::Or, AtomicOp::Xor] {
                     // posts go out as fetching atomics (so flush can wait for them)
-                    if ep.atomic_valid(AtomicKind::Fetch, dt, fi_op(op)) {
+                    if valid(AtomicKind::Fetch, dt, fi_op(op)) {
                         caps.op_flags |= op.flag();
                         caps.fop_flags |= op.flag();
                     }
                 }
-                if ep.atomic_valid(AtomicKind::Fetch, dt, atomic::WRITE) {
+                if valid(AtomicKind::Fetch, dt, atomic::WRITE) {
                     caps.fop_flags |= AtomicOp::Swap.flag();
                 }
-                if ep.atomic_valid(AtomicKind::Compare, dt, atomic::CSWAP) {
+                if valid(AtomicKind::Compare, dt, atomic::CSWAP) {
                     caps.fop_flags |= AtomicOp::Cswap.flag();
                 }
             }
@@ -256,7 +279,8 @@ impl OfiIface {
             dev_addr[8..].copy_from_slice(&host_id().to_le_bytes());
         }
         let s = Rc::new(Shared {
-            ep,
+            msg,
+            rx,
             cq,
             av,
             tx_mr,
@@ -291,6 +315,9 @@ impl OfiIface {
         for j in 0..rx_len {
             s.post_recv(j).map_err(|e| ioerr(&dev, "fi_recv", e))?;
         }
+        if let Some(m) = &s.msg {
+            m.watch(&s);
+        }
         Ok(OfiIface { s })
     }
 }
@@ -315,7 +342,7 @@ impl Shared {
             // completion is read (they are reposted only from that completion); both live as
             // long as the endpoint (field order).
             let r = unsafe {
-                self.ep.recv(
+                self.rx.recv(
                     self.rx_bufs.addr(j * self.seg),
                     self.seg,
                     desc,
@@ -524,7 +551,7 @@ impl Shared {
     /// Not on others: `shm`'s progress touches the peer's region, which may be gone by now.
     /// Their completions are dropped: the host has destroyed their endpoints.
     fn drain(&self) {
-        if !self.md.info.get().prov_name().contains("ofi_rxm") {
+        if !self.md.info.get().prov_name().contains("ofi_rxm") && self.msg.is_none() {
             return;
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
@@ -576,6 +603,11 @@ impl Shared {
                 ffi::strerror(n as i64)
             );
         }
+        if let Some(m) = &self.msg {
+            if m.due() {
+                done += m.poll(self);
+            }
+        }
         if !self.arbiter.borrow().is_empty() {
             self.dispatch_pending();
         }
@@ -583,8 +615,25 @@ impl Shared {
     }
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Operations in flight and pending queues hold endpoint states, and connected ones their
+        // libfabric endpoints: those close before the receive context and buffers (fields).
+        self.arbiter.get_mut().clear();
+        for op in self.ops.get_mut().iter_mut() {
+            *op = Op::Free;
+        }
+        if let Some(m) = &self.msg {
+            m.close_all();
+        }
+    }
+}
+
 impl Drop for OfiIface {
     fn drop(&mut self) {
+        if let Some(m) = &self.s.msg {
+            m.unwatch();
+        }
         // Endpoints may outlive us; the host frees the handlers next.
         self.s.am.clear();
         self.s.arbiter.borrow_mut().clear();
@@ -614,6 +663,10 @@ impl TransportIface for OfiIface {
             | IfaceFlags::CB_SYNC
             | IfaceFlags::ERRHANDLE_AM_ID
             | IfaceFlags::ERRHANDLE_BCOPY_LEN;
+        if s.msg.is_some() {
+            // a connection's loss is an EQ event, its operations' failures CQ errors
+            flags |= IfaceFlags::ERRHANDLE_PEER_FAILURE;
+        }
         if s.max_short > 0 {
             flags |= IfaceFlags::AM_SHORT;
         }
