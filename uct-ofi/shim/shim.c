@@ -64,6 +64,7 @@ ssize_t rucx_fi_cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf, uint6
 const char *rucx_fi_cq_strerror(struct fid_cq *cq, int prov_errno, const void *err_data, char *buf, size_t len)
 { return fi_cq_strerror(cq, prov_errno, err_data, buf, len); }
 uint32_t rucx_fi_version(void) { return FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION); }
+uint32_t rucx_fi_lib_version(void) { return fi_version(); }
 
 int rucx_fi_eq_open(struct fid_fabric *fabric, struct fi_eq_attr *attr, struct fid_eq **eq, void *context)
 { return fi_eq_open(fabric, attr, eq, context); }

@@ -48,6 +48,8 @@ ssize_t rucx_fi_cq_read(struct fid_cq *cq, void *buf, size_t count);
 ssize_t rucx_fi_cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf, uint64_t flags);
 const char *rucx_fi_cq_strerror(struct fid_cq *cq, int prov_errno, const void *err_data, char *buf, size_t len);
 uint32_t rucx_fi_version(void);
+/* The version of the libfabric loaded at run time (fi_version). */
+uint32_t rucx_fi_lib_version(void);
 /* Connected (FI_EP_MSG) endpoints. */
 int rucx_fi_eq_open(struct fid_fabric *fabric, struct fi_eq_attr *attr, struct fid_eq **eq, void *context);
 ssize_t rucx_fi_eq_read(struct fid_eq *eq, uint32_t *event, void *buf, size_t len, uint64_t flags);

@@ -133,14 +133,12 @@ pub fn find(name: &str, config: &Overrides) -> Result<Device> {
 
 /// Providers libfabric registers that give no usable device, with the reason.
 pub fn unusable(filter: &AllowList) -> Vec<Unusable> {
-    let usable: Vec<String> = scan(&ucs::config::AllowList {
+    let devs = scan(&ucs::config::AllowList {
         deny: true,
         items: vec![],
     })
-    .unwrap_or_default()
-    .into_iter()
-    .map(|d| d.info.get().prov_name())
-    .collect();
+    .unwrap_or_default();
+    let usable: Vec<String> = devs.iter().map(|d| d.info.get().prov_name()).collect();
     let Ok(all) = ffi::getinfo(None) else {
         return Vec::new();
     };
@@ -154,7 +152,14 @@ pub fn unusable(filter: &AllowList) -> Vec<Unusable> {
             if filter.allows(&prov) {
                 continue;
             }
-            "left out by RUCX_OFI_PROVIDER (list it there to use it)".to_owned()
+            if devs
+                .iter()
+                .any(|d| d.is_msg() && d.info.get().prov_name() == prov)
+            {
+                format!("its connected (FI_EP_MSG) devices ({prov}/<domain>) are left out by RUCX_OFI_PROVIDER (list {prov} there to use them)")
+            } else {
+                "left out by RUCX_OFI_PROVIDER (list it there to use it)".to_owned()
+            }
         } else {
             let types: Vec<&str> = all
                 .iter()
@@ -202,6 +207,32 @@ mod tests {
         assert_eq!(device_name("verbs;ofi_rxm", "rxe0"), "verbs;ofi_rxm/rxe0");
         assert_eq!(device_name("efa", ""), "efa");
         assert_eq!(device_name("verbs", "rxe0"), "verbs/rxe0");
+    }
+
+    /// A bare core provider name selects its connected devices, a layered name the RDM ones;
+    /// the default leaves tcp's connected devices out.
+    #[test]
+    fn filter_names_pick_the_endpoint_type() {
+        let only = |items: &[&str]| AllowList {
+            deny: false,
+            items: items.iter().map(|s| s.to_string()).collect(),
+        };
+        let Ok(msg) = scan(&only(&["tcp"])) else {
+            return; // no libfabric
+        };
+        if msg.is_empty() {
+            return; // no tcp provider
+        }
+        assert!(msg.iter().all(|d| d.is_msg() && d.name.starts_with("tcp/")));
+        assert!(msg.iter().any(|d| d.name == "tcp/lo"), "no tcp/lo");
+        let rdm = scan(&only(&["tcp;ofi_rxm"])).unwrap();
+        assert!(rdm
+            .iter()
+            .all(|d| !d.is_msg() && d.name.starts_with("tcp;ofi_rxm/")));
+        let default = scan(&provider_filter(&Overrides::default()).unwrap()).unwrap();
+        if std::env::var_os("RUCX_OFI_PROVIDER").is_none() {
+            assert!(!default.iter().any(|d| d.name.starts_with("tcp/")));
+        }
     }
 
     #[test]

@@ -308,12 +308,24 @@ impl OfiEp {
                 b[8..16].copy_from_slice(&compare.unwrap_or(0).to_le_bytes());
                 b[16..].fill(0);
                 let base = s.tx_bufs.addr(off);
+                let (operand, cmp) = if s.atomic_by_value {
+                    (
+                        std::ptr::without_provenance(value as usize),
+                        compare.map(|c| std::ptr::without_provenance(c as usize)),
+                    )
+                } else {
+                    (
+                        base as *const u8,
+                        compare.map(|_| base.wrapping_add(8) as *const u8),
+                    )
+                };
                 // SAFETY: operand, compare and result live in slot i's buffer (registered when
-                // the provider needs it), reserved with the context until the completion.
+                // the provider needs it), reserved with the context until the completion; or
+                // operand and compare are the values, for the provider that reads them so.
                 unsafe {
                     self.st.tx.fetch_atomic(
-                        base,
-                        compare.map(|_| base.wrapping_add(8) as *const u8),
+                        operand,
+                        cmp,
                         base.wrapping_add(16),
                         s.tx_desc(),
                         self.st.dest,

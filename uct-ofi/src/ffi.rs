@@ -50,6 +50,13 @@ pub fn strerror(code: i64) -> String {
         .into_owned()
 }
 
+/// The version of the libfabric loaded at run time, `(major, minor)`.
+pub fn lib_version() -> (u32, u32) {
+    // SAFETY: no arguments, no state.
+    let v = unsafe { rucx_fi_lib_version() };
+    (v >> 16, v & 0xffff)
+}
+
 /// The API version these bindings were generated for.
 pub fn version() -> u32 {
     // SAFETY: no arguments, no state.
@@ -865,7 +872,9 @@ impl Endpoint {
     ///
     /// # Safety
     /// `operand`, `compare` and `result` (8 bytes each, described by `desc`) stay valid until
-    /// the completion for `ctx` is read; `ctx` as in [`Endpoint::send`].
+    /// the completion for `ctx` is read; `ctx` as in [`Endpoint::send`]. (On a provider that
+    /// takes the operand and compare pointers' values as the operands, see
+    /// `Shared::atomic_by_value`, those two are values and never dereferenced.)
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn fetch_atomic(
         &self,

@@ -120,6 +120,9 @@ pub(crate) struct Shared {
     pub(crate) rma_iov: usize,
     pub(crate) rma: bool,
     pub(crate) atomics: AtomicSupport,
+    /// libfabric 1.17's verbs connected endpoint puts the operand and compare *pointers* into
+    /// the work request as the values (`compare_add = (uintptr_t)buf`): pass the values there.
+    pub(crate) atomic_by_value: bool,
     pub(crate) name: Vec<u8>,
     dev_addr: [u8; 16],
     am: Rc<AmTable>,
@@ -278,6 +281,11 @@ impl OfiIface {
         if info.prov_name() == "shm" || fabric.starts_with("127.") || fabric == "::1/128" {
             dev_addr[8..].copy_from_slice(&host_id().to_le_bytes());
         }
+        let atomic_by_value = info.is_msg() && info.prov_name() == "verbs" && ffi::lib_version() <= (1, 17);
+        if info.is_msg() && info.prov_name() == "verbs" && !atomic_by_value {
+            // whether a later libfabric reads the operands through the pointers is unverified
+            atomics = AtomicSupport::default();
+        }
         let s = Rc::new(Shared {
             msg,
             rx,
@@ -300,6 +308,7 @@ impl OfiIface {
             rma_iov: info.iov_limit().min(MAX_IOV),
             rma,
             atomics,
+            atomic_by_value,
             name,
             dev_addr,
             am: params.am,
