@@ -556,7 +556,8 @@ impl Shared {
     }
 
     /// Waits (a bounded time) for the operations in flight before the interface closes, on RxM
-    /// stacks: libfabric 1.17's `verbs;ofi_rxm` crashes closing an endpoint with sends in flight.
+    /// stacks (libfabric 1.17's `verbs;ofi_rxm` crashes closing an endpoint with sends in
+    /// flight) and connected devices (their endpoints close with the interface).
     /// Not on others: `shm`'s progress touches the peer's region, which may be gone by now.
     /// Their completions are dropped: the host has destroyed their endpoints.
     fn drain(&self) {
