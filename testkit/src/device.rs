@@ -59,9 +59,16 @@ pub fn find(ctx: &Context, tl: &str, dev: Dev) -> Option<Resource> {
     let wanted = std::env::var("RUCX_IB_DEVICE").ok().filter(|w| !w.is_empty());
     let mut seen = Vec::new();
     for c in offering {
-        let names = c
+        let mut names = c
             .md_resources()
             .unwrap_or_else(|e| panic!("{tl}: listing the memory domains of {}: {e}", c.name()));
+        // A device the context's configuration enables is not listed (listing sees only the
+        // environment): a named one is tried as a memory domain of that name.
+        if let Dev::Named(want) = dev {
+            if !names.iter().any(|n| n == want) {
+                names.push(want.to_owned());
+            }
+        }
         for name in names {
             // Memory domains that cannot serve are listed with their reason; they hold no
             // resources to test.

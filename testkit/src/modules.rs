@@ -19,9 +19,21 @@ pub enum Modules {
 /// A context with `m` in it; panics, saying how to build it, when a plugin is missing or
 /// fails to load.
 pub fn context(m: Modules) -> Context {
+    context_with(m, &[])
+}
+
+/// [`context`] with configuration set in code (`(name, value)`, names without `RUCX_`), which
+/// the memory domains it opens see (a device that configuration enables, for instance).
+pub fn context_with(m: Modules, config: &[(&str, &str)]) -> Context {
     match m {
-        Modules::Builtin(module) => builtin(module()),
-        Modules::Plugin(name) => plugin(name),
+        Modules::Builtin(module) => config
+            .iter()
+            .fold(
+                Context::builder().builtin(module()).plugins(false),
+                |b, (k, v)| b.config(k, v),
+            )
+            .build(),
+        Modules::Plugin(name) => plugin_with(name, config),
     }
 }
 
@@ -32,7 +44,15 @@ pub fn builtin(module: &'static uct::Module) -> Context {
 
 /// A context with the plugins [`plugin_context`] finds, in which plugin `name` loaded.
 pub fn plugin(name: &str) -> Context {
-    let ctx = plugin_context().build();
+    plugin_with(name, &[])
+}
+
+/// [`plugin`] with configuration set in code.
+fn plugin_with(name: &str, config: &[(&str, &str)]) -> Context {
+    let ctx = config
+        .iter()
+        .fold(plugin_context(), |b, (k, v)| b.config(k, v))
+        .build();
     match ctx.modules().iter().find(|m| m.name == name) {
         Some(m) if m.status == ModuleStatus::Loaded => ctx,
         Some(m) => panic!(

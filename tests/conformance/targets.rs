@@ -40,7 +40,8 @@ pub struct Target {
 // deadline (`rucx_testkit::DEADLINE`), so the peer-failure tests can see it.
 // ofi_*: plugin only (libuct_ofi.so, `cargo build -p uct-ofi-plugin`, needs libfabric);
 // tcp;ofi_rxm and shm exist wherever libfabric does; verbs;ofi_rxm only with an RDMA device
-// (skipped elsewhere; runs in the soft-RoCE VM).
+// (skipped elsewhere; runs in the soft-RoCE VM). ofi_*_msg: the connected (FI_EP_MSG) devices,
+// tcp's enabled by the target's configuration.
 // ================================================================================================
 pub static TARGETS: &[Target] = &[
     Target {
@@ -232,6 +233,25 @@ pub static TARGETS: &[Target] = &[
         workers: Workers::Separate,
         defaults: &[("OFI_PEER_TIMEOUT", "2s")],
     },
+    Target {
+        name: "ofi_tcp_msg",
+        modules: Modules::Plugin("ofi"),
+        tl: "ofi",
+        dev: Dev::Named("tcp/lo"),
+        connect: Connect::ToIface,
+        workers: Workers::Separate,
+        // tcp's connected endpoints are off by default (tcp;ofi_rxm serves tcp)
+        defaults: &[("OFI_PROVIDER", "tcp")],
+    },
+    Target {
+        name: "ofi_verbs_msg",
+        modules: Modules::Plugin("ofi"),
+        tl: "ofi",
+        dev: Dev::Prefix("verbs/"),
+        connect: Connect::ToIface,
+        workers: Workers::Separate,
+        defaults: &[],
+    },
 ];
 
 /// Instantiates `fn $test(&Setup)` (defined in the invoking module) once per target, as
@@ -244,7 +264,7 @@ macro_rules! conformance_test {
                     self_builtin self_builtin_2w self_plugin tcp_builtin tcp_builtin_1w tcp_builtin_ep_1w
                     tcp_lo_iface tcp_lo_ep posix_builtin posix_builtin_1w posix_plugin sysv_builtin
                     sysv_plugin cma_builtin cma_plugin rc_verbs ud_verbs ud_verbs_iface ofi_tcp ofi_shm
-                    ofi_verbs);
+                    ofi_verbs ofi_tcp_msg ofi_verbs_msg);
             }
         )*
     };
@@ -271,7 +291,14 @@ impl Target {
     /// The target opened: its module (which must be there), its device (`None`, after a note,
     /// when a `Dev::First` target finds none on this host) and layout.
     pub fn setup(&'static self) -> Option<Setup> {
-        let ctx = modules::context(self.modules);
+        let config: Vec<(&str, &str)> = self
+            .defaults
+            .iter()
+            .filter(|(var, _)| std::env::var_os(format!("RUCX_{var}")).is_none())
+            .copied()
+            .collect();
+        // the memory domains see the target's configuration too (OFI_PROVIDER enables devices)
+        let ctx = modules::context_with(self.modules, &config);
         let Some(res) = device::find(&ctx, self.tl, self.dev) else {
             println!(
                 "SKIP [{}] target unavailable: no {} device on this host",
@@ -280,12 +307,7 @@ impl Target {
             return None;
         };
         let setup = Setup::new(self.name, res).layout(self.connect, self.workers);
-        Some(
-            self.defaults
-                .iter()
-                .filter(|(var, _)| std::env::var_os(format!("RUCX_{var}")).is_none())
-                .fold(setup, |s, (var, value)| s.config(var, value)),
-        )
+        Some(config.iter().fold(setup, |s, (var, value)| s.config(var, value)))
     }
 }
 

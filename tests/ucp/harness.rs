@@ -25,6 +25,9 @@ pub struct Target {
     pub net_devices: &'static str,
     /// Its transport is a plugin (skipped where the plugin or its device is missing).
     pub plugin: bool,
+    /// `RUCX_SHM_DEVICES`: the ofi targets leave out libfabric's shm, which UCP would choose
+    /// between two workers of one process.
+    pub shm_devices: &'static str,
     /// The AM lane has am_zcopy (posix and sysv copy every message into the peer's FIFO).
     pub am_zcopy: bool,
 }
@@ -38,6 +41,7 @@ pub static TARGETS: &[Target] = &[
         rdma: false,
         net_devices: "lo",
         plugin: false,
+        shm_devices: "all",
         am_zcopy: true,
     },
     Target {
@@ -48,6 +52,7 @@ pub static TARGETS: &[Target] = &[
         rdma: false,
         net_devices: "lo",
         plugin: false,
+        shm_devices: "all",
         am_zcopy: true,
     },
     Target {
@@ -58,6 +63,7 @@ pub static TARGETS: &[Target] = &[
         rdma: false,
         net_devices: "lo",
         plugin: false,
+        shm_devices: "all",
         am_zcopy: false,
     },
     Target {
@@ -68,6 +74,7 @@ pub static TARGETS: &[Target] = &[
         rdma: true,
         net_devices: "",
         plugin: true,
+        shm_devices: "all",
         am_zcopy: true,
     },
     Target {
@@ -78,9 +85,10 @@ pub static TARGETS: &[Target] = &[
         rdma: true,
         net_devices: "",
         plugin: true,
+        shm_devices: "all",
         am_zcopy: true,
     },
-    // libfabric's tcp;ofi_rxm (libuct_ofi.so), with UCP's selection choosing among its lanes
+    // libfabric (libuct_ofi.so): tcp;ofi_rxm and shm, UCP's selection choosing among them
     Target {
         name: "ofi",
         tls: "ofi",
@@ -89,6 +97,19 @@ pub static TARGETS: &[Target] = &[
         rdma: false,
         net_devices: "tcp;ofi_rxm/lo",
         plugin: true,
+        shm_devices: "all",
+        am_zcopy: true,
+    },
+    // libfabric's verbs connected endpoints (soft-RoCE VM)
+    Target {
+        name: "ofi_verbs",
+        tls: "ofi",
+        tl_name: "ofi",
+        two_workers: true,
+        rdma: true,
+        net_devices: "verbs/rxe*",
+        plugin: true,
+        shm_devices: "^*",
         am_zcopy: true,
     },
 ];
@@ -105,6 +126,7 @@ macro_rules! ucp_test {
             #[test] fn rc_verbs() { $crate::harness::run("rc_verbs", super::$t) }
             #[test] fn ud_verbs() { $crate::harness::run("ud_verbs", super::$t) }
             #[test] fn ofi() { $crate::harness::run("ofi", super::$t) }
+            #[test] fn ofi_verbs() { $crate::harness::run("ofi_verbs", super::$t) }
         }
     )*};
 }
@@ -129,9 +151,10 @@ pub fn context_with(t: &Target, extra: &[(&str, &str)], features: Features) -> O
     let mut b = Context::builder(uct_context(t))
         .features(features)
         .config("TLS", t.tls);
-    if !t.rdma {
+    if !t.net_devices.is_empty() {
         b = b.config("NET_DEVICES", t.net_devices);
     }
+    b = b.config("SHM_DEVICES", t.shm_devices);
     for (k, v) in extra {
         b = b.config(k, v);
     }
@@ -184,11 +207,17 @@ impl Setup {
 
     /// A connected pair whose context has `features`.
     pub fn pair_with(&self, features: Features) -> Option<Pair> {
+        self.pair_in(features, AsyncMode::Poll)
+    }
+
+    /// A connected pair whose workers' async contexts run in `mode` (a worker sleeps only in
+    /// thread mode where its transports keep async handlers: ofi's connected devices).
+    pub fn pair_in(&self, features: Features, mode: AsyncMode) -> Option<Pair> {
         let ctx = self.context(features)?;
-        let a = Worker::with_async_mode(&ctx, AsyncMode::Poll)
-            .unwrap_or_else(|e| panic!("[{}] worker: {e}", self.t.name));
+        let a =
+            Worker::with_async_mode(&ctx, mode).unwrap_or_else(|e| panic!("[{}] worker: {e}", self.t.name));
         let b = if self.t.two_workers {
-            Worker::with_async_mode(&ctx, AsyncMode::Poll).unwrap()
+            Worker::with_async_mode(&ctx, mode).unwrap()
         } else {
             a.clone()
         };

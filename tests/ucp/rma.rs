@@ -19,9 +19,10 @@ pub fn pair(s: &Setup) -> Option<Pair> {
     let mut b = Context::builder(crate::harness::uct_context(s.t))
         .features(Features::AM | Features::RMA | Features::AMO32 | Features::AMO64)
         .config("TLS", s.t.tls);
-    if !s.t.rdma {
-        b = b.config("NET_DEVICES", "lo");
+    if !s.t.net_devices.is_empty() {
+        b = b.config("NET_DEVICES", s.t.net_devices);
     }
+    b = b.config("SHM_DEVICES", s.t.shm_devices);
     for (k, v) in &extra {
         b = b.config(k, v);
     }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use ucp::{AmFlags, AmProto, Features, Issued, Status, Worker};
+use uct::AsyncMode;
 
 use crate::harness::{pattern, Setup, DEADLINE};
 use crate::ucp_test;
@@ -341,7 +342,7 @@ fn arm_when_idle(name: &str, a: &Worker, b: &Worker) {
 
 /// `arm` is `Busy` after a wake that came before it, and while a message waits for `progress`.
 fn arm_is_busy_while_work_waits(s: &Setup) {
-    let Some(p) = s.pair_with(features()) else {
+    let Some(p) = s.pair_in(features(), AsyncMode::Thread) else {
         return;
     };
     let name = p.name;

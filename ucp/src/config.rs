@@ -49,6 +49,13 @@ const FIELDS: &[ConfigField] = &[
              name:aux for wireup only; ^list to leave them out; all.",
     ),
     ConfigField::new(
+        "SHM_DEVICES",
+        "all",
+        ConfigKind::AllowList,
+        "Shared-memory devices to use (the RUCX_NET_DEVICES of devices of type shm: posix's \
+             memory, ofi's shm ...): names, globs, ^list to leave them out, or all.",
+    ),
+    ConfigField::new(
         "BCOPY_THRESH",
         "auto",
         ConfigKind::MemUnits,
@@ -194,6 +201,8 @@ pub struct UcpConfig {
     pub tls: AllowList,
     /// `RUCX_TLS` as written, for messages.
     pub tls_spec: String,
+    /// `RUCX_SHM_DEVICES`.
+    pub shm_devices: AllowList,
     pub bcopy_thresh: Threshold,
     pub zcopy_thresh: Threshold,
     pub rndv_thresh: Threshold,
@@ -304,6 +313,7 @@ impl UcpConfig {
         let t = r.t();
         let tls = t.get_allow_list("TLS")?;
         let tls_spec = t.get_str("TLS")?.trim().to_string();
+        let shm_devices = t.get_allow_list("SHM_DEVICES")?;
         // An empty list, a glob or a device name in RUCX_TLS is a mistake worth stopping for.
         if let Err(expected) = TlsFilter::from_list(&tls) {
             return Err(r.invalid("TLS", &expected));
@@ -355,6 +365,7 @@ impl UcpConfig {
         Ok(UcpConfig {
             tls,
             tls_spec,
+            shm_devices,
             bcopy_thresh,
             zcopy_thresh,
             rndv_thresh,
@@ -398,6 +409,7 @@ mod tests {
         let want = UcpConfig {
             tls: ucs::config::parse_allow_list("all").unwrap(),
             tls_spec: "all".into(),
+            shm_devices: ucs::config::parse_allow_list("all").unwrap(),
             bcopy_thresh: Threshold::Auto,
             zcopy_thresh: Threshold::Auto,
             rndv_thresh: Threshold::Auto,
@@ -548,6 +560,7 @@ mod tests {
                 "RUCX_CM_TIMEOUT=0 (set in code) is invalid: expected a positive time",
             ),
             ("CM_TIMEOUT", "inf", "RUCX_CM_TIMEOUT=inf"),
+            ("SHM_DEVICES", "posix,^memory", "RUCX_SHM_DEVICES=posix,^memory"),
         ];
         for (name, value, msg) in table {
             let e = UcpConfig::read(&with(&[(name, value)])).unwrap_err();

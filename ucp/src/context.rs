@@ -1,6 +1,6 @@
 //! The UCP context: the features an application wants, and the transport resources it may
 //! use — every resource of the uct context's modules (built-in and plugins alike) that
-//! `RUCX_TLS` and `RUCX_NET_DEVICES` allow.
+//! `RUCX_TLS`, `RUCX_NET_DEVICES` and `RUCX_SHM_DEVICES` allow.
 //!
 //! `Send + Sync`: it holds names and the uct context (static module tables) only; each worker
 //! opens its own memory domains and interfaces.
@@ -135,7 +135,9 @@ impl ContextBuilder {
                         Allowed::No => continue,
                     };
                     let dev_type = r.device_type();
-                    if dev_type == DeviceType::Net && !config::device_allowed(&net, dev) {
+                    if dev_type == DeviceType::Net && !config::device_allowed(&net, dev)
+                        || dev_type == DeviceType::Shm && !config::device_allowed(&cfg.shm_devices, dev)
+                    {
                         continue;
                     }
                     resources.push(Resource {
@@ -153,7 +155,7 @@ impl ContextBuilder {
             return Err(Error::new(
                 Status::NoDevice,
                 format!(
-                    "no usable transport: RUCX_TLS={} and RUCX_NET_DEVICES allow none of [{}] \
+                    "no usable transport: RUCX_TLS={}, RUCX_NET_DEVICES and RUCX_SHM_DEVICES allow none of [{}] \
                      (rucx-info -d lists them)",
                     cfg.tls_spec,
                     seen.join(", ")

@@ -1,5 +1,7 @@
 /* See shim.h. */
 #include "shim.h"
+#include <stdlib.h>
+#include <string.h>
 
 int rucx_fi_close(struct fid *fid) { return fi_close(fid); }
 int rucx_fi_domain(struct fid_fabric *fabric, struct fi_info *info, struct fid_domain **domain, void *context)
@@ -62,3 +64,42 @@ ssize_t rucx_fi_cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf, uint6
 const char *rucx_fi_cq_strerror(struct fid_cq *cq, int prov_errno, const void *err_data, char *buf, size_t len)
 { return fi_cq_strerror(cq, prov_errno, err_data, buf, len); }
 uint32_t rucx_fi_version(void) { return FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION); }
+uint32_t rucx_fi_lib_version(void) { return fi_version(); }
+
+int rucx_fi_eq_open(struct fid_fabric *fabric, struct fi_eq_attr *attr, struct fid_eq **eq, void *context)
+{ return fi_eq_open(fabric, attr, eq, context); }
+ssize_t rucx_fi_eq_read(struct fid_eq *eq, uint32_t *event, void *buf, size_t len, uint64_t flags)
+{ return fi_eq_read(eq, event, buf, len, flags); }
+ssize_t rucx_fi_eq_readerr(struct fid_eq *eq, struct fi_eq_err_entry *buf, uint64_t flags)
+{ return fi_eq_readerr(eq, buf, flags); }
+int rucx_fi_passive_ep(struct fid_fabric *fabric, struct fi_info *info, struct fid_pep **pep, void *context)
+{ return fi_passive_ep(fabric, info, pep, context); }
+int rucx_fi_pep_bind(struct fid_pep *pep, struct fid *bfid, uint64_t flags) { return fi_pep_bind(pep, bfid, flags); }
+int rucx_fi_listen(struct fid_pep *pep) { return fi_listen(pep); }
+int rucx_fi_connect(struct fid_ep *ep, const void *addr, const void *param, size_t paramlen)
+{ return fi_connect(ep, addr, param, paramlen); }
+int rucx_fi_accept(struct fid_ep *ep, const void *param, size_t paramlen) { return fi_accept(ep, param, paramlen); }
+int rucx_fi_reject(struct fid_pep *pep, fid_t handle, const void *param, size_t paramlen)
+{ return fi_reject(pep, handle, param, paramlen); }
+int rucx_fi_shutdown(struct fid_ep *ep, uint64_t flags) { return fi_shutdown(ep, flags); }
+int rucx_fi_srx_context(struct fid_domain *domain, struct fi_rx_attr *attr, struct fid_ep **rx_ep, void *context)
+{ return fi_srx_context(domain, attr, rx_ep, context); }
+int rucx_fi_query_atomic(struct fid_domain *domain, enum fi_datatype datatype, enum fi_op op,
+                         struct fi_atomic_attr *attr, uint64_t flags)
+{ return fi_query_atomic(domain, datatype, op, attr, flags); }
+int rucx_fi_info_set_dest(struct fi_info *info, const void *addr, size_t len)
+{
+    void *copy = malloc(len ? len : 1);
+    if (!copy)
+        return -FI_ENOMEM;
+    memcpy(copy, addr, len);
+    free(info->dest_addr);
+    info->dest_addr = copy;
+    info->dest_addrlen = len;
+    return 0;
+}
+void rucx_fi_info_set_shared_rx(struct fi_info *info)
+{
+    if (info->ep_attr)
+        info->ep_attr->rx_ctx_cnt = FI_SHARED_CONTEXT;
+}

@@ -48,4 +48,24 @@ ssize_t rucx_fi_cq_read(struct fid_cq *cq, void *buf, size_t count);
 ssize_t rucx_fi_cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf, uint64_t flags);
 const char *rucx_fi_cq_strerror(struct fid_cq *cq, int prov_errno, const void *err_data, char *buf, size_t len);
 uint32_t rucx_fi_version(void);
+/* The version of the libfabric loaded at run time (fi_version). */
+uint32_t rucx_fi_lib_version(void);
+/* Connected (FI_EP_MSG) endpoints. */
+int rucx_fi_eq_open(struct fid_fabric *fabric, struct fi_eq_attr *attr, struct fid_eq **eq, void *context);
+ssize_t rucx_fi_eq_read(struct fid_eq *eq, uint32_t *event, void *buf, size_t len, uint64_t flags);
+ssize_t rucx_fi_eq_readerr(struct fid_eq *eq, struct fi_eq_err_entry *buf, uint64_t flags);
+int rucx_fi_passive_ep(struct fid_fabric *fabric, struct fi_info *info, struct fid_pep **pep, void *context);
+int rucx_fi_pep_bind(struct fid_pep *pep, struct fid *bfid, uint64_t flags);
+int rucx_fi_listen(struct fid_pep *pep);
+int rucx_fi_connect(struct fid_ep *ep, const void *addr, const void *param, size_t paramlen);
+int rucx_fi_accept(struct fid_ep *ep, const void *param, size_t paramlen);
+int rucx_fi_reject(struct fid_pep *pep, fid_t handle, const void *param, size_t paramlen);
+int rucx_fi_shutdown(struct fid_ep *ep, uint64_t flags);
+int rucx_fi_srx_context(struct fid_domain *domain, struct fi_rx_attr *attr, struct fid_ep **rx_ep, void *context);
+int rucx_fi_query_atomic(struct fid_domain *domain, enum fi_datatype datatype, enum fi_op op,
+                         struct fi_atomic_attr *attr, uint64_t flags);
+/* Sets an fi_info's destination address (a malloc'd copy, which fi_freeinfo frees); 0 or -FI_ENOMEM. */
+int rucx_fi_info_set_dest(struct fi_info *info, const void *addr, size_t len);
+/* Makes endpoints opened with this fi_info take a shared receive context. */
+void rucx_fi_info_set_shared_rx(struct fi_info *info);
 #endif

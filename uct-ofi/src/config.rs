@@ -9,10 +9,12 @@ pub static OFI_CONFIG: ConfigTable = ConfigTable {
     fields: &[
         ConfigField::new(
             "PROVIDER",
-            "tcp;ofi_rxm,shm,verbs;ofi_rxm,efa",
+            "tcp;ofi_rxm,shm,verbs;ofi_rxm,verbs,efa",
             ConfigKind::AllowList,
-            "libfabric providers to offer as devices, named as fi_info prints them (globs work); \
-             ^list to leave them out; all. Default: the providers rucx is tested with, and efa.",
+            "libfabric providers to offer as devices, named as fi_info prints them (globs work): a \
+             layered name (verbs;ofi_rxm) or RDM provider (shm) gives reliable-datagram devices, a \
+             core provider with connected endpoints (verbs, tcp) its FI_EP_MSG devices \
+             (verbs/rxe0); ^list to leave them out; all.",
         ),
         ConfigField::new(
             "SEG_SIZE",

@@ -1,5 +1,10 @@
-//! Devices: what `fi_getinfo` offers for reliable-datagram endpoints, one device per provider
-//! and domain, named as users know them (`tcp;ofi_rxm/lo`, `shm`, `verbs;ofi_rxm/rxe0`).
+//! Devices: what `fi_getinfo` offers, one device per provider, domain and endpoint type, named
+//! as users know them. Reliable-datagram (`FI_EP_RDM`) devices carry the provider name as
+//! `fi_info` prints it for RDM endpoints (`tcp;ofi_rxm/lo`, `shm`, `verbs;ofi_rxm/rxe0`);
+//! connected (`FI_EP_MSG`) devices the core provider's (`verbs/rxe0`, `tcp/lo`). The provider
+//! filter matches the same names, so `verbs;ofi_rxm` selects the RDM devices over verbs and
+//! `verbs` its connected ones. A provider with native endpoints of both types (`sockets`) gives
+//! only its RDM devices (the names would clash).
 //!
 //! A provider is asked for the richest capability set it grants (messages with RMA and atomics,
 //! then with RMA, then messages alone), with the modes and `mr_mode` bits the transport honours.
@@ -39,6 +44,13 @@ pub struct Device {
     pub info: Info,
 }
 
+impl Device {
+    /// Whether its endpoints are connected ones (`FI_EP_MSG`).
+    pub fn is_msg(&self) -> bool {
+        self.info.get().is_msg()
+    }
+}
+
 /// A provider that cannot serve, and why.
 pub struct Unusable {
     pub provider: String,
@@ -50,12 +62,12 @@ pub fn provider_filter(config: &Overrides) -> Result<AllowList> {
     OFI_CONFIG.with(config).get_allow_list("PROVIDER")
 }
 
-fn getinfo(caps: u64) -> Result<ffi::InfoList> {
+fn getinfo(caps: u64, ep_type: u32) -> Result<ffi::InfoList> {
     ffi::getinfo(Some(Hints {
         caps,
         mode: MODE,
         mr_mode: MR_MODE,
-        rdm: true,
+        ep_type,
     }))
     .map_err(|e| {
         Error::new(
@@ -68,11 +80,19 @@ fn getinfo(caps: u64) -> Result<ffi::InfoList> {
 /// Every usable device allowed by `filter`, in libfabric's preference order.
 pub fn scan(filter: &AllowList) -> Result<Vec<Device>> {
     let mut out: Vec<Device> = Vec::new();
-    for caps in TIERS {
-        let list = getinfo(caps)?;
-        for i in list.iter().filter(InfoRef::is_rdm) {
+    let mut rdm_provs: Vec<String> = Vec::new();
+    for (ep_type, caps) in TIERS
+        .iter()
+        .map(|&c| (bits::EP_RDM, c))
+        .chain(TIERS.iter().map(|&c| (bits::EP_MSG, c)))
+    {
+        let list = getinfo(caps, ep_type)?;
+        for i in list.iter().filter(|i| i.ep_type() == ep_type) {
             let prov = i.prov_name();
-            if !filter.allows(&prov) {
+            if ep_type == bits::EP_RDM && !rdm_provs.contains(&prov) {
+                rdm_provs.push(prov.clone());
+            }
+            if !filter.allows(&prov) || (ep_type == bits::EP_MSG && !msg_usable(&i, &rdm_provs)) {
                 continue;
             }
             let name = device_name(&prov, &i.domain_name());
@@ -88,6 +108,13 @@ pub fn scan(filter: &AllowList) -> Result<Vec<Device>> {
     Ok(out)
 }
 
+/// Whether a connected endpoint's `fi_info` makes a device: not for providers that also have
+/// native RDM endpoints (their names would clash), nor for verbs' XRC domains (a different
+/// connection model).
+fn msg_usable(i: &InfoRef<'_>, rdm_provs: &[String]) -> bool {
+    !rdm_provs.contains(&i.prov_name()) && !i.domain_name().ends_with("-xrc")
+}
+
 /// The device called `name`.
 pub fn find(name: &str, config: &Overrides) -> Result<Device> {
     let filter = provider_filter(config)?;
@@ -97,7 +124,7 @@ pub fn find(name: &str, config: &Overrides) -> Result<Device> {
         None => Err(Error::new(
             Status::NoDevice,
             format!(
-                "ofi: no device {name:?}; devices here: {:?} (RUCX_OFI_PROVIDER filters them; fi_info -t FI_EP_RDM lists what libfabric offers)",
+                "ofi: no device {name:?}; devices here: {:?} (RUCX_OFI_PROVIDER filters them: verbs;ofi_rxm names RDM devices, a bare core provider such as verbs or tcp its connected ones; fi_info lists what libfabric offers)",
                 devs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>()
             ),
         )),
@@ -106,14 +133,12 @@ pub fn find(name: &str, config: &Overrides) -> Result<Device> {
 
 /// Providers libfabric registers that give no usable device, with the reason.
 pub fn unusable(filter: &AllowList) -> Vec<Unusable> {
-    let usable: Vec<String> = scan(&ucs::config::AllowList {
+    let devs = scan(&ucs::config::AllowList {
         deny: true,
         items: vec![],
     })
-    .unwrap_or_default()
-    .into_iter()
-    .map(|d| d.info.get().prov_name())
-    .collect();
+    .unwrap_or_default();
+    let usable: Vec<String> = devs.iter().map(|d| d.info.get().prov_name()).collect();
     let Ok(all) = ffi::getinfo(None) else {
         return Vec::new();
     };
@@ -127,7 +152,14 @@ pub fn unusable(filter: &AllowList) -> Vec<Unusable> {
             if filter.allows(&prov) {
                 continue;
             }
-            "left out by RUCX_OFI_PROVIDER".to_owned()
+            if devs
+                .iter()
+                .any(|d| d.is_msg() && d.info.get().prov_name() == prov)
+            {
+                format!("its connected (FI_EP_MSG) devices ({prov}/<domain>) are left out by RUCX_OFI_PROVIDER (list {prov} there to use them)")
+            } else {
+                "left out by RUCX_OFI_PROVIDER (list it there to use it)".to_owned()
+            }
         } else {
             let types: Vec<&str> = all
                 .iter()
@@ -174,6 +206,33 @@ mod tests {
         assert_eq!(device_name("shm", "shm"), "shm");
         assert_eq!(device_name("verbs;ofi_rxm", "rxe0"), "verbs;ofi_rxm/rxe0");
         assert_eq!(device_name("efa", ""), "efa");
+        assert_eq!(device_name("verbs", "rxe0"), "verbs/rxe0");
+    }
+
+    /// A bare core provider name selects its connected devices, a layered name the RDM ones;
+    /// the default leaves tcp's connected devices out.
+    #[test]
+    fn filter_names_pick_the_endpoint_type() {
+        let only = |items: &[&str]| AllowList {
+            deny: false,
+            items: items.iter().map(|s| s.to_string()).collect(),
+        };
+        let Ok(msg) = scan(&only(&["tcp"])) else {
+            return; // no libfabric
+        };
+        if msg.is_empty() {
+            return; // no tcp provider
+        }
+        assert!(msg.iter().all(|d| d.is_msg() && d.name.starts_with("tcp/")));
+        assert!(msg.iter().any(|d| d.name == "tcp/lo"), "no tcp/lo");
+        let rdm = scan(&only(&["tcp;ofi_rxm"])).unwrap();
+        assert!(rdm
+            .iter()
+            .all(|d| !d.is_msg() && d.name.starts_with("tcp;ofi_rxm/")));
+        let default = scan(&provider_filter(&Overrides::default()).unwrap()).unwrap();
+        if std::env::var_os("RUCX_OFI_PROVIDER").is_none() {
+            assert!(!default.iter().any(|d| d.name.starts_with("tcp/")));
+        }
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! The ofi endpoint: a peer's address in the interface's AV, the operations that go to it, its
-//! pending queue and flush waiters.
+//! The ofi endpoint: the libfabric endpoint and address its operations go to (the interface's
+//! RDM endpoint and the peer's address in its AV; or its own connected endpoint and
+//! `FI_ADDR_UNSPEC`), its pending queue and flush waiters. A connected one refuses operations
+//! with `NoResource` until the connection is up.
 //!
 //! Data paths: am_short is one `fi_inject` (no completion; the provider copies the data);
 //! am_bcopy packs into the slot's send buffer and `fi_send`s it; am_zcopy sends the header from
@@ -19,14 +21,18 @@ use uct_transport::iov::{gather, total_len, Iov};
 use uct_transport::traits::{AtomicSize, EpHandle, TransportEp};
 use uct_transport::types::{AtomicOp, EpAttr, FlushFlags, AM_ID_MAX};
 
-use crate::ffi::{self, atomic, iovec_of};
+use crate::ffi::{self, atomic, iovec_of, Endpoint};
 use crate::iface::{fi_op, Op, Shared};
 use crate::md::remote_key;
 use crate::wire;
 
 /// What operations in flight and the interface keep of an endpoint.
 pub(crate) struct EpState {
+    /// Where operations go: the endpoint and the destination address it takes.
+    pub(crate) tx: Rc<Endpoint>,
     pub(crate) dest: u64,
+    /// A connected endpoint whose connection is not up yet.
+    pub(crate) connecting: Cell<bool>,
     handle: Cell<EpHandle>,
     pub(crate) outstanding: Cell<usize>,
     pending: RefCell<VecDeque<PendingReq>>,
@@ -44,6 +50,24 @@ pub(crate) struct EpState {
 }
 
 impl EpState {
+    pub(crate) fn new(tx: Rc<Endpoint>, dest: u64, connecting: bool) -> EpState {
+        EpState {
+            tx,
+            dest,
+            connecting: Cell::new(connecting),
+            handle: Cell::new(EpHandle(0)),
+            outstanding: Cell::new(0),
+            pending: RefCell::new(VecDeque::new()),
+            queued: Cell::new(false),
+            blocked: Cell::new(false),
+            stalled_since: Cell::new(None),
+            watched: Cell::new(false),
+            failed: Cell::new(None),
+            destroyed: Cell::new(false),
+            flush_waiters: RefCell::new(Vec::new()),
+        }
+    }
+
     pub(crate) fn has_pending(&self) -> bool {
         !self.pending.borrow().is_empty()
     }
@@ -116,6 +140,9 @@ impl OfiEp {
                 ),
             ));
         }
+        if s.msg.is_some() {
+            return crate::msg::connect(s, iface).map(|st| OfiEp { s: s.clone(), st });
+        }
         let dest = s.peer_addr(iface).map_err(|e| {
             Error::new(
                 Status::Unreachable,
@@ -128,19 +155,7 @@ impl OfiEp {
         })?;
         Ok(OfiEp {
             s: s.clone(),
-            st: Rc::new(EpState {
-                dest,
-                handle: Cell::new(EpHandle(0)),
-                outstanding: Cell::new(0),
-                pending: RefCell::new(VecDeque::new()),
-                queued: Cell::new(false),
-                blocked: Cell::new(false),
-                stalled_since: Cell::new(None),
-                watched: Cell::new(false),
-                failed: Cell::new(None),
-                destroyed: Cell::new(false),
-                flush_waiters: RefCell::new(Vec::new()),
-            }),
+            st: Rc::new(EpState::new(s.rx.clone(), dest, false)),
         })
     }
 
@@ -151,7 +166,9 @@ impl OfiEp {
         if let Some(st) = self.st.failed.get() {
             return Err(failed(st));
         }
-        if self.st.has_pending() && self.s.dispatching.get() != Rc::as_ptr(&self.st) as usize {
+        if self.st.connecting.get()
+            || (self.st.has_pending() && self.s.dispatching.get() != Rc::as_ptr(&self.st) as usize)
+        {
             return Err(Status::NoResource.into());
         }
         Ok(())
@@ -253,7 +270,9 @@ impl OfiEp {
             // SAFETY: the host keeps zcopy buffers valid until `comp` completes (the uct zcopy
             // contract); the context is the slot's, reserved until the completion.
             |i| unsafe {
-                s.ep.rma(write, &vecs, &mut descs, self.st.dest, target, rk.key, s.ctx(i))
+                self.st
+                    .tx
+                    .rma(write, &vecs, &mut descs, self.st.dest, target, rk.key, s.ctx(i))
             },
         )?;
         Ok(Outcome::InProgress)
@@ -310,12 +329,24 @@ impl OfiEp {
                 b[8..16].copy_from_slice(&compare.unwrap_or(0).to_le_bytes());
                 b[16..].fill(0);
                 let base = s.tx_bufs.addr(off);
-                // SAFETY: operand, compare and result live in slot i's buffer (registered when
-                // the provider needs it), reserved with the context until the completion.
-                unsafe {
-                    s.ep.fetch_atomic(
-                        base,
+                let (operand, cmp) = if s.atomic_by_value {
+                    (
+                        std::ptr::without_provenance(value as usize),
+                        compare.map(|c| std::ptr::without_provenance(c as usize)),
+                    )
+                } else {
+                    (
+                        base as *const u8,
                         compare.map(|_| base.wrapping_add(8) as *const u8),
+                    )
+                };
+                // SAFETY: operand, compare and result live in slot i's buffer (registered when
+                // the provider needs it), reserved with the context until the completion; or
+                // operand and compare are the values, for the provider that reads them so.
+                unsafe {
+                    self.st.tx.fetch_atomic(
+                        operand,
+                        cmp,
                         base.wrapping_add(16),
                         s.tx_desc(),
                         self.st.dest,
@@ -380,6 +411,9 @@ impl Drop for OfiEp {
         self.st.destroyed.set(true);
         self.st.pending.borrow_mut().clear();
         self.s.arbiter.borrow_mut().retain(|e| !Rc::ptr_eq(e, &self.st));
+        if let Some(m) = &self.s.msg {
+            m.forget(&self.st);
+        }
     }
 }
 
@@ -391,7 +425,7 @@ impl TransportEp for OfiEp {
     fn query(&self) -> EpAttr {
         EpAttr {
             peer_am_max: 0,
-            connected: true,
+            connected: !self.st.connecting.get(),
         }
     }
 
@@ -407,7 +441,7 @@ impl TransportEp for OfiEp {
         b[..wire::HDR_LEN].copy_from_slice(&wire::header(id));
         b[wire::HDR_LEN..wire::HDR_LEN + 8].copy_from_slice(&header.to_le_bytes());
         b[wire::HDR_LEN + 8..].copy_from_slice(payload);
-        let r = self.s.ep.inject(b, self.st.dest);
+        let r = self.st.tx.inject(b, self.st.dest);
         drop(buf);
         self.posted(r, "fi_inject")
     }
@@ -422,7 +456,7 @@ impl TransportEp for OfiEp {
         };
         b[..wire::HDR_LEN].copy_from_slice(&wire::header(id));
         gather(&mut b[wire::HDR_LEN..], iov);
-        let r = self.s.ep.inject(b, self.st.dest);
+        let r = self.st.tx.inject(b, self.st.dest);
         drop(buf);
         self.posted(r, "fi_inject")
     }
@@ -445,7 +479,7 @@ impl TransportEp for OfiEp {
         };
         // SAFETY: the slot's buffer and context stay reserved until the send completes.
         let r = unsafe {
-            s.ep.send(
+            self.st.tx.send(
                 s.tx_bufs.addr(off),
                 wire::HDR_LEN + n,
                 s.tx_desc(),
@@ -493,7 +527,7 @@ impl TransportEp for OfiEp {
                 );
                 // SAFETY: the header is in the slot's buffer and the payload in host memory
                 // kept valid until `comp` completes (uct zcopy contract).
-                unsafe { s.ep.sendmsg(&vecs, &mut descs, self.st.dest, s.ctx(i)) }
+                unsafe { self.st.tx.sendmsg(&vecs, &mut descs, self.st.dest, s.ctx(i)) }
             },
         )?;
         Ok(Outcome::InProgress)
@@ -560,6 +594,7 @@ impl TransportEp for OfiEp {
     fn pending_add(&self, req: PendingReq, _flags: u32) -> Result<()> {
         if !self.st.has_pending()
             && !self.st.blocked.get()
+            && !self.st.connecting.get()
             && self.s.has_free()
             && self.st.failed.get().is_none()
         {

@@ -50,6 +50,13 @@ pub fn strerror(code: i64) -> String {
         .into_owned()
 }
 
+/// The version of the libfabric loaded at run time, `(major, minor)`.
+pub fn lib_version() -> (u32, u32) {
+    // SAFETY: no arguments, no state.
+    let v = unsafe { rucx_fi_lib_version() };
+    (v >> 16, v & 0xffff)
+}
+
 /// The API version these bindings were generated for.
 pub fn version() -> u32 {
     // SAFETY: no arguments, no state.
@@ -65,8 +72,8 @@ pub struct Hints {
     pub mode: u64,
     /// `mr_mode` bits the transport honours.
     pub mr_mode: i32,
-    /// Restrict to reliable-datagram endpoints.
-    pub rdm: bool,
+    /// The endpoint type wanted (`bits::EP_RDM`, `bits::EP_MSG`).
+    pub ep_type: u32,
 }
 
 /// A list of `fi_info` from `fi_getinfo` (freed on drop).
@@ -97,9 +104,7 @@ pub fn getinfo(hints: Option<Hints>) -> Result<InfoList, i32> {
             }
             (*h).caps = want.caps;
             (*h).mode = want.mode;
-            if want.rdm {
-                (*(*h).ep_attr).type_ = fi_ep_type_FI_EP_RDM;
-            }
+            (*(*h).ep_attr).type_ = want.ep_type;
             (*(*h).domain_attr).mr_mode = want.mr_mode;
             (*(*h).domain_attr).threading = fi_threading_FI_THREAD_DOMAIN;
         }
@@ -191,6 +196,13 @@ impl InfoRef<'_> {
     pub fn is_rdm(&self) -> bool {
         self.ep().is_some_and(|e| e.type_ == fi_ep_type_FI_EP_RDM)
     }
+    pub fn is_msg(&self) -> bool {
+        self.ep().is_some_and(|e| e.type_ == fi_ep_type_FI_EP_MSG)
+    }
+    /// Shared receive contexts an endpoint may use (0: none).
+    pub fn max_ep_srx_ctx(&self) -> usize {
+        self.domain().map_or(0, |d| d.max_ep_srx_ctx)
+    }
     pub fn ep_type(&self) -> u32 {
         self.ep().map_or(0, |e| e.type_)
     }
@@ -239,6 +251,23 @@ pub struct Info {
 }
 
 impl Info {
+    /// A copy whose endpoints connect to `dest` (an address as the peer's `fi_getname` gave
+    /// it) and take a shared receive context.
+    pub fn for_connect(&self, dest: &[u8]) -> Result<Info, i32> {
+        let mut copy = self.get().dup()?;
+        // SAFETY: copy.p is a valid fi_info we own; the shim replaces dest_addr with a malloc'd
+        // copy of the dest.len() bytes, which fi_freeinfo frees.
+        check(unsafe { rucx_fi_info_set_dest(copy.p, dest.as_ptr().cast(), dest.len()) })?;
+        copy.set_shared_rx();
+        Ok(copy)
+    }
+
+    /// Endpoints opened with this info take a shared receive context.
+    pub fn set_shared_rx(&mut self) {
+        // SAFETY: p is a valid fi_info we own.
+        unsafe { rucx_fi_info_set_shared_rx(self.p) }
+    }
+
     pub fn get(&self) -> InfoRef<'_> {
         // SAFETY: p is valid while self lives.
         InfoRef {
@@ -289,6 +318,14 @@ impl Fabric {
     /// when completions are pending or progress is needed.
     pub fn trywait(&self, cq: &Cq) -> Result<(), i32> {
         let mut f = cq.fid();
+        // SAFETY: one valid fid of an object opened on this fabric.
+        check(unsafe { rucx_fi_trywait(self.p, &mut f, 1) })
+    }
+
+    /// `fi_trywait` on `eq`: `Ok` when its fd is armed again (some providers' fds stay
+    /// signalled until this is called), `Err(-FI_EAGAIN)` when events wait.
+    pub fn trywait_eq(&self, eq: &Eq) -> Result<(), i32> {
+        let mut f = eq.fid();
         // SAFETY: one valid fid of an object opened on this fabric.
         check(unsafe { rucx_fi_trywait(self.p, &mut f, 1) })
     }
@@ -350,6 +387,21 @@ impl Domain {
             p,
             _domain: self.clone(),
         })
+    }
+}
+
+impl Domain {
+    /// Whether the domain's endpoints support `op` on `datatype` (`fi_query_atomic`).
+    pub fn atomic_valid(&self, kind: AtomicKind, datatype: u32, op: u32) -> bool {
+        let flags = match kind {
+            AtomicKind::Post => 0,
+            AtomicKind::Fetch => FI_FETCH_ATOMIC,
+            AtomicKind::Compare => FI_COMPARE_ATOMIC,
+        };
+        let mut attr = fi_atomic_attr::default();
+        // SAFETY: a query into our attr struct.
+        let r = unsafe { rucx_fi_query_atomic(self.p, datatype, op, &mut attr, flags) };
+        r == 0 && attr.count >= 1
     }
 }
 
@@ -557,11 +609,24 @@ pub enum AtomicKind {
     Compare,
 }
 
-/// A reliable-datagram endpoint bound to a CQ (send and receive) and an AV, enabled.
+/// What an endpoint was opened on and bound to, kept open while it is.
+#[derive(Default)]
+struct Keep {
+    _domain: Option<Rc<Domain>>,
+    _cq: Option<Rc<Cq>>,
+    _av: Option<Rc<Av>>,
+    _srx: Option<Rc<Endpoint>>,
+    _eq: Option<Rc<Eq>>,
+}
+
+/// An endpoint: a reliable-datagram one bound to a CQ (send and receive) and an AV; a
+/// connected one bound to a CQ, a shared receive context and an EQ; or a shared receive
+/// context (`fi_srx_context`, receives only). Enabled when opened.
 pub struct Endpoint {
     p: *mut fid_ep,
-    _cq: Rc<Cq>,
-    _av: Rc<Av>,
+    /// Connected: shut down before it is closed, so the peer hears of it.
+    msg: bool,
+    keep: Keep,
 }
 
 impl Endpoint {
@@ -571,8 +636,12 @@ impl Endpoint {
         check(unsafe { rucx_fi_endpoint(domain.p, info.p, &mut p, ptr::null_mut()) })?;
         let ep = Endpoint {
             p,
-            _cq: cq.clone(),
-            _av: av.clone(),
+            msg: false,
+            keep: Keep {
+                _cq: Some(cq.clone()),
+                _av: Some(av.clone()),
+                ..Keep::default()
+            },
         };
         let flags = (FI_TRANSMIT | FI_RECV) as u64;
         // SAFETY: binding a valid CQ and AV of the same domain to the endpoint, then enabling it.
@@ -584,20 +653,90 @@ impl Endpoint {
         Ok(ep)
     }
 
+    /// A shared receive context on `domain` (`fi_srx_context` with the info's receive
+    /// attributes), its receive completions going to `cq`.
+    pub fn srx(domain: &Rc<Domain>, info: &Info, cq: &Rc<Cq>) -> Result<Rc<Endpoint>, i32> {
+        let mut p = ptr::null_mut();
+        // SAFETY: valid domain; the info's rx_attr is valid or null; p receives the context.
+        check(unsafe { rucx_fi_srx_context(domain.p, (*info.p).rx_attr, &mut p, ptr::null_mut()) })?;
+        let srx = Endpoint {
+            p,
+            msg: false,
+            keep: Keep {
+                _domain: Some(domain.clone()),
+                _cq: Some(cq.clone()),
+                ..Keep::default()
+            },
+        };
+        // Some providers complete shared receives on the CQ bound to the context (tcp), others
+        // on the CQ of the endpoint that received (verbs, which refuses this bind).
+        // SAFETY: binding a valid CQ of the same domain.
+        let r = unsafe { rucx_fi_ep_bind(srx.p, cq.fid(), FI_RECV as u64) };
+        if r != 0 && -r != errno::ENOSYS {
+            return Err(r);
+        }
+        Ok(Rc::new(srx))
+    }
+
+    /// A connected endpoint (not yet connected: see [`Endpoint::connect`], [`Endpoint::accept`])
+    /// from `info` (the device's, with the peer's address; or a connection request's), bound to
+    /// `cq`, the shared receive context `srx` and `eq`, enabled.
+    pub fn open_msg(
+        domain: &Rc<Domain>,
+        info: &Info,
+        cq: &Rc<Cq>,
+        srx: &Rc<Endpoint>,
+        eq: &Rc<Eq>,
+    ) -> Result<Endpoint, i32> {
+        let mut p = ptr::null_mut();
+        // SAFETY: valid domain and info; p receives the endpoint.
+        check(unsafe { rucx_fi_endpoint(domain.p, info.p, &mut p, ptr::null_mut()) })?;
+        let ep = Endpoint {
+            p,
+            msg: false,
+            keep: Keep {
+                _cq: Some(cq.clone()),
+                _srx: Some(srx.clone()),
+                _eq: Some(eq.clone()),
+                ..Keep::default()
+            },
+        };
+        // SAFETY: binding a valid CQ, shared receive context and EQ of the same domain and
+        // fabric, then enabling.
+        unsafe {
+            check(rucx_fi_ep_bind(ep.p, cq.fid(), (FI_TRANSMIT | FI_RECV) as u64))?;
+            check(rucx_fi_ep_bind(ep.p, &mut (*srx.p).fid, 0))?;
+            check(rucx_fi_ep_bind(ep.p, &mut (*eq.p).fid, 0))?;
+            check(rucx_fi_enable(ep.p))?;
+        }
+        Ok(ep)
+    }
+
+    /// Starts connecting to the address its info names (`fi_connect`); the EQ reports
+    /// `FI_CONNECTED` or an error.
+    pub fn connect(&mut self, dest: &[u8]) -> Result<(), i32> {
+        self.msg = true;
+        // SAFETY: dest is an address of the provider's format (dest.len() bytes read); no
+        // connection data.
+        check(unsafe { rucx_fi_connect(self.p, dest.as_ptr().cast(), ptr::null(), 0) })
+    }
+
+    /// Accepts the connection request it was opened for (`fi_accept`).
+    pub fn accept(&mut self) -> Result<(), i32> {
+        self.msg = true;
+        // SAFETY: valid endpoint opened from a connection request's info; no data.
+        check(unsafe { rucx_fi_accept(self.p, ptr::null(), 0) })
+    }
+
+    /// The endpoint's fid, as EQ events name it.
+    pub fn fid(&self) -> usize {
+        self.p as usize
+    }
+
     /// The endpoint's address (`fi_getname`), what peers insert into their AV.
     pub fn name(&self) -> Result<Vec<u8>, i32> {
-        let mut buf = vec![0u8; 256];
-        let mut len = buf.len();
-        // SAFETY: buf has len bytes; the endpoint's fid starts its struct.
-        let mut r = unsafe { rucx_fi_getname(&mut (*self.p).fid, buf.as_mut_ptr().cast(), &mut len) };
-        if -r == 257 && len > buf.len() {
-            buf.resize(len, 0);
-            // SAFETY: as above, with the size the provider asked for.
-            r = unsafe { rucx_fi_getname(&mut (*self.p).fid, buf.as_mut_ptr().cast(), &mut len) };
-        }
-        check(r)?;
-        buf.truncate(len);
-        Ok(buf)
+        // SAFETY: the endpoint's fid starts its struct.
+        getname(unsafe { &mut (*self.p).fid })
     }
 
     /// Whether `op` on `datatype` is supported (`fi_*atomicvalid`).
@@ -733,7 +872,9 @@ impl Endpoint {
     ///
     /// # Safety
     /// `operand`, `compare` and `result` (8 bytes each, described by `desc`) stay valid until
-    /// the completion for `ctx` is read; `ctx` as in [`Endpoint::send`].
+    /// the completion for `ctx` is read; `ctx` as in [`Endpoint::send`]. (On a provider that
+    /// takes the operand and compare pointers' values as the operands, see
+    /// `Shared::atomic_by_value`, those two are values and never dereferenced.)
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn fetch_atomic(
         &self,
@@ -788,8 +929,181 @@ impl Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
+        if self.msg {
+            // SAFETY: a valid connected (or connecting) endpoint; failing is harmless here.
+            unsafe { rucx_fi_shutdown(self.p, 0) };
+        }
         // SAFETY: fid_ep starts with its fid.
         close(unsafe { &mut (*self.p).fid }, "endpoint");
+        let _ = &self.keep;
+    }
+}
+
+/// `fi_getname` of `fid`.
+fn getname(fid: *mut fid) -> Result<Vec<u8>, i32> {
+    let mut buf = vec![0u8; 256];
+    let mut len = buf.len();
+    // SAFETY: buf has len bytes; fid is a valid endpoint's.
+    let mut r = unsafe { rucx_fi_getname(fid, buf.as_mut_ptr().cast(), &mut len) };
+    if -r == 257 && len > buf.len() {
+        buf.resize(len, 0);
+        // SAFETY: as above, with the size the provider asked for.
+        r = unsafe { rucx_fi_getname(fid, buf.as_mut_ptr().cast(), &mut len) };
+    }
+    check(r)?;
+    buf.truncate(len);
+    Ok(buf)
+}
+
+/// An event queue (`fi_eq_open`): connection events of connected endpoints.
+pub struct Eq {
+    p: *mut fid_eq,
+    _fabric: Rc<Fabric>,
+}
+
+/// An event read from an [`Eq`].
+pub enum EqEvent {
+    /// A peer asks to connect; open an endpoint from `info` and accept.
+    ConnReq { info: Info },
+    /// The endpoint `fid` is connected.
+    Connected { fid: usize },
+    /// The endpoint `fid`'s connection is closed (by the peer, or it failed).
+    Shutdown { fid: usize },
+    /// An error for `fid` (a connection refused, or lost).
+    Error { fid: usize, err: i32, message: String },
+    /// An event the transport does not use.
+    Other(u32),
+}
+
+impl Eq {
+    /// Opens an EQ, with an fd wait object when `wait_fd` (falling back to none).
+    pub fn open(fabric: &Rc<Fabric>, wait_fd: bool) -> Result<Rc<Eq>, i32> {
+        let mut attr = fi_eq_attr {
+            size: 64,
+            wait_obj: if wait_fd {
+                fi_wait_obj_FI_WAIT_FD
+            } else {
+                fi_wait_obj_FI_WAIT_NONE
+            },
+            ..Default::default()
+        };
+        let mut p = ptr::null_mut();
+        // SAFETY: valid fabric and attributes; p receives the EQ.
+        check(unsafe { rucx_fi_eq_open(fabric.p, &mut attr, &mut p, ptr::null_mut()) })?;
+        Ok(Rc::new(Eq {
+            p,
+            _fabric: fabric.clone(),
+        }))
+    }
+
+    fn fid(&self) -> *mut fid {
+        // SAFETY: fid_eq starts with its fid.
+        unsafe { &mut (*self.p).fid }
+    }
+
+    /// The EQ's wait fd (`FI_GETWAIT`), when it has one.
+    pub fn wait_fd(&self) -> Option<i32> {
+        let mut fd: c_int = -1;
+        // SAFETY: FI_GETWAIT on an FI_WAIT_FD EQ writes an int.
+        let r = unsafe { rucx_fi_control(self.fid(), FI_GETWAIT as c_int, (&mut fd as *mut c_int).cast()) };
+        (r == 0 && fd >= 0).then_some(fd)
+    }
+
+    /// Reads one event (`None`: none waiting, or the read failed, which is logged).
+    pub fn read(&self) -> Option<EqEvent> {
+        // fi_eq_cm_entry and room for connection data we never send
+        let mut buf = [0u64; 16];
+        let mut event: u32 = 0;
+        // SAFETY: buf has room for a CM entry (fid, info, data); the provider writes at most
+        // its length.
+        let r = unsafe {
+            rucx_fi_eq_read(
+                self.p,
+                &mut event,
+                buf.as_mut_ptr().cast(),
+                std::mem::size_of_val(&buf),
+                0,
+            )
+        };
+        if r < 0 {
+            if -r as i32 == errno::EAVAIL {
+                return self.readerr();
+            }
+            if -r as i32 != errno::EAGAIN {
+                tracing::warn!("ofi: fi_eq_read failed: {}", strerror(r as i64));
+            }
+            return None;
+        }
+        // SAFETY: a CM event wrote a fi_eq_cm_entry at the start of buf (u64-aligned).
+        let e = unsafe { &*(buf.as_ptr() as *const fi_eq_cm_entry) };
+        // an info the provider allocated is ours to free (fi_eq_cm_entry)
+        let info = (!e.info.is_null()).then_some(Info { p: e.info });
+        Some(match (event, info) {
+            (FI_CONNREQ, Some(info)) => EqEvent::ConnReq { info },
+            (FI_CONNECTED, _) => EqEvent::Connected { fid: e.fid as usize },
+            (FI_SHUTDOWN, _) => EqEvent::Shutdown { fid: e.fid as usize },
+            (other, _) => EqEvent::Other(other),
+        })
+    }
+
+    fn readerr(&self) -> Option<EqEvent> {
+        let mut e = fi_eq_err_entry::default();
+        // SAFETY: e is a valid error entry (err_data null: the provider keeps its own).
+        let r = unsafe { rucx_fi_eq_readerr(self.p, &mut e, 0) };
+        if r < 1 {
+            return None;
+        }
+        Some(EqEvent::Error {
+            fid: e.fid as usize,
+            err: e.err,
+            message: strerror(e.err as i64),
+        })
+    }
+}
+
+impl Drop for Eq {
+    fn drop(&mut self) {
+        close(self.fid(), "event queue");
+    }
+}
+
+/// A listening passive endpoint (`fi_passive_ep` + `fi_listen`), its connection requests
+/// reported on an [`Eq`].
+pub struct PassiveEp {
+    p: *mut fid_pep,
+    _eq: Rc<Eq>,
+    _fabric: Rc<Fabric>,
+}
+
+impl PassiveEp {
+    pub fn listen(fabric: &Rc<Fabric>, info: &Info, eq: &Rc<Eq>) -> Result<PassiveEp, i32> {
+        let mut p = ptr::null_mut();
+        // SAFETY: valid fabric and info; p receives the passive endpoint.
+        check(unsafe { rucx_fi_passive_ep(fabric.p, info.p, &mut p, ptr::null_mut()) })?;
+        let pep = PassiveEp {
+            p,
+            _eq: eq.clone(),
+            _fabric: fabric.clone(),
+        };
+        // SAFETY: binding an EQ of the same fabric, then listening.
+        unsafe {
+            check(rucx_fi_pep_bind(pep.p, eq.fid(), 0))?;
+            check(rucx_fi_listen(pep.p))?;
+        }
+        Ok(pep)
+    }
+
+    /// The address it listens at (`fi_getname`): what peers connect to.
+    pub fn name(&self) -> Result<Vec<u8>, i32> {
+        // SAFETY: fid_pep starts with its fid.
+        getname(unsafe { &mut (*self.p).fid })
+    }
+}
+
+impl Drop for PassiveEp {
+    fn drop(&mut self) {
+        // SAFETY: fid_pep starts with its fid.
+        close(unsafe { &mut (*self.p).fid }, "passive endpoint");
     }
 }
 
@@ -825,6 +1139,7 @@ pub mod bits {
     pub const MR_ENDPOINT: i32 = FI_MR_ENDPOINT as i32;
     pub const EP_MSG: u32 = fi_ep_type_FI_EP_MSG;
     pub const EP_DGRAM: u32 = fi_ep_type_FI_EP_DGRAM;
+    pub const EP_RDM: u32 = fi_ep_type_FI_EP_RDM;
 }
 
 /// Page-aligned memory the provider reads and writes behind the compiler's back (send and

@@ -1,5 +1,7 @@
 //! The ofi interface: one RDM endpoint with its CQ (sends and receives) and AV, receive buffers
-//! posted on it, and the table of operations in flight.
+//! posted on it, and the table of operations in flight. On a connected (`FI_EP_MSG`) device the
+//! RDM endpoint's place is taken by a shared receive context, and each uct endpoint has its own
+//! connected libfabric endpoint (see `msg`), on the same CQ.
 //!
 //! Every operation that completes through the CQ takes a slot: slot `i` owns operation
 //! context `i` (64 bytes, `FI_CONTEXT2`) and send buffer `i` (`SEG_SIZE` bytes, registered when
@@ -28,6 +30,7 @@ use crate::config::OFI_CONFIG;
 use crate::ep::{EpState, OfiEp};
 use crate::ffi::{self, atomic, bits, AtomicKind, Av, Buffers, Cq, CqEntry, Endpoint, Mr};
 use crate::md::{MdInner, OfiMd};
+use crate::msg::Msg;
 use crate::wire;
 
 /// Bytes of one operation context (`struct fi_context2`).
@@ -89,12 +92,17 @@ pub(crate) struct AtomicSupport {
     pub a64: AtomicCaps,
 }
 
-/// The interface's state, shared with its endpoints. Field order is drop order: the endpoint
-/// closes first, then the objects and memory it used.
+/// The interface's state, shared with its endpoints. Field order is drop order: the endpoints
+/// close first (connected ones and operations in flight are dropped in `Drop`), then the
+/// objects and memory they used.
 pub(crate) struct Shared {
-    pub(crate) ep: Endpoint,
+    /// Connection management on a connected device.
+    pub(crate) msg: Option<Msg>,
+    /// Where receives are posted: the RDM endpoint (which also sends), or the shared receive
+    /// context of the connected endpoints.
+    pub(crate) rx: Rc<Endpoint>,
     pub(crate) cq: Rc<Cq>,
-    pub(crate) av: Rc<Av>,
+    pub(crate) av: Option<Rc<Av>>,
     /// Each peer's AV entry, by its address: endpoints to one peer share it (providers bound
     /// their AV: shm takes a few hundred entries).
     peers: RefCell<std::collections::HashMap<Box<[u8]>, u64>>,
@@ -115,6 +123,9 @@ pub(crate) struct Shared {
     pub(crate) rma_iov: usize,
     pub(crate) rma: bool,
     pub(crate) atomics: AtomicSupport,
+    /// libfabric 1.17's verbs connected endpoint puts the operand and compare *pointers* into
+    /// the work request as the values (`compare_add = (uintptr_t)buf`): pass the values there.
+    pub(crate) atomic_by_value: bool,
     pub(crate) name: Vec<u8>,
     dev_addr: [u8; 16],
     am: Rc<AmTable>,
@@ -213,9 +224,24 @@ impl OfiIface {
             _ => Cq::open(&md.domain, cq_size, false).map_err(|e| ioerr(&dev, "fi_cq_open", e))?,
         };
         let wait_fd = if want_fd { cq.wait_fd() } else { None };
-        let av = Av::open(&md.domain, 64).map_err(|e| ioerr(&dev, "fi_av_open", e))?;
-        let ep = Endpoint::open(&md.domain, &md.info, &cq, &av).map_err(|e| ioerr(&dev, "fi_endpoint", e))?;
-        let name = ep.name().map_err(|e| ioerr(&dev, "fi_getname", e))?;
+        let (rx, av, msg, name) = if info.is_msg() {
+            let (msg, srx, name) = Msg::open(&md, &cq, params.worker)?;
+            (srx, None, Some(msg), name)
+        } else {
+            let av = Av::open(&md.domain, 64).map_err(|e| ioerr(&dev, "fi_av_open", e))?;
+            let ep =
+                Endpoint::open(&md.domain, &md.info, &cq, &av).map_err(|e| ioerr(&dev, "fi_endpoint", e))?;
+            let name = ep.name().map_err(|e| ioerr(&dev, "fi_getname", e))?;
+            (Rc::new(ep), Some(av), None, name)
+        };
+        // connected endpoints exist only once connected: ask the domain
+        let valid = |kind, dt, op| {
+            if msg.is_some() {
+                md.domain.atomic_valid(kind, dt, op)
+            } else {
+                rx.atomic_valid(kind, dt, op)
+            }
+        };
 
         let tx_bufs = Buffers::new(tx_len * seg);
         let rx_bufs = Buffers::new(rx_len * seg);
@@ -239,15 +265,15 @@ impl OfiIface {
             for (dt, caps) in [(atomic::U32, &mut atomics.a32), (atomic::U64, &mut atomics.a64)] {
                 for op in [AtomicOp::Add, AtomicOp::And, AtomicOp::Or, AtomicOp::Xor] {
                     // posts go out as fetching atomics (so flush can wait for them)
-                    if ep.atomic_valid(AtomicKind::Fetch, dt, fi_op(op)) {
+                    if valid(AtomicKind::Fetch, dt, fi_op(op)) {
                         caps.op_flags |= op.flag();
                         caps.fop_flags |= op.flag();
                     }
                 }
-                if ep.atomic_valid(AtomicKind::Fetch, dt, atomic::WRITE) {
+                if valid(AtomicKind::Fetch, dt, atomic::WRITE) {
                     caps.fop_flags |= AtomicOp::Swap.flag();
                 }
-                if ep.atomic_valid(AtomicKind::Compare, dt, atomic::CSWAP) {
+                if valid(AtomicKind::Compare, dt, atomic::CSWAP) {
                     caps.fop_flags |= AtomicOp::Cswap.flag();
                 }
             }
@@ -266,8 +292,14 @@ impl OfiIface {
         if info.prov_name() == "shm" || fabric.starts_with("127.") || fabric == "::1/128" {
             dev_addr[8..].copy_from_slice(&host_id().to_le_bytes());
         }
+        let atomic_by_value = info.is_msg() && info.prov_name() == "verbs" && ffi::lib_version() <= (1, 17);
+        if info.is_msg() && info.prov_name() == "verbs" && !atomic_by_value {
+            // whether a later libfabric reads the operands through the pointers is unverified
+            atomics = AtomicSupport::default();
+        }
         let s = Rc::new(Shared {
-            ep,
+            msg,
+            rx,
             cq,
             av,
             peers: RefCell::new(std::collections::HashMap::new()),
@@ -288,6 +320,7 @@ impl OfiIface {
             rma_iov: info.iov_limit().min(MAX_IOV),
             rma,
             atomics,
+            atomic_by_value,
             name,
             dev_addr,
             am: params.am,
@@ -305,6 +338,9 @@ impl OfiIface {
         });
         for j in 0..rx_len {
             s.post_recv(j).map_err(|e| ioerr(&dev, "fi_recv", e))?;
+        }
+        if let Some(m) = &s.msg {
+            m.watch(&s);
         }
         Ok(OfiIface { s })
     }
@@ -330,7 +366,7 @@ impl Shared {
             // completion is read (they are reposted only from that completion); both live as
             // long as the endpoint (field order).
             let r = unsafe {
-                self.ep.recv(
+                self.rx.recv(
                     self.rx_bufs.addr(j * self.seg),
                     self.seg,
                     desc,
@@ -382,7 +418,11 @@ impl Shared {
         if let Some(&a) = self.peers.borrow().get(addr) {
             return Ok(a);
         }
-        let a = self.av.insert(addr)?;
+        let a = self
+            .av
+            .as_ref()
+            .expect("an RDM interface has an AV")
+            .insert(addr)?;
         self.peers.borrow_mut().insert(addr.into(), a);
         Ok(a)
     }
@@ -545,11 +585,12 @@ impl Shared {
     }
 
     /// Waits (a bounded time) for the operations in flight before the interface closes, on RxM
-    /// stacks: libfabric 1.17's `verbs;ofi_rxm` crashes closing an endpoint with sends in flight.
+    /// stacks (libfabric 1.17's `verbs;ofi_rxm` crashes closing an endpoint with sends in
+    /// flight) and connected devices (their endpoints close with the interface).
     /// Not on others: `shm`'s progress touches the peer's region, which may be gone by now.
     /// Their completions are dropped: the host has destroyed their endpoints.
     fn drain(&self) {
-        if !self.md.info.get().prov_name().contains("ofi_rxm") {
+        if !self.md.info.get().prov_name().contains("ofi_rxm") && self.msg.is_none() {
             return;
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
@@ -601,6 +642,11 @@ impl Shared {
                 ffi::strerror(n as i64)
             );
         }
+        if let Some(m) = &self.msg {
+            if m.due() {
+                done += m.poll(self);
+            }
+        }
         if !self.arbiter.borrow().is_empty() {
             self.dispatch_pending();
         }
@@ -644,8 +690,25 @@ impl Shared {
     }
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Operations in flight and pending queues hold endpoint states, and connected ones their
+        // libfabric endpoints: those close before the receive context and buffers (fields).
+        self.arbiter.get_mut().clear();
+        for op in self.ops.get_mut().iter_mut() {
+            *op = Op::Free;
+        }
+        if let Some(m) = &self.msg {
+            m.close_all();
+        }
+    }
+}
+
 impl Drop for OfiIface {
     fn drop(&mut self) {
+        if let Some(m) = &self.s.msg {
+            m.unwatch();
+        }
         // Endpoints may outlive us; the host frees the handlers next.
         self.s.am.clear();
         self.s.arbiter.borrow_mut().clear();
@@ -675,10 +738,12 @@ impl TransportIface for OfiIface {
             | IfaceFlags::CB_SYNC
             | IfaceFlags::ERRHANDLE_AM_ID
             | IfaceFlags::ERRHANDLE_BCOPY_LEN;
-        // RxM stacks report a broken connection on the CQ, or refuse sends (-FI_EAGAIN) while
-        // reconnecting to a peer that is gone (RUCX_OFI_PEER_TIMEOUT). libfabric 1.17's shm
-        // crashes sending to a closed endpoint of the same process, and efa is not verified.
-        if s.md.info.get().prov_name().contains("ofi_rxm") {
+        // Connected devices: a connection's loss is an EQ event, its operations' failures CQ
+        // errors. RxM stacks report a broken connection on the CQ, or refuse sends
+        // (-FI_EAGAIN) while reconnecting to a peer that is gone (RUCX_OFI_PEER_TIMEOUT).
+        // libfabric 1.17's shm crashes sending to a closed endpoint of the same process, and
+        // efa is not verified.
+        if s.msg.is_some() || s.md.info.get().prov_name().contains("ofi_rxm") {
             flags |= IfaceFlags::ERRHANDLE_PEER_FAILURE;
         }
         if s.max_short > 0 {

@@ -16,6 +16,7 @@ pub mod ffi;
 pub mod fuzz;
 mod iface;
 mod md;
+mod msg;
 mod wire;
 
 pub use config::OFI_CONFIG;
