@@ -32,8 +32,8 @@
 # ofi: the libfabric transport (libuct_ofi.so) between two processes on loopback: tcp;ofi_rxm and
 # shm am_lat next to libfabric's own fi_pingpong (its usec/xfer, half a round trip, fills the UCX
 # column), and tcp;ofi_rxm am_bw 64 KiB next to UCX's tcp am_bw zcopy. With verbs, in the VM:
-# verbs;ofi_rxm am_lat next to rucx's own rc_verbs am_lat (the target's reference: the UCX column
-# holds rucx there) and next to fi_pingpong over verbs;ofi_rxm.
+# verbs;ofi_rxm and verbs (connected endpoints) am_lat next to rucx's own rc_verbs am_lat (the
+# target's reference: the UCX column holds rucx there) and next to fi_pingpong over each.
 #
 # Usage: bench/compare.sh [--rounds N] [--quick] [--cases self,tcp,sm,ucp,intra,floor,verbs,eps,ofi]
 #                         [--pin] [--nice | --rt] [--write] [--timeout S]
@@ -299,9 +299,11 @@ if want verbs && { [ "$IN_VM" = 1 ] || [ -n "${RUCX_BENCH_VERBS_DEV:-}" ]; }; th
         export FI_UNIVERSE_SIZE=${FI_UNIVERSE_SIZE:-16}
         CASE_LIST+=(
             "ofi_verbs_am_lat|rr|ofi verbs;ofi_rxm am_lat 8 B (UCX col: rucx rc_verbs am_lat)|lat|-t am_lat -x rc_verbs -d $VERBS_DEV -s 8 -n $(iters 60000)|-t am_lat -x ofi -d verbs;ofi_rxm/${VERBS_DEV%%:*} -s 8 -D short -n $(iters 60000)"
+            "ofi_verbs_msg_am_lat|rr|ofi verbs connected am_lat 8 B (UCX col: rucx rc_verbs am_lat)|lat|-t am_lat -x rc_verbs -d $VERBS_DEV -s 8 -n $(iters 60000)|-t am_lat -x ofi -d verbs/${VERBS_DEV%%:*} -s 8 -D short -n $(iters 60000)"
         )
         command -v fi_pingpong >/dev/null 2>&1 && CASE_LIST+=(
             "ofi_verbs_fipp|fipp|ofi verbs;ofi_rxm am_lat 8 B (UCX col: fi_pingpong verbs;ofi_rxm rdm 64 B)|lat|-p verbs;ofi_rxm -e rdm -S 64 -I $(iters 60000)|-t am_lat -x ofi -d verbs;ofi_rxm/${VERBS_DEV%%:*} -s 8 -D short -n $(iters 60000)"
+            "ofi_verbs_msg_fipp|fipp|ofi verbs connected am_lat 8 B (UCX col: fi_pingpong verbs msg 64 B)|lat|-p verbs -e msg -S 64 -I $(iters 60000)|-t am_lat -x ofi -d verbs/${VERBS_DEV%%:*} -s 8 -D short -n $(iters 60000)"
         )
     fi
     if want ucp; then
