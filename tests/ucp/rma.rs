@@ -3,45 +3,16 @@
 //! flush ordering and operations issued before the endpoint is wired. ud_verbs has no RMA:
 //! there the API says `Unsupported`.
 
-use ucp::{Context, Features, Issued, MemHandle, RemoteKey, Worker};
-use uct::AsyncMode;
+use ucp::{Features, Issued, MemHandle, RemoteKey};
 
-use crate::harness::{context, pattern, Pair, Setup};
+use crate::harness::{pattern, Pair, Setup};
 use crate::ucp_test;
 
 const SIZES: &[usize] = &[1, 7, 64, 1000, 8192, 8193, 65539, 1 << 20, 8 << 20];
 
 /// A pair whose context has RMA and both atomic widths.
 pub fn pair(s: &Setup) -> Option<Pair> {
-    let extra: Vec<(&str, &str)> = s.extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    // (skips an RDMA target on a host without RDMA)
-    context(s.t, &extra)?;
-    let mut b = Context::builder(crate::harness::uct_context(s.t))
-        .features(Features::AM | Features::RMA | Features::AMO32 | Features::AMO64)
-        .config("TLS", s.t.tls);
-    if !s.t.net_devices.is_empty() {
-        b = b.config("NET_DEVICES", s.t.net_devices);
-    }
-    b = b.config("SHM_DEVICES", s.t.shm_devices);
-    for (k, v) in &extra {
-        b = b.config(k, v);
-    }
-    let ctx = b
-        .build()
-        .unwrap_or_else(|e| panic!("[{}] context: {e}", s.t.name));
-    let a = Worker::with_async_mode(&ctx, AsyncMode::Poll).unwrap();
-    let bw = if s.t.two_workers {
-        Worker::with_async_mode(&ctx, AsyncMode::Poll).unwrap()
-    } else {
-        a.clone()
-    };
-    let ep = a.connect(bw.address()).unwrap();
-    Some(Pair {
-        name: s.t.name,
-        a,
-        b: bw,
-        ep,
-    })
+    s.pair_with(Features::AM | Features::RMA | Features::AMO32 | Features::AMO64)
 }
 
 /// Waits for an issued operation and returns its result.

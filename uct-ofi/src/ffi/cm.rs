@@ -1,7 +1,6 @@
 //! Connection management of connected endpoints: the event queue and the passive endpoint.
 #![allow(unsafe_code)]
 
-use std::os::raw::c_int;
 use std::ptr;
 use std::rc::Rc;
 
@@ -32,11 +31,7 @@ impl Eq {
     pub fn open(fabric: &Rc<Fabric>, wait_fd: bool) -> Result<Rc<Eq>, i32> {
         let mut attr = fi_eq_attr {
             size: 64,
-            wait_obj: if wait_fd {
-                fi_wait_obj_FI_WAIT_FD
-            } else {
-                fi_wait_obj_FI_WAIT_NONE
-            },
+            wait_obj: wait_obj(wait_fd),
             ..Default::default()
         };
         let mut p = ptr::null_mut();
@@ -55,10 +50,7 @@ impl Eq {
 
     /// The EQ's wait fd (`FI_GETWAIT`), when it has one.
     pub fn wait_fd(&self) -> Option<i32> {
-        let mut fd: c_int = -1;
-        // SAFETY: FI_GETWAIT on an FI_WAIT_FD EQ writes an int.
-        let r = unsafe { rucx_fi_control(self.fid(), FI_GETWAIT as c_int, (&mut fd as *mut c_int).cast()) };
-        (r == 0 && fd >= 0).then_some(fd)
+        wait_fd_of(self.fid())
     }
 
     /// Reads one event (`None`: none waiting, or the read failed, which is logged).

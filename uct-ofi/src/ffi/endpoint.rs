@@ -49,19 +49,21 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    pub fn open(domain: &Rc<Domain>, info: &Info, cq: &Rc<Cq>, av: &Rc<Av>) -> Result<Endpoint, i32> {
+    /// `fi_endpoint` from `info`, keeping `keep` open while it lives (not bound yet).
+    fn create(domain: &Rc<Domain>, info: &Info, keep: Keep) -> Result<Endpoint, i32> {
         let mut p = ptr::null_mut();
         // SAFETY: valid domain and info; p receives the endpoint.
         check(unsafe { rucx_fi_endpoint(domain.p, info.p, &mut p, ptr::null_mut()) })?;
-        let ep = Endpoint {
-            p,
-            msg: false,
-            keep: Keep {
-                _cq: Some(cq.clone()),
-                _av: Some(av.clone()),
-                ..Keep::default()
-            },
+        Ok(Endpoint { p, msg: false, keep })
+    }
+
+    pub fn open(domain: &Rc<Domain>, info: &Info, cq: &Rc<Cq>, av: &Rc<Av>) -> Result<Endpoint, i32> {
+        let keep = Keep {
+            _cq: Some(cq.clone()),
+            _av: Some(av.clone()),
+            ..Keep::default()
         };
+        let ep = Endpoint::create(domain, info, keep)?;
         let flags = (FI_TRANSMIT | FI_RECV) as u64;
         // SAFETY: binding a valid CQ and AV of the same domain to the endpoint, then enabling it.
         unsafe {
@@ -107,19 +109,13 @@ impl Endpoint {
         srx: &Rc<Endpoint>,
         eq: &Rc<Eq>,
     ) -> Result<Endpoint, i32> {
-        let mut p = ptr::null_mut();
-        // SAFETY: valid domain and info; p receives the endpoint.
-        check(unsafe { rucx_fi_endpoint(domain.p, info.p, &mut p, ptr::null_mut()) })?;
-        let ep = Endpoint {
-            p,
-            msg: false,
-            keep: Keep {
-                _cq: Some(cq.clone()),
-                _srx: Some(srx.clone()),
-                _eq: Some(eq.clone()),
-                ..Keep::default()
-            },
+        let keep = Keep {
+            _cq: Some(cq.clone()),
+            _srx: Some(srx.clone()),
+            _eq: Some(eq.clone()),
+            ..Keep::default()
         };
+        let ep = Endpoint::create(domain, info, keep)?;
         // SAFETY: binding a valid CQ, shared receive context and EQ of the same domain and
         // fabric, then enabling.
         unsafe {

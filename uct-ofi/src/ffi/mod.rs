@@ -299,6 +299,24 @@ fn check(ret: c_int) -> Result<(), i32> {
 }
 
 /// Closes a fid, logging a failure (nothing else can be done on drop).
+/// The wait object of a CQ or EQ: an fd, or none.
+fn wait_obj(fd: bool) -> fi_wait_obj {
+    if fd {
+        fi_wait_obj_FI_WAIT_FD
+    } else {
+        fi_wait_obj_FI_WAIT_NONE
+    }
+}
+
+/// The wait fd (`FI_GETWAIT`) of a CQ or EQ opened with `FI_WAIT_FD`, when it has one.
+fn wait_fd_of(fid: *mut fid) -> Option<i32> {
+    let mut fd: c_int = -1;
+    // SAFETY: fid is a live CQ or EQ; FI_GETWAIT on an FI_WAIT_FD one writes an int (others
+    // return an error and leave fd alone).
+    let r = unsafe { rucx_fi_control(fid, FI_GETWAIT as c_int, (&mut fd as *mut c_int).cast()) };
+    (r == 0 && fd >= 0).then_some(fd)
+}
+
 fn close(fid: *mut fid, what: &str) {
     // SAFETY: called once per object from its Drop, with the fid it opened.
     let r = unsafe { rucx_fi_close(fid) };

@@ -2,7 +2,6 @@
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
-use std::os::raw::c_int;
 use std::ptr;
 use std::rc::Rc;
 
@@ -186,11 +185,7 @@ impl Cq {
         let mut attr = fi_cq_attr {
             size,
             format: fi_cq_format_FI_CQ_FORMAT_MSG,
-            wait_obj: if wait_fd {
-                fi_wait_obj_FI_WAIT_FD
-            } else {
-                fi_wait_obj_FI_WAIT_NONE
-            },
+            wait_obj: wait_obj(wait_fd),
             ..Default::default()
         };
         let mut p = ptr::null_mut();
@@ -209,10 +204,7 @@ impl Cq {
 
     /// The CQ's wait fd (`FI_GETWAIT`), when it has one.
     pub fn wait_fd(&self) -> Option<i32> {
-        let mut fd: c_int = -1;
-        // SAFETY: FI_GETWAIT on an FI_WAIT_FD CQ writes an int.
-        let r = unsafe { rucx_fi_control(self.fid(), FI_GETWAIT as c_int, (&mut fd as *mut c_int).cast()) };
-        (r == 0 && fd >= 0).then_some(fd)
+        wait_fd_of(self.fid())
     }
 
     /// Reads up to `out.len()` completions: the count, 0 when none, or a negative error
