@@ -36,6 +36,13 @@ pub static OFI_CONFIG: ConfigTable = ConfigTable {
             "Receive buffers posted per interface.",
         ),
         ConfigField::new(
+            "RX_MAX_BATCH",
+            "16",
+            ConfigKind::Uint,
+            "Receive buffers given back to the provider at a time: a consumed buffer is reposted \
+             when this many wait or when progress finds no completion (1: at once).",
+        ),
+        ConfigField::new(
             "PEER_TIMEOUT",
             "10s",
             ConfigKind::Time,

@@ -119,6 +119,10 @@ pub(crate) struct Shared {
     pub(crate) seg: usize,
     pub(crate) tx_len: usize,
     rx_len: usize,
+    /// Consumed receive buffers not yet posted again (capacity `rx_len`: pushing never
+    /// allocates), and how many may wait before they are.
+    rx_done: RefCell<Vec<u32>>,
+    rx_batch: usize,
     pub(crate) max_short: usize,
     pub(crate) max_rma: usize,
     pub(crate) am_iov: usize,
@@ -215,6 +219,7 @@ impl OfiIface {
         let rx_len = (cfg.get_uint("RX_QUEUE_LEN")? as usize)
             .clamp(1, rx_size.max(1))
             .min(1 << 20);
+        let rx_batch = (cfg.get_uint("RX_MAX_BATCH")? as usize).clamp(1, (rx_len / 2).max(1));
         let want_fd = params.wakeup || cfg.get_bool("EVENT_FD")?;
         let peer_timeout = cfg
             .get_time("PEER_TIMEOUT")?
@@ -316,6 +321,8 @@ impl OfiIface {
             seg,
             tx_len,
             rx_len,
+            rx_done: RefCell::new(Vec::with_capacity(rx_len)),
+            rx_batch,
             max_short,
             max_rma: info.max_msg_size(),
             am_iov: info.iov_limit().saturating_sub(1).clamp(1, MAX_IOV),
@@ -602,6 +609,8 @@ impl TransportIface for OfiIface {
             // pending requests wait for progress, not for the fd
             return Err(Status::Busy.into());
         }
+        // a sleeping interface keeps all its receive buffers posted
+        self.s.repost();
         match self.s.md.domain.fabric.trywait(&self.s.cq) {
             Ok(()) => Ok(()),
             Err(_) => Err(Status::Busy.into()),

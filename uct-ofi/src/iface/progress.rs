@@ -58,8 +58,8 @@ impl Shared {
         }
     }
 
-    /// A received message in buffer `j`: delivered to its AM handler, then the buffer is posted
-    /// again.
+    /// A received message in buffer `j`: delivered to its AM handler, then the buffer waits to
+    /// be posted again with the next batch.
     fn receive(&self, j: usize, len: usize) {
         if len > self.seg {
             tracing::warn!(
@@ -76,12 +76,30 @@ impl Shared {
                 Err(bad) => tracing::warn!("ofi {}: dropped a received message: {bad}", self.md.name),
             }
         }
-        if let Err(e) = self.post_recv(j) {
-            tracing::error!(
-                "ofi {}: reposting a receive buffer failed: {} (one fewer receive buffer)",
-                self.md.name,
-                ffi::strerror(e as i64)
-            );
+        let full = {
+            let mut done = self.rx_done.borrow_mut();
+            done.push(j as u32);
+            done.len() >= self.rx_batch
+        };
+        if full {
+            self.repost();
+        }
+    }
+
+    /// Posts the consumed receive buffers again. Out of the latency path where it can be:
+    /// progress calls it when it finds no completion, and when a batch is full.
+    pub(super) fn repost(&self) {
+        loop {
+            let Some(j) = self.rx_done.borrow_mut().pop() else {
+                return;
+            };
+            if let Err(e) = self.post_recv(j as usize) {
+                tracing::error!(
+                    "ofi {}: reposting a receive buffer failed: {} (one fewer receive buffer)",
+                    self.md.name,
+                    ffi::strerror(e as i64)
+                );
+            }
         }
     }
 
@@ -211,7 +229,11 @@ impl Shared {
         } else if -n as i32 == ffi::errno::EAVAIL {
             self.handle_error();
             done = 1;
-        } else if n < 0 && -n as i32 != ffi::errno::EAGAIN && !self.warned_cq.replace(true) {
+        } else if -n as i32 == ffi::errno::EAGAIN {
+            if !self.rx_done.borrow().is_empty() {
+                self.repost();
+            }
+        } else if n < 0 && !self.warned_cq.replace(true) {
             tracing::error!(
                 "ofi {}: fi_cq_read failed: {}",
                 self.md.name,
