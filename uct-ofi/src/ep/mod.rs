@@ -11,118 +11,23 @@
 //! (`[operand][compare][result]`), posts included, so flush waits for them too.
 #![allow(unsafe_code)]
 
-use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::rc::Rc;
 
 use ucs::{Error, Outcome, Result, Status};
-use uct_transport::callbacks::{Comp, PackCb, PendingReq, PendingResult, PurgeCb, ResultPtr};
+use uct_transport::callbacks::{Comp, PackCb, PendingReq, PurgeCb, ResultPtr};
 use uct_transport::iov::{gather, total_len, Iov};
 use uct_transport::traits::{AtomicSize, EpHandle, TransportEp};
 use uct_transport::types::{AtomicOp, EpAttr, FlushFlags, AM_ID_MAX};
 
-use crate::ffi::{self, atomic, iovec_of, Endpoint};
+use crate::ffi::{self, atomic, iovec_of};
 use crate::iface::{fi_op, Op, Shared};
 use crate::md::remote_key;
 use crate::wire;
 
-/// What operations in flight and the interface keep of an endpoint.
-pub(crate) struct EpState {
-    /// Where operations go: the endpoint and the destination address it takes.
-    pub(crate) tx: Rc<Endpoint>,
-    pub(crate) dest: u64,
-    /// A connected endpoint whose connection is not up yet.
-    pub(crate) connecting: Cell<bool>,
-    handle: Cell<EpHandle>,
-    pub(crate) outstanding: Cell<usize>,
-    pending: RefCell<VecDeque<PendingReq>>,
-    /// In the interface's arbiter.
-    pub(crate) queued: Cell<bool>,
-    /// The provider said `-FI_EAGAIN` since the last send that went out.
-    blocked: Cell<bool>,
-    /// When the provider first said `-FI_EAGAIN` with nothing going out since.
-    pub(crate) stalled_since: Cell<Option<std::time::Instant>>,
-    /// In the interface's `stalled` list.
-    pub(crate) watched: Cell<bool>,
-    failed: Cell<Option<Status>>,
-    destroyed: Cell<bool>,
-    flush_waiters: RefCell<Vec<Comp>>,
-}
+mod rma;
+mod state;
 
-impl EpState {
-    pub(crate) fn new(tx: Rc<Endpoint>, dest: u64, connecting: bool) -> EpState {
-        EpState {
-            tx,
-            dest,
-            connecting: Cell::new(connecting),
-            handle: Cell::new(EpHandle(0)),
-            outstanding: Cell::new(0),
-            pending: RefCell::new(VecDeque::new()),
-            queued: Cell::new(false),
-            blocked: Cell::new(false),
-            stalled_since: Cell::new(None),
-            watched: Cell::new(false),
-            failed: Cell::new(None),
-            destroyed: Cell::new(false),
-            flush_waiters: RefCell::new(Vec::new()),
-        }
-    }
-
-    pub(crate) fn has_pending(&self) -> bool {
-        !self.pending.borrow().is_empty()
-    }
-
-    pub(crate) fn is_failed(&self) -> bool {
-        self.failed.get().is_some() || self.destroyed.get()
-    }
-
-    /// An operation of this endpoint failed: the peer is unusable. Reported once, to the
-    /// interface's error handler, unless the endpoint is already destroyed.
-    pub(crate) fn fail(&self, s: &Shared, status: Status) {
-        if status == Status::Canceled || self.failed.get().is_some() {
-            return;
-        }
-        self.failed.set(Some(status));
-        if !self.destroyed.get() {
-            tracing::debug!("ofi {}: endpoint failed: {status:?}", s.md.name);
-            s.err_handler.report(self.handle.get(), status);
-        }
-    }
-
-    /// Nothing is in flight any more: completes the flush waiters.
-    pub(crate) fn flushed(&self) {
-        let w = std::mem::take(&mut *self.flush_waiters.borrow_mut());
-        for c in w {
-            c.complete(self.failed.get().unwrap_or(Status::Ok));
-        }
-    }
-
-    /// Dispatches this endpoint's pending requests until one stops or a send finds the
-    /// provider full. At most as many calls as requests were queued: a callback that queues
-    /// itself again (its send got `-FI_EAGAIN`) waits for the next progress, because the
-    /// provider only frees resources (and RxM only finishes connecting) in `fi_cq_read`.
-    pub(crate) fn dispatch(self: &Rc<Self>, s: &Shared) {
-        s.dispatching.set(Rc::as_ptr(self) as usize);
-        self.blocked.set(false);
-        let mut budget = self.pending.borrow().len();
-        while budget > 0 && !self.blocked.get() && self.failed.get().is_none() {
-            budget -= 1;
-            let Some(req) = self.pending.borrow_mut().pop_front() else {
-                break;
-            };
-            match req.dispatch() {
-                PendingResult::Done => {}
-                // keep it first and go on
-                PendingResult::InProgress => self.pending.borrow_mut().push_front(req),
-                PendingResult::Stop => {
-                    self.pending.borrow_mut().push_front(req);
-                    break;
-                }
-            }
-        }
-        s.dispatching.set(0);
-    }
-}
+pub(crate) use state::EpState;
 
 pub struct OfiEp {
     s: Rc<Shared>,
@@ -242,123 +147,6 @@ impl OfiEp {
             out.push(d);
         }
         Ok(())
-    }
-
-    fn rma(&self, write: bool, iov: &[Iov], raddr: u64, rkey: u64, comp: Comp) -> Result<Outcome> {
-        let what = if write { "fi_writemsg" } else { "fi_readmsg" };
-        let rk = remote_key(rkey)?;
-        self.ready()?;
-        if total_len(iov) == 0 {
-            // nothing to move (some providers never complete an empty transfer)
-            return Ok(Outcome::Done);
-        }
-        if iov.len() > self.s.rma_iov || total_len(iov) > self.s.max_rma {
-            return Err(too_big(what, total_len(iov), self.s.max_rma));
-        }
-        let target = rk.target(raddr, total_len(iov))?;
-        let mut descs = Vec::with_capacity(iov.len());
-        self.descs(iov, &mut descs)?;
-        let vecs: Vec<ffi::iovec> = iov
-            .iter()
-            .filter(|v| !v.is_empty())
-            .map(|v| iovec_of(v.addr(), v.len()))
-            .collect();
-        let s = &self.s;
-        self.with_slot(
-            what,
-            |_| self.plain(comp),
-            // SAFETY: the host keeps zcopy buffers valid until `comp` completes (the uct zcopy
-            // contract); the context is the slot's, reserved until the completion.
-            |i| unsafe {
-                self.st
-                    .tx
-                    .rma(write, &vecs, &mut descs, self.st.dest, target, rk.key, s.ctx(i))
-            },
-        )?;
-        Ok(Outcome::InProgress)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn fetch(
-        &self,
-        size: AtomicSize,
-        op: AtomicOp,
-        value: u64,
-        compare: Option<u64>,
-        result: Option<ResultPtr>,
-        raddr: u64,
-        rkey: u64,
-        comp: Comp,
-    ) -> Result<()> {
-        let caps = match size {
-            AtomicSize::U32 => self.s.atomics.a32,
-            AtomicSize::U64 => self.s.atomics.a64,
-        };
-        let ok = if result.is_some() {
-            caps.fop_flags.contains(op.flag())
-        } else {
-            caps.op_flags.contains(op.flag())
-        };
-        if !ok {
-            return Err(Error::new(
-                Status::Unsupported,
-                format!(
-                    "ofi {}: the provider has no {op:?} atomic of this size",
-                    self.s.md.name
-                ),
-            ));
-        }
-        let rk = remote_key(rkey)?;
-        let wide = size == AtomicSize::U64;
-        let target = rk.target(raddr, if wide { 8 } else { 4 })?;
-        let dt = if wide { atomic::U64 } else { atomic::U32 };
-        let s = &self.s;
-        self.with_slot(
-            "fi_fetch_atomic",
-            |_| Op::Fetch {
-                ep: self.st.clone(),
-                comp,
-                result,
-                wide,
-            },
-            |i| {
-                let off = i * s.seg;
-                // SAFETY: slot i's buffer is ours until its operation completes; none is in flight.
-                let b = unsafe { s.tx_bufs.bytes_mut(off, 24) };
-                b[..8].copy_from_slice(&value.to_le_bytes());
-                b[8..16].copy_from_slice(&compare.unwrap_or(0).to_le_bytes());
-                b[16..].fill(0);
-                let base = s.tx_bufs.addr(off);
-                let (operand, cmp) = if s.atomic_by_value {
-                    (
-                        std::ptr::without_provenance(value as usize),
-                        compare.map(|c| std::ptr::without_provenance(c as usize)),
-                    )
-                } else {
-                    (
-                        base as *const u8,
-                        compare.map(|_| base.wrapping_add(8) as *const u8),
-                    )
-                };
-                // SAFETY: operand, compare and result live in slot i's buffer (registered when
-                // the provider needs it), reserved with the context until the completion; or
-                // operand and compare are the values, for the provider that reads them so.
-                unsafe {
-                    self.st.tx.fetch_atomic(
-                        operand,
-                        cmp,
-                        base.wrapping_add(16),
-                        s.tx_desc(),
-                        self.st.dest,
-                        target,
-                        rk.key,
-                        dt,
-                        fi_op(op),
-                        s.ctx(i),
-                    )
-                }
-            },
-        )
     }
 }
 
