@@ -1,10 +1,12 @@
 //! Bursts: many sends between two progress calls (rc_verbs posts such bcopy sends as chains,
 //! one doorbell each; other transports must behave the same). Bursts of every length from 1
 //! to 40 on two endpoints, switching endpoint inside a burst and mixing in am_short; a flush
-//! or an endpoint's destruction right after a burst, with no progress in between.
+//! or an endpoint's destruction right after a burst, with no progress in between. The same
+//! into a receive ring smaller than a burst, where the transport has a ring to shrink.
 
 use rucx_testkit::data::pattern;
 use rucx_testkit::{Pair, Setup};
+use uct::IfaceParams;
 use uct::{Ep, FlushFlags, IfaceFlags, Status};
 
 use crate::am::check_two_endpoints;
@@ -38,7 +40,35 @@ fn send(p: &Pair, ep: &Ep, e: u64, seq: u64, len: usize, short: bool) {
 }
 
 fn bursts(s: &Setup) {
-    let p = s.pair();
+    run_bursts(s.pair());
+}
+
+/// A receive ring of 16 buffers, given back in batches of 8, on transports that post one: bursts
+/// of up to 40 overrun it while the receiver does not progress (the provider or the peer's
+/// retries hold the rest), and the batches must all go back.
+fn small_ring(tl: &str) -> Option<[(&'static str, &'static str); 2]> {
+    match tl {
+        "ofi" => Some([("OFI_RX_QUEUE_LEN", "16"), ("OFI_RX_MAX_BATCH", "8")]),
+        "rc_verbs" | "ud_verbs" => Some([("IB_RX_QUEUE_LEN", "16"), ("IB_RX_MAX_BATCH", "8")]),
+        _ => None,
+    }
+}
+
+fn bursts_into_a_small_receive_ring(s: &Setup) {
+    let Some(knobs) = small_ring(s.tl()) else {
+        s.skip("no receive ring to shrink");
+        return;
+    };
+    let set = |mut p: IfaceParams| {
+        for (k, v) in knobs {
+            p = p.config(k, v);
+        }
+        p
+    };
+    run_bursts(s.pair_with(set, set));
+}
+
+fn run_bursts(p: Pair) {
     let n = p.name();
     if !p.supports(IfaceFlags::AM_BCOPY, "am_bcopy") {
         return;
@@ -111,3 +141,4 @@ fn bursts(s: &Setup) {
 }
 
 conformance_test!(bursts);
+conformance_test!(bursts_into_a_small_receive_ring);
