@@ -2,6 +2,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
+use std::mem::MaybeUninit;
 use std::ptr;
 use std::rc::Rc;
 
@@ -213,6 +214,22 @@ impl Cq {
     pub fn read(&self, out: &mut [CqEntry]) -> isize {
         // SAFETY: out has room for out.len() entries of the CQ's format.
         unsafe { rucx_fi_cq_read(self.p, out.as_mut_ptr().cast(), out.len()) }
+    }
+
+    /// [`Cq::read`] into storage left uninitialized (progress reads the CQ on every call; no
+    /// zeroing): the entries read (at least one), or libfabric's value (`-FI_EAGAIN`: none).
+    #[inline]
+    pub fn read_uninit<'a>(&self, out: &'a mut [MaybeUninit<CqEntry>]) -> Result<&'a [CqEntry], isize> {
+        // SAFETY: out has room for out.len() entries of the CQ's format; the provider only
+        // writes them.
+        let n = unsafe { rucx_fi_cq_read(self.p, out.as_mut_ptr().cast(), out.len()) };
+        if n <= 0 {
+            return Err(n);
+        }
+        let n = (n as usize).min(out.len());
+        // SAFETY: the provider wrote the first n entries; CqEntry is plain data, transparent
+        // over fi_cq_msg_entry.
+        Ok(unsafe { std::slice::from_raw_parts(out.as_ptr().cast::<CqEntry>(), n) })
     }
 
     /// Reads one error entry.

@@ -3,6 +3,8 @@
 //! failed after the peer timeout.
 #![allow(unsafe_code)]
 
+use std::mem::MaybeUninit;
+
 use ucs::Status;
 
 use super::*;
@@ -218,27 +220,30 @@ impl Shared {
     }
 
     pub(crate) fn progress(&self) -> u32 {
-        let mut ents = [CqEntry::default(); CQ_BATCH];
-        let n = self.cq.read(&mut ents);
+        let mut ents = [MaybeUninit::<CqEntry>::uninit(); CQ_BATCH];
         let mut done = 0u32;
-        if n > 0 {
-            for e in &ents[..n as usize] {
-                self.handle(e);
+        match self.cq.read_uninit(&mut ents) {
+            Ok(es) => {
+                for e in es {
+                    self.handle(e);
+                }
+                done = es.len() as u32;
             }
-            done = n as u32;
-        } else if -n as i32 == ffi::errno::EAVAIL {
-            self.handle_error();
-            done = 1;
-        } else if -n as i32 == ffi::errno::EAGAIN {
-            if !self.rx_done.borrow().is_empty() {
-                self.repost();
+            Err(n) if -n as i32 == ffi::errno::EAVAIL => {
+                self.handle_error();
+                done = 1;
             }
-        } else if n < 0 && !self.warned_cq.replace(true) {
-            tracing::error!(
+            Err(n) if -n as i32 == ffi::errno::EAGAIN => {
+                if !self.rx_done.borrow().is_empty() {
+                    self.repost();
+                }
+            }
+            Err(n) if n < 0 && !self.warned_cq.replace(true) => tracing::error!(
                 "ofi {}: fi_cq_read failed: {}",
                 self.md.name,
                 ffi::strerror(n as i64)
-            );
+            ),
+            Err(_) => {}
         }
         if let Some(m) = &self.msg {
             if m.due() {
