@@ -146,7 +146,7 @@ impl Drop for Mr {
 }
 
 /// One completion (`struct fi_cq_msg_entry`).
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 #[repr(transparent)]
 pub struct CqEntry(pub(super) fi_cq_msg_entry);
 
@@ -208,18 +208,11 @@ impl Cq {
         wait_fd_of(self.fid())
     }
 
-    /// Reads up to `out.len()` completions: the count, 0 when none, or a negative error
-    /// (`-FI_EAVAIL`: an error entry waits for [`Cq::readerr`]).
+    /// Reads up to `out.len()` completions into storage left uninitialized (progress reads the
+    /// CQ on every call; nothing is zeroed): the entries read (at least one), or libfabric's
+    /// value (`-FI_EAGAIN`: none; `-FI_EAVAIL`: an error entry waits for [`Cq::readerr`]).
     #[inline]
-    pub fn read(&self, out: &mut [CqEntry]) -> isize {
-        // SAFETY: out has room for out.len() entries of the CQ's format.
-        unsafe { rucx_fi_cq_read(self.p, out.as_mut_ptr().cast(), out.len()) }
-    }
-
-    /// [`Cq::read`] into storage left uninitialized (progress reads the CQ on every call; no
-    /// zeroing): the entries read (at least one), or libfabric's value (`-FI_EAGAIN`: none).
-    #[inline]
-    pub fn read_uninit<'a>(&self, out: &'a mut [MaybeUninit<CqEntry>]) -> Result<&'a [CqEntry], isize> {
+    pub fn read<'a>(&self, out: &'a mut [MaybeUninit<CqEntry>]) -> Result<&'a [CqEntry], isize> {
         // SAFETY: out has room for out.len() entries of the CQ's format; the provider only
         // writes them.
         let n = unsafe { rucx_fi_cq_read(self.p, out.as_mut_ptr().cast(), out.len()) };

@@ -204,8 +204,7 @@ impl Shared {
                 0 => return Ok(()),
                 r if -r as i32 == ffi::errno::EAGAIN => {
                     // the provider's queue is full until it makes progress
-                    let mut none: [CqEntry; 0] = [];
-                    self.cq.read(&mut none);
+                    let _ = self.cq.read(&mut []);
                 }
                 r => return Err(r as i32),
             }

@@ -190,23 +190,18 @@ impl Shared {
             return;
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
-        let mut ents = [CqEntry::default(); CQ_BATCH];
+        let mut ents = [MaybeUninit::<CqEntry>::uninit(); CQ_BATCH];
         while std::time::Instant::now() < deadline {
-            let n = self.cq.read(&mut ents);
-            if -n as i32 == ffi::errno::EAGAIN && self.outstanding.get() == 0 {
-                break;
-            }
             let mut slots: Vec<usize> = Vec::new();
-            if n > 0 {
-                slots.extend(
-                    ents[..n as usize]
-                        .iter()
-                        .filter_map(|e| self.slot_of(e.context())?.ok()),
-                );
-            } else if -n as i32 == ffi::errno::EAVAIL {
-                if let Some(err) = self.cq.readerr() {
-                    slots.extend(self.slot_of(err.context).and_then(|r| r.ok()));
+            match self.cq.read(&mut ents) {
+                Ok(es) => slots.extend(es.iter().filter_map(|e| self.slot_of(e.context())?.ok())),
+                Err(n) if -n as i32 == ffi::errno::EAGAIN && self.outstanding.get() == 0 => break,
+                Err(n) if -n as i32 == ffi::errno::EAVAIL => {
+                    if let Some(err) = self.cq.readerr() {
+                        slots.extend(self.slot_of(err.context).and_then(|r| r.ok()));
+                    }
                 }
+                Err(_) => {}
             }
             for i in slots {
                 if !matches!(
@@ -222,7 +217,7 @@ impl Shared {
     pub(crate) fn progress(&self) -> u32 {
         let mut ents = [MaybeUninit::<CqEntry>::uninit(); CQ_BATCH];
         let mut done = 0u32;
-        match self.cq.read_uninit(&mut ents) {
+        match self.cq.read(&mut ents) {
             Ok(es) => {
                 for e in es {
                     self.handle(e);
@@ -233,11 +228,7 @@ impl Shared {
                 self.handle_error();
                 done = 1;
             }
-            Err(n) if -n as i32 == ffi::errno::EAGAIN => {
-                if !self.rx_done.borrow().is_empty() {
-                    self.repost();
-                }
-            }
+            Err(n) if -n as i32 == ffi::errno::EAGAIN => self.repost(),
             Err(n) if n < 0 && !self.warned_cq.replace(true) => tracing::error!(
                 "ofi {}: fi_cq_read failed: {}",
                 self.md.name,
