@@ -16,6 +16,7 @@ mod runner;
 mod setup;
 mod ucp_bench;
 mod ucp_rma;
+mod watch;
 
 use std::io::Write as _;
 use std::os::unix::net::UnixStream;
