@@ -3,8 +3,9 @@
 //! A loop that waits for a message, an acknowledgement or a completion from the peer would
 //! otherwise wait for ever once the peer died: a posted receive or a sequence number in memory
 //! is tied to no connection, and a shared-memory transport has none to break. So each wait
-//! loop ticks a [`PeerWatch`]; every [`CHECK_EVERY`] ticks (well under a millisecond of
-//! progress calls) it looks at two things, out of the loop's straight line:
+//! loop ticks a [`PeerWatch`]: a counter, and every [`CHECK_EVERY`] ticks a look, out of the
+//! loop's straight line, at two things (the second, a system call, at most every
+//! [`POLL_INTERVAL`], so that a loop that only spins on memory is not slowed by it):
 //! - a failure a transport reported (the uct interface's or the ucp endpoint's error handler
 //!   records it with [`PeerWatch::fail`]);
 //! - the out-of-band connection: the kernel closes a dead process's sockets, so a `poll` that
@@ -20,8 +21,12 @@ use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use ucs::{Error, Result, Status};
 
+use super::clock;
+
 /// Ticks between two checks (a power of two).
 const CHECK_EVERY: u32 = 1 << 12;
+/// Seconds between two looks at the out-of-band connection.
+const POLL_INTERVAL: f64 = 5e-3;
 
 /// What a side checks while it waits for its peer (see the [module](self) documentation).
 pub struct PeerWatch {
@@ -29,6 +34,9 @@ pub struct PeerWatch {
     link: Option<OwnedFd>,
     failure: Rc<RefCell<Option<Error>>>,
     ticks: Cell<u32>,
+    /// [`clock::ticks`] at the last look at `link`, and the clock's ticks between two.
+    polled: Cell<u64>,
+    poll_every: u64,
 }
 
 impl PeerWatch {
@@ -38,6 +46,8 @@ impl PeerWatch {
             link,
             failure: Rc::default(),
             ticks: Cell::new(0),
+            polled: Cell::new(clock::ticks()),
+            poll_every: clock::ticks_from_sec(POLL_INTERVAL),
         }
     }
 
@@ -60,16 +70,27 @@ impl PeerWatch {
         let n = self.ticks.get().wrapping_add(1);
         self.ticks.set(n);
         if n & (CHECK_EVERY - 1) == 0 {
-            self.check()
+            self.due()
         } else {
             Ok(())
         }
     }
 
-    /// Looks now: a recorded transport failure, else the out-of-band connection's end.
+    /// Every [`CHECK_EVERY`] ticks: [`PeerWatch::check`] when [`POLL_INTERVAL`] has passed,
+    /// else only the recorded failure.
     #[cold]
     #[inline(never)]
-    pub fn check(&self) -> Result<()> {
+    fn due(&self) -> Result<()> {
+        let now = clock::ticks();
+        if now.wrapping_sub(self.polled.get()) >= self.poll_every {
+            self.polled.set(now);
+            return self.check();
+        }
+        self.recorded()
+    }
+
+    /// A failure a transport's error handler recorded.
+    fn recorded(&self) -> Result<()> {
         if let Some(e) = self.failure.borrow().as_ref() {
             return Err(Error::new(
                 e.status(),
@@ -79,6 +100,12 @@ impl PeerWatch {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// Looks now: a recorded transport failure, else the out-of-band connection's end.
+    pub fn check(&self) -> Result<()> {
+        self.recorded()?;
         let Some(fd) = &self.link else { return Ok(()) };
         let ended = PollFlags::from_bits_retain(libc::POLLRDHUP) | PollFlags::POLLHUP | PollFlags::POLLERR;
         let mut pfd = [PollFd::new(fd.as_fd(), ended)];
@@ -117,14 +144,14 @@ mod tests {
     fn peer_alive_then_closed() {
         let (a, mut b) = UnixStream::pair().unwrap();
         let w = PeerWatch::new(Some(OwnedFd::from(a)));
-        check_after_ticks(&w).unwrap();
+        w.check().unwrap();
         // Data waiting (the peer's next barrier) is no end.
         b.write_all(b"x").unwrap();
-        check_after_ticks(&w).unwrap();
+        w.check().unwrap();
         check_after_ticks(&w).unwrap();
         // Closed behind that data: gone all the same.
         drop(b);
-        let e = check_after_ticks(&w).unwrap_err();
+        let e = w.check().unwrap_err();
         assert_eq!(e.status(), Status::ConnectionReset);
         assert!(e.to_string().contains("the peer is gone"), "{e}");
         // Over TCP (what server and client use).
@@ -133,25 +160,29 @@ mod tests {
         let (mut s, _) = l.accept().unwrap();
         let w = PeerWatch::new(Some(OwnedFd::from(c)));
         s.write_all(b"barrier").unwrap();
-        check_after_ticks(&w).unwrap();
+        w.check().unwrap();
         drop(s);
-        // The FIN arrives asynchronously on loopback: a bounded wait for it.
+        // Ticks alone notice it (the FIN arrives asynchronously, and the socket is looked at
+        // every POLL_INTERVAL): a bounded wait.
         let start = std::time::Instant::now();
         while check_after_ticks(&w).is_ok() {
             assert!(start.elapsed().as_secs() < 10, "the close was never noticed");
-            std::thread::yield_now();
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
 
     #[test]
     fn transport_failure_is_reported() {
-        let w = PeerWatch::new(None);
+        let (a, _b) = UnixStream::pair().unwrap();
+        let w = PeerWatch::new(Some(OwnedFd::from(a)));
         check_after_ticks(&w).unwrap();
         let slot = w.failure_slot();
         PeerWatch::fail(&slot, Error::new(Status::ConnectionReset, "tcp/lo: reset"));
         PeerWatch::fail(&slot, Error::new(Status::TimedOut, "later"));
-        let e = w.check().unwrap_err();
+        // At the next check, whether or not the socket is due for a look.
+        let e = check_after_ticks(&w).unwrap_err();
         assert_eq!(e.status(), Status::ConnectionReset);
         assert!(e.to_string().contains("tcp/lo: reset"), "{e}");
+        assert!(PeerWatch::new(None).check().is_ok());
     }
 }
