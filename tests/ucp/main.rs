@@ -15,3 +15,4 @@ mod stream;
 mod tag;
 mod wakeup;
 mod wireup;
+mod wrong_worker;

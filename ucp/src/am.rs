@@ -770,7 +770,7 @@ impl Ep {
         ep.check_usable()?;
         check_flags(flags)?;
         if wants_rndv(&ep.limits, header.len(), data.len(), flags) {
-            let (req, c) = request();
+            let (req, c) = request(ep.worker.clone());
             let word = rts_word(id, header, flags)?;
             match crate::rndv::start(ep, am_id::RTS, word, header, data.to_vec(), Done::Unit(c))? {
                 Ok(op) => return self.send_op(op, req),
@@ -782,7 +782,7 @@ impl Ep {
         let prefix = &prefix[..pn];
         let total = pn + header.len() + data.len();
         if total > ep.limits.max_bcopy {
-            let (req, c) = request();
+            let (req, c) = request(ep.worker.clone());
             let op = ep.fragments(id, header, data.to_vec(), flags, Done::Unit(c))?;
             return self.send_op(op, req);
         }
@@ -800,7 +800,7 @@ impl Ep {
                 Err(e) => return Err(e),
             }
         }
-        let (req, c) = request();
+        let (req, c) = request(ep.worker.clone());
         self.enqueue(SendOp {
             kind: OpKind::Whole {
                 uct_id: am_id::SINGLE,
@@ -824,7 +824,7 @@ impl Ep {
         ep.check_usable()?;
         check_flags(flags)?;
         let data = if wants_rndv(&ep.limits, header.len(), data.len(), flags) {
-            let (req, c) = request();
+            let (req, c) = request(ep.worker.clone());
             let word = rts_word(id, header, flags)?;
             match crate::rndv::start(ep, am_id::RTS, word, header, data, Done::Buf(c))? {
                 Ok(op) => return self.send_op(op, req),
@@ -854,13 +854,13 @@ impl Ep {
             return Ok(match self.am_send(id, header, &data, flags)? {
                 Issued::Done(()) => Issued::Done(data),
                 Issued::Pending(r) => {
-                    let (req, c) = request();
+                    let (req, c) = request(ep.worker.clone());
                     r.on_complete(move |res| c.complete(res.map(|_| data)));
                     Issued::Pending(req)
                 }
             });
         }
-        let (req, c) = request();
+        let (req, c) = request(ep.worker.clone());
         let op = ep.fragments(id, header, data, flags, Done::Buf(c))?;
         self.send_op(op, req)
     }
@@ -880,7 +880,7 @@ impl Ep {
             .ok_or_else(|| Error::new(Status::NotConnected, "ucp: the worker is gone"))?;
         let md = &w.ifaces[ep.lanes.lanes[ep.lanes.am].local].md;
         let mem = uct::Mem::register(md, data, MemAccess::LOCAL_READ)?;
-        let (req, c) = request();
+        let (req, c) = request(ep.worker.clone());
         let keep = RefCell::new(Some(mem.clone()));
         let c = RefCell::new(Some(c));
         let comp = Completion::new(move |st| {

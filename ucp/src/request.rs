@@ -20,7 +20,7 @@ use std::task::{Context as TaskContext, Poll, Waker};
 
 use ucs::Result;
 
-use crate::worker::Worker;
+use crate::worker::{Worker, WorkerInner};
 
 type Callback<T> = Box<dyn FnOnce(Result<T>)>;
 
@@ -30,6 +30,9 @@ struct Shared<T> {
     callback: Option<Callback<T>>,
     /// Withdraws the operation (a posted receive), if it can still be withdrawn.
     cancel: Option<Cancel>,
+    /// The worker whose progress completes the operation (a weak count: no allocation, and
+    /// its address stays unique while the request lives).
+    owner: std::rc::Weak<WorkerInner>,
 }
 
 /// What [`Request::cancel`] withdraws: a posted tag receive (no allocation per receive).
@@ -90,13 +93,15 @@ fn finish<T>(s: &Rc<RefCell<Shared<T>>>, r: Result<T>) {
 #[must_use = "dropping a request detaches it: the operation completes, its result is lost"]
 pub struct Request<T>(Rc<RefCell<Shared<T>>>);
 
-/// A request and the completer its operation keeps.
-pub(crate) fn request<T>() -> (Request<T>, Completer<T>) {
+/// A request and the completer its operation keeps; `owner` is the worker whose progress
+/// completes it.
+pub(crate) fn request<T>(owner: std::rc::Weak<WorkerInner>) -> (Request<T>, Completer<T>) {
     let s = Rc::new(RefCell::new(Shared {
         result: None,
         waker: None,
         callback: None,
         cancel: None,
+        owner,
     }));
     (Request(s.clone()), Completer(Some(s)))
 }
@@ -141,8 +146,29 @@ impl<T> Request<T> {
         self.0.borrow_mut().cancel = Some(c);
     }
 
-    /// Progresses `worker` until the operation finishes.
+    /// True when `worker`'s progress is what completes this request.
+    pub fn belongs_to(&self, worker: &Worker) -> bool {
+        std::ptr::eq(self.0.borrow().owner.as_ptr(), Rc::as_ptr(&worker.inner))
+    }
+
+    /// Progresses `worker` until the operation finishes. `InvalidParam` (the request dropped,
+    /// so detached, even if it has finished) when `worker` is not the one the operation was
+    /// issued on: its progress would never complete it.
     pub fn wait(mut self, worker: &Worker) -> Result<T> {
+        if !self.belongs_to(worker) {
+            return Err(ucs::Error::new(
+                ucs::Status::InvalidParam,
+                format!(
+                    "ucp: Request::wait on worker {:#x}, but the operation belongs to another \
+                     worker ({}): only that worker's progress completes it",
+                    worker.id(),
+                    match self.0.borrow().owner.upgrade() {
+                        Some(w) => format!("{:#x}", w.uuid),
+                        None => "one that was destroyed".to_owned(),
+                    }
+                ),
+            ));
+        }
         loop {
             if let Some(r) = self.take() {
                 return r;
@@ -193,7 +219,8 @@ impl<T> Issued<T> {
         matches!(self, Issued::Done(_))
     }
 
-    /// The value, progressing `worker` until the operation finished.
+    /// The value, progressing `worker` until the operation finished; `InvalidParam` when a
+    /// pending operation belongs to another worker (see [`Request::wait`]).
     pub fn wait(self, worker: &Worker) -> Result<T> {
         match self {
             Issued::Done(v) => Ok(v),
@@ -229,14 +256,14 @@ mod tests {
 
     #[test]
     fn result_callback_and_detach() {
-        let (mut r, c) = request::<u32>();
+        let (mut r, c) = request::<u32>(std::rc::Weak::new());
         assert!(!r.is_done());
         assert!(r.take().is_none());
         c.complete(Ok(7));
         assert!(r.is_done());
         assert_eq!(r.take(), Some(Ok(7)));
 
-        let (r, c) = request::<u32>();
+        let (r, c) = request::<u32>(std::rc::Weak::new());
         let seen = Rc::new(Cell::new(0));
         let s = seen.clone();
         r.on_complete(move |v| s.set(v.unwrap()));
@@ -244,7 +271,7 @@ mod tests {
         assert_eq!(seen.get(), 9);
 
         // Detached: completing a dropped request is harmless.
-        let (r, c) = request::<Vec<u8>>();
+        let (r, c) = request::<Vec<u8>>(std::rc::Weak::new());
         drop(r);
         c.complete(Ok(vec![1, 2, 3]));
     }

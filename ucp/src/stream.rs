@@ -263,7 +263,7 @@ impl Ep {
                 Err(e) => return Err(e),
             }
         }
-        let (req, c) = request();
+        let (req, c) = request(ep.worker.clone());
         let op = StreamOp {
             prefix,
             data: data.to_vec(),
@@ -294,7 +294,7 @@ impl Ep {
             .worker
             .upgrade()
             .ok_or_else(|| Error::new(Status::NotConnected, "ucp: the worker is gone"))?;
-        let (mut req, c) = request();
+        let (mut req, c) = request(ep.worker.clone());
         let mut r = StreamRecv {
             buf,
             filled: 0,

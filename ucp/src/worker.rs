@@ -416,6 +416,7 @@ impl Worker {
     /// which is resized to the message's length and comes back filled when the request
     /// completes (the sender's buffer is released then). The fetch uses `get_zcopy` where the
     /// lanes have it, else the sender sends the data in pieces on the AM lane.
+    /// `InvalidParam` (the message discarded) when another worker received the message.
     pub fn am_recv_data(&self, desc: crate::AmDataDesc, buf: Vec<u8>) -> Result<crate::Issued<Vec<u8>>> {
         crate::rndv::recv_data(&self.inner, desc, buf)
     }

@@ -5,6 +5,10 @@
 //! TCP where the client sends its parameters) → header → transport setup and capability check
 //! agreed by both sides → warm-up (runs of 1, 2, 4, ... iterations until `-w` iterations or
 //! 100 ms) → the measured run with a row about every second → final row → teardown.
+//!
+//! A side whose peer dies (or fails) stops waiting for it and exits with status 255 and a
+//! message: every wait loop watches the transport's failures and the out-of-band connection
+//! ([`watch`]).
 
 mod cli;
 mod clock;
@@ -16,6 +20,7 @@ mod runner;
 mod setup;
 mod ucp_bench;
 mod ucp_rma;
+mod watch;
 
 use std::io::Write as _;
 use std::os::unix::net::UnixStream;

@@ -16,6 +16,8 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use ucs::{Error, Result, Status};
 
+use super::watch::PeerWatch;
+
 /// The connection to the peer.
 pub enum Link {
     Tcp(TcpStream),
@@ -143,6 +145,22 @@ impl Rte {
             let _ = s.set_nodelay(true);
         }
         Ok(Rte::Sock { link, is_server })
+    }
+
+    /// A [`PeerWatch`] over this group's connection (loopback: none, transport failures
+    /// only).
+    pub fn watch(&self) -> Result<PeerWatch> {
+        let fd = match self {
+            Rte::Loopback { .. } => return Ok(PeerWatch::new(None)),
+            Rte::Sock {
+                link: Link::Tcp(s), ..
+            } => s.as_fd().try_clone_to_owned(),
+            Rte::Sock {
+                link: Link::Unix(s), ..
+            } => s.as_fd().try_clone_to_owned(),
+        };
+        let fd = fd.map_err(|e| io_err("dup() of the socket", e))?;
+        Ok(PeerWatch::new(Some(fd)))
     }
 
     /// 1 for loopback, else 2.

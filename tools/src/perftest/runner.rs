@@ -261,21 +261,24 @@ impl<'s> Bench<'s> {
 
     #[cold]
     #[inline(never)]
-    fn progress_out_of_line(&self) {
-        self.progress();
+    fn progress_out_of_line(&self) -> Result<()> {
+        self.progress()
     }
 
+    /// A progress that also ticks the peer watch: an error once the peer is gone.
     #[inline(always)]
-    fn progress(&self) {
+    fn progress(&self) -> Result<()> {
         self.worker.progress();
+        self.setup.watch.tick()
     }
 
-    /// UCX's `progress_responder`: nothing in one-sided tests (`-o`).
+    /// UCX's `progress_responder`: nothing in one-sided tests (`-o`) but the peer watch.
     #[inline(always)]
-    fn progress_responder<const ONESIDED: bool>(&self) {
+    fn progress_responder<const ONESIDED: bool>(&self) -> Result<()> {
         if !ONESIDED {
             self.worker.progress();
         }
+        self.setup.watch.tick()
     }
 
     #[inline(always)]
@@ -426,13 +429,13 @@ impl<'s> Bench<'s> {
     #[inline(always)]
     fn sent(&mut self, r: Result<Outcome>) -> Result<()> {
         match r? {
-            Outcome::InProgress => self.progress(),
+            Outcome::InProgress => self.progress()?,
             Outcome::Done => {
                 let c = self.counters.send_b_count.get();
                 self.counters.send_b_count.set(c.wrapping_add(1));
                 if c.is_multiple_of(SENDS_PER_PROGRESS) {
                     // 1 in 16: kept out of the loop's straight line, as in UCX's build.
-                    self.progress_out_of_line();
+                    self.progress_out_of_line()?;
                 }
             }
         }
@@ -454,7 +457,7 @@ impl<'s> Bench<'s> {
             if err != Status::NoResource {
                 return Err(send_failed(err));
             }
-            self.progress();
+            self.progress()?;
             match self.send::<CMD, DATA>(sn, prev_sn, with_comp) {
                 Ok(st) => return self.sent(Ok(st)),
                 Err(e) => err = e,
@@ -463,10 +466,11 @@ impl<'s> Bench<'s> {
     }
 
     #[inline(always)]
-    fn wait_for_window(&self, send_window: bool) {
+    fn wait_for_window(&self, send_window: bool) -> Result<()> {
         while send_window && self.comp.outstanding() >= self.max_outstanding {
-            self.progress();
+            self.progress()?;
         }
+        Ok(())
     }
 
     /// Fills the buffers before a run: zeros for streams as UCX does, patterns under `-V`.
@@ -514,7 +518,9 @@ impl<'s> Bench<'s> {
         };
         self.prepare_buffers(false);
         self.set_recv_sn(src, u8::MAX);
-        rte.barrier(&mut || self.progress())?;
+        rte.barrier(&mut || {
+            self.worker.progress();
+        })?;
         let my_index = rte.group_index();
         perf.start_clock();
         let mut send_sn: u8 = 0;
@@ -523,7 +529,7 @@ impl<'s> Bench<'s> {
                 self.send_b::<CMD, DATA>(send_sn, send_sn.wrapping_sub(1), false)?;
                 perf.update(1, length);
                 loop {
-                    self.progress_responder::<ONESIDED>();
+                    self.progress_responder::<ONESIDED>()?;
                     if self.read_sn::<DATA>(src) == send_sn {
                         break;
                     }
@@ -533,7 +539,7 @@ impl<'s> Bench<'s> {
         } else {
             while !perf.done() {
                 loop {
-                    self.progress_responder::<ONESIDED>();
+                    self.progress_responder::<ONESIDED>()?;
                     if self.read_sn::<DATA>(src) == send_sn {
                         break;
                     }
@@ -543,7 +549,7 @@ impl<'s> Bench<'s> {
                 send_sn = send_sn.wrapping_add(1);
             }
         }
-        self.setup.flush_iface();
+        self.setup.flush_iface()?;
         perf.get_time();
         Ok(())
     }
@@ -563,14 +569,16 @@ impl<'s> Bench<'s> {
             (_, false) => SnSrc::Local,
         };
         let my_index = rte.group_index();
-        rte.barrier(&mut || self.progress())?;
+        rte.barrier(&mut || {
+            self.worker.progress();
+        })?;
         perf.start_clock();
         if self.loopback || my_index == 1 {
             self.stream_send::<CMD, DATA, ONESIDED>(perf, flow_control, send_window, to_responder, src)?;
         } else {
             self.stream_recv::<CMD, DATA, ONESIDED>(perf, flow_control, send_window, to_responder, src)?;
         }
-        self.setup.flush_iface();
+        self.setup.flush_iface()?;
         perf.get_time();
         if my_index == 1 {
             perf.update(0, 0);
@@ -595,11 +603,11 @@ impl<'s> Bench<'s> {
             if flow_control {
                 let mut sn = self.read_sn::<DATA>(src);
                 while after(send_sn, sn.wrapping_add(fc_window)) {
-                    self.progress_responder::<ONESIDED>();
+                    self.progress_responder::<ONESIDED>()?;
                     sn = self.read_sn::<DATA>(src);
                 }
             }
-            self.wait_for_window(send_window);
+            self.wait_for_window(send_window)?;
             if flow_control {
                 self.send_b::<CMD, DATA>(send_sn, send_sn.wrapping_sub(1), true)?;
                 send_sn = send_sn.wrapping_add(1);
@@ -611,7 +619,7 @@ impl<'s> Bench<'s> {
         if !flow_control {
             // The sentinel: the responder waits for a 2.
             if to_responder {
-                self.wait_for_window(send_window);
+                self.wait_for_window(send_window)?;
                 self.set_send_sn(2);
                 self.send_b::<CMD, DATA>(2, send_sn, true)?;
             } else {
@@ -620,7 +628,7 @@ impl<'s> Bench<'s> {
         } else {
             // Wait for the last ack, so that no more messages arrive.
             loop {
-                self.progress_responder::<ONESIDED>();
+                self.progress_responder::<ONESIDED>()?;
                 let sn = self.read_sn::<DATA>(src);
                 if !after(send_sn.wrapping_sub(1), sn) {
                     break;
@@ -643,11 +651,11 @@ impl<'s> Bench<'s> {
             // The last sn acknowledged.
             let mut send_sn: u8 = u8::MAX;
             while !perf.done() {
-                self.progress_responder::<ONESIDED>();
+                self.progress_responder::<ONESIDED>()?;
                 let sn = self.read_sn::<DATA>(src);
                 if after(sn, send_sn.wrapping_add(half)) {
                     // Ack every half window.
-                    self.wait_for_window(send_window);
+                    self.wait_for_window(send_window)?;
                     self.send_b::<CMD, DATA>(sn, send_sn, true)?;
                     send_sn = sn;
                 }
@@ -655,7 +663,7 @@ impl<'s> Bench<'s> {
             }
             let sn = self.read_sn::<DATA>(src);
             if after(sn, send_sn) {
-                self.wait_for_window(send_window);
+                self.wait_for_window(send_window)?;
                 let sn = self.read_sn::<DATA>(src);
                 self.send_b::<CMD, DATA>(sn, send_sn, true)?;
             }
@@ -663,11 +671,11 @@ impl<'s> Bench<'s> {
             let poll_every = clock::ticks_from_sec(1e-3);
             let mut poll_time = clock::ticks();
             loop {
-                self.progress_responder::<ONESIDED>();
+                self.progress_responder::<ONESIDED>()?;
                 let sn = self.read_sn::<DATA>(src);
                 if !to_responder && clock::ticks().wrapping_sub(poll_time) > poll_every {
                     // Gets: fetch the requester's buffer until its sentinel shows.
-                    self.wait_for_window(send_window);
+                    self.wait_for_window(send_window)?;
                     self.send_b::<CMD, DATA>(0, 0, true)?;
                     poll_time = clock::ticks();
                 }

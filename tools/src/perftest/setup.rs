@@ -6,7 +6,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use ucs::{Outcome, Result, Status};
+use ucs::{Error, Outcome, Result, Status};
 use uct::{
     AmCbFlags, AsyncMode, Context, Ep, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, Md, MdFlags,
     Mem, MemAccess, Rkey, Worker,
@@ -14,6 +14,7 @@ use uct::{
 
 use super::params::{cmd, layout, AsyncKind, Params, MAX_FC_WINDOW};
 use super::rte::{self, Rte};
+use super::watch::PeerWatch;
 
 /// The AM id of the tests (UCX's `UCT_PERF_TEST_AM_ID`).
 pub const AM_ID: u8 = 5;
@@ -39,6 +40,8 @@ pub struct Setup {
     pub counters: Rc<LoopCounters>,
     /// AM payloads that failed validation (`-V`).
     pub am_bad: Rc<Cell<u64>>,
+    /// Ends every wait once the peer is gone (the interface's error handler feeds it).
+    pub watch: PeerWatch,
 }
 
 /// What the test loop writes every iteration besides its measurement, as UCX keeps both in
@@ -265,7 +268,7 @@ pub fn buffer_size(p: &Params) -> usize {
 
 /// Opens everything up to the capability check; the status is agreed with the peer before
 /// anything else happens, so both sides fail together.
-fn open(ctx: &Context, p: &Params) -> Result<(Worker, Md, Iface)> {
+fn open(ctx: &Context, p: &Params, watch: &PeerWatch) -> Result<(Worker, Md, Iface)> {
     let mode = if p.async_mode == AsyncKind::Poll {
         AsyncMode::Poll
     } else {
@@ -280,8 +283,13 @@ fn open(ctx: &Context, p: &Params) -> Result<(Worker, Md, Iface)> {
         );
     })?;
     let (tl, dev) = (p.tl.clone(), p.dev.clone());
-    let params = IfaceParams::new(&p.tl, &p.dev)
-        .err_handler(move |_, st| tracing::error!("{tl}/{dev}: endpoint failed: {st}; the peer is gone"));
+    let slot = watch.failure_slot();
+    let params = IfaceParams::new(&p.tl, &p.dev).err_handler(move |_, st| {
+        PeerWatch::fail(
+            &slot,
+            Error::new(st, format!("{tl}/{dev}: endpoint failed, the peer is gone")),
+        )
+    });
     let iface = Iface::open(&md, &worker, params).inspect_err(|e| {
         tracing::error!("Failed to open iface: {e}");
     })?;
@@ -311,7 +319,8 @@ fn take_bytes<'a>(b: &mut &'a [u8]) -> Result<&'a [u8]> {
 impl Setup {
     /// Opens, checks, allocates and connects; on error both sides have been told.
     pub fn new(ctx: &Context, p: &Params, rte: &mut Rte) -> Result<Setup> {
-        let opened = open(ctx, p);
+        let watch = rte.watch()?;
+        let opened = open(ctx, p, &watch);
         let own = match &opened {
             Ok((_, md, iface)) => check_capabilities(p, iface.attr(), md),
             Err(e) => e.status(),
@@ -345,6 +354,7 @@ impl Setup {
             peer: None,
             counters,
             am_bad,
+            watch,
         };
         s.connect(rte)?;
         Ok(s)
@@ -419,24 +429,26 @@ impl Setup {
             remote_addr,
             rkey,
         });
-        self.flush_iface();
+        self.flush_iface()?;
         rte.barrier(&mut self.progress_fn())
     }
 
-    /// Flushes the interface, progressing until done (`uct_perf_iface_flush_b`).
-    pub fn flush_iface(&self) {
+    /// Flushes the interface, progressing until done (`uct_perf_iface_flush_b`); an error
+    /// only when the peer is gone (a failed flush is logged, as UCX does).
+    pub fn flush_iface(&self) -> Result<()> {
         loop {
             let st = self.iface.flush(FlushFlags::LOCAL, None);
             self.worker.progress();
             match st {
-                Ok(Outcome::InProgress) => continue,
-                Err(e) if e == Status::NoResource => continue,
-                Ok(Outcome::Done) => return,
+                Ok(Outcome::InProgress) => {}
+                Err(e) if e == Status::NoResource => {}
+                Ok(Outcome::Done) => return Ok(()),
                 Err(e) => {
                     tracing::error!("uct_iface_flush() failed: {e}");
-                    return;
+                    return Ok(());
                 }
             }
+            self.watch.tick()?;
         }
     }
 

@@ -14,6 +14,7 @@ use super::measure::Perf;
 use super::params::{AsyncKind, Params, TestType};
 use super::rte::{self, Rte};
 use super::ucp_rma::{Pending, Rma, RmaOp, SendPool};
+use super::watch::PeerWatch;
 
 /// UCX's tag for the tag tests.
 const TAG: u64 = 0x1337_a880;
@@ -89,6 +90,8 @@ pub struct UcpBench {
     validate: bool,
     /// The mapped buffers and the peer's key (RMA and atomic tests).
     rma: Option<Rma>,
+    /// Ends every wait once the peer is gone.
+    watch: PeerWatch,
 }
 
 fn pattern(i: usize) -> u8 {
@@ -125,6 +128,12 @@ impl UcpBench {
             worker.progress();
         })?;
         let ep = worker.connect(&peer)?;
+        let watch = rte.watch()?;
+        let slot = watch.failure_slot();
+        ep.set_error_handler(move |_, e| {
+            let what = e.context().unwrap_or("the endpoint failed").to_owned();
+            PeerWatch::fail(&slot, Error::new(e.status(), what))
+        });
         let rma = match op {
             Op::Rma(r) => Some(Rma::new(r, len, &worker, &ep, rte)?),
             _ => None,
@@ -149,9 +158,10 @@ impl UcpBench {
             bad,
             validate: p.validate,
             rma,
+            watch,
         };
         // Wired both ways before anything is measured: a message each way.
-        b.ep.flush()?.wait(&b.worker)?;
+        b.wait(b.ep.flush())?;
         rte.barrier(&mut || {
             b.worker.progress();
         })?;
@@ -160,6 +170,13 @@ impl UcpBench {
 
     pub fn progress(&self) {
         self.worker.progress();
+    }
+
+    /// One turn of a loop that waits for the peer: progress, and an error once it is gone.
+    #[inline(always)]
+    fn turn(&self) -> Result<()> {
+        self.worker.progress();
+        self.watch.tick()
     }
 
     /// One measured (or warm-up) run of `perf`'s iterations.
@@ -208,7 +225,7 @@ impl UcpBench {
                 if let Some(v) = q.take() {
                     return v;
                 }
-                self.worker.progress();
+                self.turn()?;
             },
         }
     }
@@ -259,7 +276,7 @@ impl UcpBench {
             if let Some(r) = q.take() {
                 return r;
             }
-            self.worker.progress();
+            self.turn()?;
         }
     }
 
@@ -282,7 +299,7 @@ impl UcpBench {
             Op::Am => {
                 self.am_seen += 1;
                 while self.am_count.get() < self.am_seen {
-                    self.worker.progress();
+                    self.turn()?;
                 }
             }
             Op::Rma(_) => return Err(not_messages()),
@@ -355,7 +372,7 @@ impl UcpBench {
                             Issued::Pending(q) => posted.push_back(q),
                         }
                     }
-                    self.worker.progress();
+                    self.turn()?;
                     while let Some(q) = posted.front_mut() {
                         let Some(r) = q.take() else { break };
                         let got = r?;
@@ -420,9 +437,9 @@ impl UcpBench {
             if me == 0 || self.loopback {
                 self.rma_issue_wait(sn)?;
                 perf.update(1, len);
-                self.wait_last_byte(sn);
+                self.wait_last_byte(sn)?;
             } else {
-                self.wait_last_byte(sn);
+                self.wait_last_byte(sn)?;
                 self.rma_issue_wait(sn)?;
                 perf.update(1, len);
             }
@@ -431,10 +448,11 @@ impl UcpBench {
         Ok(())
     }
 
-    fn wait_last_byte(&self, sn: u8) {
+    fn wait_last_byte(&self, sn: u8) -> Result<()> {
         while self.rma().last_byte() != sn {
-            self.worker.progress();
+            self.turn()?;
         }
+        Ok(())
     }
 
     fn rma_issue_wait(&mut self, sn: u8) -> Result<()> {
@@ -480,7 +498,7 @@ impl UcpBench {
                 }
             }
             if inflight.len() > keep {
-                self.worker.progress();
+                self.turn()?;
             }
         }
         Ok(())
@@ -489,7 +507,7 @@ impl UcpBench {
     /// The responder: progresses (software RMA needs it) until the initiator's sentinel.
     fn rma_responder(&self) -> Result<()> {
         while !self.rma().sentinel_seen() {
-            self.worker.progress();
+            self.turn()?;
         }
         Ok(())
     }

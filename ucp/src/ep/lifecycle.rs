@@ -293,7 +293,7 @@ impl Ep {
     pub fn flush(&self) -> Result<Issued<()>> {
         let ep = &self.inner;
         ep.check_usable()?;
-        let (mut req, c) = request();
+        let (mut req, c) = request(ep.worker.clone());
         ep.queue.borrow_mut().push_back(SendOp::flush(FlushOp::new(c)));
         ep.dispatch();
         Ok(match req.take() {
@@ -320,8 +320,8 @@ impl Ep {
         }
         // A flush waits for the data (rendezvous fetches included); then the CLOSE notice,
         // and a second flush confirms its delivery.
-        let (req, c) = request::<()>();
-        let (flushed, fc) = request::<()>();
+        let (req, c) = request::<()>(ep.worker.clone());
+        let (flushed, fc) = request::<()>(ep.worker.clone());
         ep.queue.borrow_mut().push_back(SendOp::flush(FlushOp::new(fc)));
         let inner = ep.clone();
         flushed.on_complete(move |r| {
@@ -333,7 +333,7 @@ impl Ep {
             if let Some(bytes) = crate::wireup::close_message(&inner) {
                 inner.queue.borrow_mut().push_back(SendOp::wireup(bytes));
             }
-            let (closed, fc) = request::<()>();
+            let (closed, fc) = request::<()>(inner.worker.clone());
             inner
                 .queue
                 .borrow_mut()

@@ -440,7 +440,7 @@ fn issue<T: 'static>(
                 .check(ep, raddr & !7, 8, "atomic (on the enclosing 8-byte word)")?;
         }
     }
-    let (mut req, c) = request();
+    let (mut req, c) = request(ep.worker.clone());
     let a = AmoOp {
         lane,
         rkey: rk.inner.clone(),

@@ -147,6 +147,21 @@ pub(crate) fn recv_data(
     mut desc: AmDataDesc,
     mut buf: Vec<u8>,
 ) -> Result<Issued<Vec<u8>>> {
+    // The descriptor drops with the error: the message is discarded, the sender released.
+    let foreign = desc
+        .0
+        .as_ref()
+        .is_some_and(|d| !std::ptr::eq(d.ep.worker.as_ptr(), Rc::as_ptr(w)));
+    if foreign {
+        return Err(Error::new(
+            Status::InvalidParam,
+            format!(
+                "ucp: am_recv_data on worker {:#x} of a message another worker received \
+                 (only its progress can fetch the data)",
+                w.uuid
+            ),
+        ));
+    }
     let d = desc.0.take().ok_or_else(|| {
         Error::new(
             Status::InvalidParam,
@@ -170,7 +185,7 @@ pub(crate) fn recv_data(
         send_ats(&ep, d.rndv_id, Status::Ok);
         return Ok(Issued::Done(buf));
     }
-    let (req, c) = request();
+    let (req, c) = request(Rc::downgrade(w));
     let buf = match get_plan(w, &d) {
         Some((lane, rkey)) => {
             let md = &w.ifaces[ep.lanes.lanes[lane].local].md;

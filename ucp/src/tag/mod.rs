@@ -47,6 +47,8 @@ pub struct TagInfo {
 pub struct TagMsg {
     info: TagInfo,
     msg: Unexp,
+    /// The id of the worker that received it (only its progress can finish the receive).
+    worker: u64,
 }
 
 impl TagMsg {

@@ -276,7 +276,7 @@ fn bind(w: &Rc<WorkerInner>, tag: u64, msg: Unexp, mut p: Posted) {
 /// Posts a receive into `buf` for `(tag, mask)`: its request, cancellable until matched.
 #[inline]
 fn post(w: &Rc<WorkerInner>, tag: u64, mask: u64, buf: Vec<u8>) -> crate::Request<TagRecvd> {
-    let (req, done) = request();
+    let (req, done) = request(Rc::downgrade(w));
     let id = w.tag.borrow_mut().matcher.post(tag, mask, Posted { buf, done });
     req.set_cancel(crate::request::Cancel {
         worker: Rc::downgrade(w),
@@ -322,7 +322,7 @@ impl Worker {
         let Some((t, msg)) = found else {
             return Ok(Issued::Pending(post(w, tag, mask, buf)));
         };
-        let (mut req, c) = request();
+        let (mut req, c) = request(Rc::downgrade(w));
         bind(w, t, msg, Posted { buf, done: c });
         Ok(match req.take() {
             Some(r) => Issued::Done(r?),
@@ -351,13 +351,27 @@ impl Worker {
         };
         Some(TagProbe {
             info,
-            msg: Some(TagMsg { info, msg: m }),
+            msg: Some(TagMsg {
+                info,
+                msg: m,
+                worker: self.inner.uuid,
+            }),
         })
     }
 
     /// Receives a message a probe removed into `buf` (as [`Worker::tag_recv`]).
+    /// `InvalidParam` (the message discarded) when another worker's probe removed it.
     pub fn tag_msg_recv(&self, msg: TagMsg, buf: Vec<u8>) -> Result<Issued<TagRecvd>> {
-        let (mut req, c) = request();
+        if msg.worker != self.inner.uuid {
+            return Err(Error::new(
+                Status::InvalidParam,
+                format!(
+                    "ucp: tag_msg_recv on worker {:#x} of a message worker {:#x} received",
+                    self.inner.uuid, msg.worker
+                ),
+            ));
+        }
+        let (mut req, c) = request(Rc::downgrade(&self.inner));
         bind(&self.inner, msg.info.tag, msg.msg, Posted { buf, done: c });
         Ok(match req.take() {
             Some(r) => Issued::Done(r?),

@@ -32,7 +32,7 @@ impl Ep {
         let ep = &self.inner;
         ep.check_usable()?;
         if rndv(ep, data.len()) {
-            let (req, c) = request();
+            let (req, c) = request(ep.worker.clone());
             if let Ok(op) = crate::rndv::start(ep, am_id::TAG_RTS, tag, &[], data.to_vec(), Done::Unit(c))? {
                 return self.send_op(op, req);
             }
@@ -56,7 +56,7 @@ impl Ep {
                 Err(e) => return Err(e),
             }
         }
-        let (req, c) = request();
+        let (req, c) = request(ep.worker.clone());
         let op = eager_op(ep, tag, data.to_vec(), None, Done::Unit(c))?;
         self.send_op(op, req)
     }
@@ -67,7 +67,7 @@ impl Ep {
         let ep = &self.inner;
         ep.check_usable()?;
         let data = if rndv(ep, data.len()) {
-            let (req, c) = request();
+            let (req, c) = request(ep.worker.clone());
             match crate::rndv::start(ep, am_id::TAG_RTS, tag, &[], data, Done::Buf(c))? {
                 Ok(op) => return self.send_op(op, req),
                 Err((data, _)) => data,
@@ -94,13 +94,13 @@ impl Ep {
             return Ok(match self.tag_send(tag, &data)? {
                 Issued::Done(()) => Issued::Done(data),
                 Issued::Pending(r) => {
-                    let (req, c) = request();
+                    let (req, c) = request(ep.worker.clone());
                     r.on_complete(move |res| c.complete(res.map(|_| data)));
                     Issued::Pending(req)
                 }
             });
         }
-        let (req, c) = request();
+        let (req, c) = request(ep.worker.clone());
         let op = eager_op(ep, tag, data, None, Done::Buf(c))?;
         self.send_op(op, req)
     }
@@ -112,13 +112,13 @@ impl Ep {
         let ep = &self.inner;
         ep.check_usable()?;
         if rndv(ep, data.len()) {
-            let (req, c) = request();
+            let (req, c) = request(ep.worker.clone());
             if let Ok(op) = crate::rndv::start(ep, am_id::TAG_RTS, tag, &[], data.to_vec(), Done::Unit(c))? {
                 return self.send_op(op, req);
             }
         }
         let w = worker(ep)?;
-        let (req, c) = request();
+        let (req, c) = request(ep.worker.clone());
         let id = {
             let mut t = w.tag.borrow_mut();
             t.next_req += 1;
