@@ -24,7 +24,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use ucs::{Error, Result, Status};
-use uct::{ArmEvents, AsyncMode, DeviceType, EventFlags, Iface};
+use uct::{ArmEvents, AsyncMode, DeviceType, EventFlags, FlushFlags, Iface, IfaceFlags, Outcome};
 
 use crate::worker::{WIface, Worker, WorkerInner};
 
@@ -59,6 +59,28 @@ pub(crate) fn arm_events(iface: &Iface) -> ArmEvents {
 pub(crate) fn usable(iface: &Iface, dev_type: DeviceType) -> bool {
     dev_type == DeviceType::SelfDev
         || (iface.attr().event_flags.contains(EventFlags::FD) && !arm_events(iface).is_empty())
+}
+
+/// `flags` without the active-message capabilities: what a worker with wakeup publishes for
+/// an interface that has no event fd (it must never receive a message the worker has to be
+/// woken for).
+pub(crate) fn without_am(flags: IfaceFlags) -> IfaceFlags {
+    flags & !(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY | IfaceFlags::AM_ZCOPY | IfaceFlags::AM_DUP)
+}
+
+/// Whether an interface with `flags` serves some lane without active messages: put, get or
+/// atomics, whose target side needs no wakeup (the initiator is progressing while it waits).
+pub(crate) fn serves_rma(flags: IfaceFlags) -> bool {
+    flags.intersects(
+        IfaceFlags::PUT_SHORT
+            | IfaceFlags::PUT_BCOPY
+            | IfaceFlags::PUT_ZCOPY
+            | IfaceFlags::GET_SHORT
+            | IfaceFlags::GET_BCOPY
+            | IfaceFlags::GET_ZCOPY
+            | IfaceFlags::ATOMIC_CPU
+            | IfaceFlags::ATOMIC_DEVICE,
+    )
 }
 
 fn os_err(what: &str, e: Errno) -> Error {
@@ -189,6 +211,13 @@ impl Worker {
         actx.arm()?;
         for w in inner.ifaces.iter().filter(|w| w.arm_events != ArmEvents::EMPTY) {
             w.iface.event_arm(w.arm_events)?;
+        }
+        // No fd announces the completions of an interface without one: while it has
+        // operations outstanding, progress must poll it.
+        for w in inner.ifaces.iter().filter(|w| w.no_fd) {
+            if !matches!(w.iface.flush(FlushFlags::LOCAL, None), Ok(Outcome::Done)) {
+                return Err(busy());
+            }
         }
         // Last: arming may complete sends, whose callbacks may queue more.
         if inner.has_unannounced_work() {
