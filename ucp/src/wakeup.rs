@@ -61,26 +61,23 @@ pub(crate) fn usable(iface: &Iface, dev_type: DeviceType) -> bool {
         || (iface.attr().event_flags.contains(EventFlags::FD) && !arm_events(iface).is_empty())
 }
 
-/// `flags` without the active-message capabilities: what a worker with wakeup publishes for
-/// an interface that has no event fd (it must never receive a message the worker has to be
-/// woken for).
-pub(crate) fn without_am(flags: IfaceFlags) -> IfaceFlags {
-    flags & !(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY | IfaceFlags::AM_ZCOPY | IfaceFlags::AM_DUP)
-}
-
-/// Whether an interface with `flags` serves some lane without active messages: put, get or
-/// atomics, whose target side needs no wakeup (the initiator is progressing while it waits).
-pub(crate) fn serves_rma(flags: IfaceFlags) -> bool {
-    flags.intersects(
-        IfaceFlags::PUT_SHORT
-            | IfaceFlags::PUT_BCOPY
-            | IfaceFlags::PUT_ZCOPY
-            | IfaceFlags::GET_SHORT
-            | IfaceFlags::GET_BCOPY
-            | IfaceFlags::GET_ZCOPY
-            | IfaceFlags::ATOMIC_CPU
-            | IfaceFlags::ATOMIC_DEVICE,
-    )
+/// Whether a worker with wakeup keeps an interface that has no event fd: only one without
+/// active messages of its own whose puts, gets or atomics complete without the peer's
+/// software (cma: the kernel copies). Nothing arrives on it that the worker must be woken
+/// for, and the peer needs no progress for it either: its rendezvous announcements and
+/// acknowledgements travel on the AM lane, which has an event fd. (A transport with AM may
+/// serve RMA by its own messages, which a sleeping peer would never answer.)
+pub(crate) fn serves_without_fd(flags: IfaceFlags) -> bool {
+    let am = IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY | IfaceFlags::AM_ZCOPY;
+    let rma = IfaceFlags::PUT_SHORT
+        | IfaceFlags::PUT_BCOPY
+        | IfaceFlags::PUT_ZCOPY
+        | IfaceFlags::GET_SHORT
+        | IfaceFlags::GET_BCOPY
+        | IfaceFlags::GET_ZCOPY
+        | IfaceFlags::ATOMIC_CPU
+        | IfaceFlags::ATOMIC_DEVICE;
+    !flags.intersects(am) && flags.intersects(rma)
 }
 
 fn os_err(what: &str, e: Errno) -> Error {
@@ -257,5 +254,21 @@ impl Worker {
         Ok(WorkerWaker {
             signal: self.inner.wakeup("waker")?.signal.clone(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_rma_only_interfaces_serve_without_an_fd() {
+        let cma = IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY | IfaceFlags::CONNECT_TO_IFACE;
+        assert!(serves_without_fd(cma));
+        // AM of its own (libfabric's shm): its RMA may need the peer's progress.
+        assert!(!serves_without_fd(cma | IfaceFlags::AM_BCOPY));
+        assert!(!serves_without_fd(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY));
+        assert!(!serves_without_fd(IfaceFlags::CONNECT_TO_IFACE));
+        assert!(serves_without_fd(IfaceFlags::ATOMIC_CPU));
     }
 }

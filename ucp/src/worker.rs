@@ -27,8 +27,8 @@ pub(crate) struct WIface {
     pub aux_only: bool,
     /// What `Worker::arm` arms on it (empty: not in the wakeup set).
     pub arm_events: uct::ArmEvents,
-    /// Kept without an event fd under `Features::WAKEUP` (RMA only): `Worker::arm` answers
-    /// `Busy` while it has operations outstanding.
+    /// Kept without an event fd under `Features::WAKEUP` (an RMA-only transport such as cma):
+    /// `Worker::arm` answers `Busy` while it has operations outstanding.
     pub no_fd: bool,
 }
 
@@ -266,26 +266,16 @@ impl Worker {
                     continue;
                 }
             };
-            let mut attr = TlAttr::from_iface(iface.attr());
-            // Without an event fd nothing would wake the worker for what arrives on it: such
-            // an interface keeps only the roles whose receiver needs no wakeup (put, get,
-            // atomics), and its address entry says so, so the peer's selection agrees.
+            // Without an event fd nothing would wake the worker for what arrives on it: under
+            // wakeup only an interface that never receives anything for the worker stays.
             let no_fd = wakeup && !crate::wakeup::usable(&iface, r.dev_type);
-            if no_fd {
-                attr.flags = crate::wakeup::without_am(attr.flags);
-                if !crate::wakeup::serves_rma(attr.flags) {
-                    tracing::warn!(
-                        "ucp: {}/{} not used: it has no event fd, and Features::WAKEUP was asked for",
-                        r.tl_name,
-                        r.dev_name
-                    );
-                    continue;
-                }
-                tracing::debug!(
-                    "ucp: {}/{}: no event fd, used for RMA and rendezvous data only (Features::WAKEUP)",
+            if no_fd && !crate::wakeup::serves_without_fd(iface.attr().flags) {
+                tracing::warn!(
+                    "ucp: {}/{} not used: it has no event fd, and Features::WAKEUP was asked for",
                     r.tl_name,
                     r.dev_name
                 );
+                continue;
             }
             let arm_events = if wakeup && !no_fd {
                 crate::wakeup::arm_events(&iface)
@@ -297,7 +287,7 @@ impl Worker {
                 dev_name: r.dev_name.clone(),
                 component: comp,
                 dev_type: r.dev_type as u8,
-                attr,
+                attr: TlAttr::from_iface(iface.attr()),
             };
             ifaces.push(WIface {
                 md,
