@@ -32,7 +32,10 @@ fn readme_handler_every_size(s: &Setup) {
     let g = got.clone();
     p.b.set_am_handler(1, move |m| {
         *g.borrow_mut() = Some((m.header().to_vec(), m.data().to_vec()));
-        let _ = m.reply_ep().unwrap().am_send(2, &[], b"hello back", AmFlags::default());
+        let _ = m
+            .reply_ep()
+            .unwrap()
+            .am_send(2, &[], b"hello back", AmFlags::default());
     });
     let replies = Rc::new(RefCell::new(0usize));
     let r = replies.clone();
@@ -128,7 +131,8 @@ fn rndv_order(s: &Setup) {
         let descs = Rc::new(RefCell::new(Vec::new()));
         let ds = descs.clone();
         p.b.set_am_handler_with(5, flags, move |m| {
-            sn.borrow_mut().push((m.len(), m.data() == pattern(m.len(), m.len()).as_slice()));
+            sn.borrow_mut()
+                .push((m.len(), m.data() == pattern(m.len(), m.len()).as_slice()));
             ds.borrow_mut().extend(m.take_data_desc());
         });
         let big = 1 << 20;

@@ -312,7 +312,11 @@ fn sleepers_exchange_a_rendezvous(s: &Setup) {
     let proto = ep.am_protocol(0, LEN, AmFlags::default(), false);
     println!("[{name}] 1 MiB by {proto}; lanes:\n{lanes}");
     if name == "posix" {
-        assert_eq!(proto, AmProto::Rndv, "[{name}] 1 MiB over shared memory; lanes:\n{lanes}");
+        assert_eq!(
+            proto,
+            AmProto::Rndv,
+            "[{name}] 1 MiB over shared memory; lanes:\n{lanes}"
+        );
         assert!(
             lanes.lines().any(|l| l.contains("cma/") && l.contains("rma_bw")),
             "[{name}] cma serves the rendezvous data under WAKEUP; lanes:\n{lanes}"

@@ -317,7 +317,10 @@ pub(crate) fn deliver_rndv(
     reply: Option<Ep>,
     desc: crate::rndv::AmDataDesc,
 ) {
-    let takes_desc = w.am.borrow().get(id).map(|h| h.1.contains(AmHandlerFlags::RNDV_DESC));
+    let takes_desc =
+        w.am.borrow()
+            .get(id)
+            .map(|h| h.1.contains(AmHandlerFlags::RNDV_DESC));
     if takes_desc == Some(false) {
         return fetch_then_deliver(w, id, header, reply, desc);
     }
