@@ -38,7 +38,7 @@ impl<'w> Client<'w> {
         let replies = Replies::default();
         let r = replies.clone();
         let weak = w.downgrade();
-        w.set_am_handler(proto::REPLY, move |m| {
+        w.set_am_handler_with(proto::REPLY, ucp::AmHandlerFlags::RNDV_DESC, move |m| {
             let Some((id, status)) = proto::parse_header(m.header()) else {
                 eprintln!(
                     "rpc client: a reply with a {}-byte header (dropped)",

@@ -15,7 +15,10 @@ pub fn serve(w: &Worker, wake: Wake) -> Result<u64, String> {
     let served = Rc::new(Cell::new(0u64));
     let (st, sv) = (stop.clone(), served.clone());
     let weak = w.downgrade();
-    w.set_am_handler(proto::REQUEST, move |m| on_request(&weak, m, &st, &sv));
+    // Descriptors: rendezvous arguments are fetched into a buffer the procedure then owns.
+    w.set_am_handler_with(proto::REQUEST, ucp::AmHandlerFlags::RNDV_DESC, move |m| {
+        on_request(&weak, m, &st, &sv)
+    });
     progress_until_forever(w, wake, || stop.borrow().is_some())?;
     w.clear_am_handler(proto::REQUEST);
     // The last reply must reach the client before this worker goes.

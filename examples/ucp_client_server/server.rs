@@ -126,13 +126,14 @@ fn recv(a: &Args, w: &Worker, ep: &Ep, failed: &Failed, inbox: &Inbox) -> Res<(V
     }
 }
 
-/// The AM handler: eager data is copied out; a rendezvous message's data is fetched
+/// The AM handler: eager data is copied out; a rendezvous message comes as a descriptor
+/// (`AmHandlerFlags::RNDV_DESC`, so the server can say it was one) and its data is fetched
 /// (`Worker::am_recv_data`). The client sends one message at a time and a rendezvous send
 /// completes only once fetched, so messages complete in the order they were sent.
 fn collect(w: &Worker, inbox: &Inbox) {
     let i = inbox.clone();
     let weak = w.downgrade();
-    w.set_am_handler(AM_ID, move |m| {
+    w.set_am_handler_with(AM_ID, ucp::AmHandlerFlags::RNDV_DESC, move |m| {
         let Some(desc) = m.take_data_desc() else {
             i.borrow_mut().push_back((Ok(m.data().to_vec()), false));
             return;

@@ -266,34 +266,16 @@ impl Pair {
         }
     }
 
-    /// Records what AM `id` brings to `b`.
+    /// Records what AM `id` brings to `b` (the plain handler: a rendezvous message's data is
+    /// fetched by the worker before the handler runs).
     pub fn inbox(&self, id: u16) -> Inbox {
         let inbox: Inbox = Rc::default();
         let i = inbox.clone();
-        let w = self.b.downgrade();
-        let name = self.name;
         self.b.set_am_handler(id, move |m| {
+            assert!(!m.is_rndv(), "a plain handler gets the data");
             let reply = m.reply_ep().is_some();
-            let header = m.header().to_vec();
-            // Rendezvous: fetch the data, record the message when it is in.
-            if let Some(desc) = m.take_data_desc() {
-                let w = w.upgrade().expect("the worker runs its handler");
-                match w.am_recv_data(desc, Vec::new()) {
-                    Ok(ucp::Issued::Done(v)) => i.borrow_mut().push((header, v, reply)),
-                    Ok(ucp::Issued::Pending(r)) => {
-                        let i = i.clone();
-                        r.on_complete(move |res| match res {
-                            Ok(v) => i.borrow_mut().push((header, v, reply)),
-                            // A fetch still waiting when the worker goes (a spoofed RTS).
-                            Err(e) if e == ucs::Status::Canceled => {}
-                            Err(e) => panic!("[{name}] am_recv_data: {e}"),
-                        })
-                    }
-                    Err(e) => panic!("[{name}] am_recv_data: {e}"),
-                }
-                return;
-            }
-            i.borrow_mut().push((header, m.data().to_vec(), reply));
+            i.borrow_mut()
+                .push((m.header().to_vec(), m.data().to_vec(), reply));
         });
         inbox
     }

@@ -292,7 +292,7 @@ fn forged_rendezvous(s: &Setup) {
     let results: std::rc::Rc<std::cell::RefCell<Vec<ucp::Result<usize>>>> = Default::default();
     let r2 = results.clone();
     let w = p.b.downgrade();
-    p.b.set_am_handler(3, move |m| {
+    p.b.set_am_handler_with(3, ucp::AmHandlerFlags::RNDV_DESC, move |m| {
         let desc = m.take_data_desc().expect("a rendezvous message");
         let r3 = r2.clone();
         match w.upgrade().unwrap().am_recv_data(desc, Vec::new()) {

@@ -91,7 +91,9 @@ fn peer_gone_mid_rndv(s: &Setup) {
     let ab = a.connect_with(b.address(), peer_params(&errors)).unwrap();
     let kept: Rc<RefCell<Vec<AmDataDesc>>> = Rc::default();
     let k = kept.clone();
-    b.set_am_handler(1, move |m| k.borrow_mut().extend(m.take_data_desc()));
+    b.set_am_handler_with(1, ucp::AmHandlerFlags::RNDV_DESC, move |m| {
+        k.borrow_mut().extend(m.take_data_desc())
+    });
     let Issued::Pending(mut sent) = ab.am_send(1, &[], &pattern(1 << 20, 1), AmFlags::RNDV).unwrap() else {
         panic!("[{}] a rendezvous send waits for the receiver", s.t.name)
     };

@@ -3,6 +3,7 @@
 //! tcp target. The verbs targets skip on a host without RDMA (they run in the soft-RoCE VM).
 
 mod am;
+mod am_handler;
 mod atomic;
 mod harness;
 mod hostile;

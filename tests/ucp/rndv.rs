@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use ucp::{AmDataDesc, AmFlags, AmProto, Issued};
+use ucp::{AmDataDesc, AmFlags, AmHandlerFlags, AmProto, Issued};
 
 use crate::harness::{pattern, Pair, Setup};
 use crate::ucp_test;
@@ -106,7 +106,7 @@ type Stash = Rc<RefCell<Vec<AmDataDesc>>>;
 fn stash(p: &Pair, id: u16) -> Stash {
     let st: Stash = Rc::default();
     let s2 = st.clone();
-    p.b.set_am_handler(id, move |m| {
+    p.b.set_am_handler_with(id, AmHandlerFlags::RNDV_DESC, move |m| {
         assert!(m.is_rndv() && m.data().is_empty());
         s2.borrow_mut().push(m.take_data_desc().unwrap());
     });

@@ -18,6 +18,7 @@ use crate::ucp_test;
 
 ucp_test!(
     sleeps_between_messages_and_loses_none,
+    sleepers_exchange_a_rendezvous,
     waker_ends_a_wait,
     arm_is_busy_while_work_waits,
     unsupported_without_wakeup,
@@ -149,8 +150,13 @@ fn stream_kinds(name: &str, ep: &ucp::Ep) -> Vec<(usize, bool, AmProto)> {
 /// wakes it.
 fn sleeps_between_messages_and_loses_none(s: &Setup) {
     // Owned sends go zero-copy from 2000 bytes where the lane has AM zcopy (a forced
-    // threshold also ends am_short below it: 8 bytes stay short).
-    let Some(ctx) = s.with("ZCOPY_THRESH", "2000").context(features()) else {
+    // threshold also ends am_short below it: 8 bytes stay short); 200 KB go in fragments, not
+    // by rendezvous (`sleepers_exchange_a_rendezvous`).
+    let Some(ctx) = s
+        .with("ZCOPY_THRESH", "2000")
+        .with("RNDV_THRESH", "inf")
+        .context(features())
+    else {
         return;
     };
     let name = s.t.name;
@@ -262,6 +268,84 @@ fn sleeps_between_messages_and_loses_none(s: &Setup) {
         sleeps.progress_calls <= PROGRESS_PER_MESSAGE * MESSAGES + PROGRESS_PER_SEGMENT * segments,
         "[{name}] the receiver progressed like a busy loop: {sleeps:?}"
     );
+}
+
+/// A receiver sleeping between arms gets 1 MiB from a sender that sleeps too until its send
+/// completes: a rendezvous where the lanes fetch (over shared memory cma, which has no event
+/// fd, moves the data; the announcement wakes the receiver and the acknowledgement the
+/// sender, both on the AM lane), and the plain handler sees all the data.
+fn sleepers_exchange_a_rendezvous(s: &Setup) {
+    let Some(ctx) = s.context(features()) else {
+        return;
+    };
+    let name = s.t.name;
+    if !s.t.two_workers {
+        return;
+    }
+    const LEN: usize = 1 << 20;
+    let (addr_tx, addr_rx) = mpsc::channel::<Vec<u8>>();
+    let asleep = Arc::new(AtomicUsize::new(0));
+    let receiver = {
+        let (ctx, asleep) = (ctx.clone(), asleep.clone());
+        std::thread::spawn(move || {
+            let w = Worker::new(&ctx).unwrap_or_else(|e| panic!("[{name}] worker: {e}"));
+            let got = Rc::new(RefCell::new(None));
+            let g = got.clone();
+            w.set_am_handler(AM_ID, move |m| *g.borrow_mut() = Some(m.data().to_vec()));
+            addr_tx.send(w.address().to_vec()).unwrap();
+            let sleeps = sleep_loop(name, &w, &asleep, || got.borrow().is_some());
+            // The sender's acknowledgements may still want progress: stay a moment.
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_millis(50) {
+                w.progress();
+            }
+            let data = got.borrow_mut().take().unwrap();
+            (data, sleeps)
+        })
+    };
+    let w = Worker::new(&ctx).unwrap_or_else(|e| panic!("[{name}] worker: {e}"));
+    let remote = addr_rx.recv_timeout(DEADLINE).expect("the receiver's address");
+    let ep = w
+        .connect(&remote)
+        .unwrap_or_else(|e| panic!("[{name}] connect: {e}"));
+    let lanes = ep.describe_lanes();
+    let proto = ep.am_protocol(0, LEN, AmFlags::default(), false);
+    println!("[{name}] 1 MiB by {proto}; lanes:\n{lanes}");
+    if name == "posix" {
+        assert_eq!(
+            proto,
+            AmProto::Rndv,
+            "[{name}] 1 MiB over shared memory; lanes:\n{lanes}"
+        );
+        assert!(
+            lanes.lines().any(|l| l.contains("cma/") && l.contains("rma_bw")),
+            "[{name}] cma serves the rendezvous data under WAKEUP; lanes:\n{lanes}"
+        );
+    }
+    // Sent once the receiver sleeps: the announcement must wake it.
+    let start = Instant::now();
+    while asleep.load(Ordering::Acquire) == 0 {
+        w.progress();
+        assert!(start.elapsed() < DEADLINE, "[{name}] the receiver never slept");
+    }
+    let data = message(LEN, 0);
+    let r = ep
+        .am_send(AM_ID, &[], &data, AmFlags::default())
+        .unwrap_or_else(|e| panic!("[{name}] am_send: {e}"));
+    let sender = match r {
+        Issued::Done(()) => None,
+        Issued::Pending(mut req) => {
+            let s = sleep_loop(name, &w, &AtomicUsize::new(0), || req.is_done());
+            if let Some(Err(e)) = req.take() {
+                panic!("[{name}] send: {e}");
+            }
+            Some(s)
+        }
+    };
+    let (got, sleeps) = receiver.join().expect("receiver thread");
+    assert!(got == data, "[{name}] the receiver got {} bytes", got.len());
+    println!("[{name}] receiver: {sleeps:?}; sender: {sender:?}");
+    assert!(sleeps.slept >= 1, "[{name}] the receiver never slept: {sleeps:?}");
 }
 
 /// One worker on self: each message arrives inside its send; between them the worker sleeps

@@ -26,12 +26,44 @@ pub(crate) const MAX_MESSAGE: u64 = 1 << 36;
 
 type HandlerFn = dyn FnMut(&mut AmMsg<'_>);
 
-/// An application handler (shared, so one may be replaced while it runs).
-pub(crate) struct AmHandler(Rc<RefCell<Box<HandlerFn>>>);
+/// An application handler (shared, so one may be replaced while it runs) and how it takes
+/// rendezvous messages.
+pub(crate) struct AmHandler(Rc<RefCell<Box<HandlerFn>>>, AmHandlerFlags);
 
 impl AmHandler {
-    pub fn new(f: impl FnMut(&mut AmMsg<'_>) + 'static) -> AmHandler {
-        AmHandler(Rc::new(RefCell::new(Box::new(f))))
+    pub fn new(flags: AmHandlerFlags, f: impl FnMut(&mut AmMsg<'_>) + 'static) -> AmHandler {
+        AmHandler(Rc::new(RefCell::new(Box::new(f))), flags)
+    }
+}
+
+/// How a handler receives its messages ([`crate::Worker::set_am_handler_with`]).
+///
+/// The default (no flag, what [`crate::Worker::set_am_handler`] installs): every message
+/// reaches the handler with all its data in [`AmMsg::data`], whatever its size and protocol.
+/// The worker fetches a rendezvous message's data into a buffer it allocates and calls the
+/// handler once the data is in (so such a message may reach the handler after smaller ones
+/// its sender sent later).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AmHandlerFlags(u8);
+
+impl AmHandlerFlags {
+    /// Rendezvous messages reach the handler when announced, in their sender's order, with
+    /// the data still at the sender (UCX's `UCP_AM_RECV_ATTR_FLAG_RNDV`): [`AmMsg::is_rndv`]
+    /// is true, [`AmMsg::data`] empty, and the handler takes [`AmMsg::take_data_desc`] to
+    /// fetch the data into a buffer of its own ([`crate::Worker::am_recv_data`]), e.g. one it
+    /// reuses, with no copy beyond the transfer itself.
+    pub const RNDV_DESC: AmHandlerFlags = AmHandlerFlags(1);
+
+    /// True when every flag of `o` is in `self`.
+    pub fn contains(self, o: AmHandlerFlags) -> bool {
+        self.0 & o.0 == o.0
+    }
+}
+
+impl std::ops::BitOr for AmHandlerFlags {
+    type Output = AmHandlerFlags;
+    fn bitor(self, o: AmHandlerFlags) -> AmHandlerFlags {
+        AmHandlerFlags(self.0 | o.0)
     }
 }
 
@@ -174,8 +206,10 @@ impl<'a> AmMsg<'a> {
         self.header
     }
 
-    /// The data (valid during the handler; [`AmMsg::keep`] keeps it). Empty for a rendezvous
-    /// message: its data is fetched with [`AmMsg::take_data_desc`].
+    /// The data, all of it (valid during the handler; [`AmMsg::keep`] keeps it). Only for a
+    /// handler installed with [`AmHandlerFlags::RNDV_DESC`] is it empty for a rendezvous
+    /// message ([`AmMsg::is_rndv`]), whose data that handler fetches with
+    /// [`AmMsg::take_data_desc`].
     pub fn data(&self) -> &[u8] {
         match &self.body {
             Body::Lent { bytes, .. } => bytes,
@@ -197,14 +231,17 @@ impl<'a> AmMsg<'a> {
         self.len() == 0
     }
 
-    /// True when the data is still at the sender (rendezvous).
+    /// True when the data is still at the sender (a rendezvous message, for a handler
+    /// installed with [`AmHandlerFlags::RNDV_DESC`]; never for the others).
     pub fn is_rndv(&self) -> bool {
         matches!(self.body, Body::Rndv(..))
     }
 
     /// The descriptor of a rendezvous message's data, for [`crate::Worker::am_recv_data`]
-    /// (in the handler or later); `None` for other messages or once taken. Not taken, the
-    /// message is discarded when the handler returns and the sender released.
+    /// (in the handler or later), for a handler installed with [`AmHandlerFlags::RNDV_DESC`];
+    /// `None` for other messages, other handlers (their data is in [`AmMsg::data`]) or once
+    /// taken. Not taken, the message is discarded when the handler returns and the sender
+    /// released.
     pub fn take_data_desc(&mut self) -> Option<crate::rndv::AmDataDesc> {
         match &mut self.body {
             Body::Rndv(d, _) => d.take(),
@@ -213,9 +250,9 @@ impl<'a> AmMsg<'a> {
     }
 
     /// Keeps the data beyond the handler: the transport's buffer itself where it lends it, the
-    /// reassembled buffer of a fragmented message, else a copy. Afterwards [`AmMsg::data`] is
-    /// empty for a reassembled message. Empty for a rendezvous message (use
-    /// [`AmMsg::take_data_desc`]).
+    /// reassembled or fetched buffer of a fragmented or rendezvous message (no copy), else a
+    /// copy. Afterwards [`AmMsg::data`] is empty for a reassembled or fetched message. Empty
+    /// for a message still at the sender ([`AmMsg::is_rndv`]: use [`AmMsg::take_data_desc`]).
     pub fn keep(&mut self) -> AmData {
         match &mut self.body {
             Body::Lent { bytes, msg, start } => {
@@ -270,7 +307,9 @@ fn deliver(w: &Rc<WorkerInner>, msg: &mut AmMsg<'_>) {
     }
 }
 
-/// Delivers a rendezvous message (RTS) to its handler.
+/// Delivers a rendezvous message (RTS) to its handler: at once, with its descriptor, to a
+/// handler that takes descriptors (or to none: the descriptor's drop releases the sender);
+/// to the others once the worker fetched the data.
 pub(crate) fn deliver_rndv(
     w: &Rc<WorkerInner>,
     id: u16,
@@ -278,6 +317,13 @@ pub(crate) fn deliver_rndv(
     reply: Option<Ep>,
     desc: crate::rndv::AmDataDesc,
 ) {
+    let takes_desc =
+        w.am.borrow()
+            .get(id)
+            .map(|h| h.1.contains(AmHandlerFlags::RNDV_DESC));
+    if takes_desc == Some(false) {
+        return fetch_then_deliver(w, id, header, reply, desc);
+    }
     let n = desc.len();
     let mut msg = AmMsg {
         id,
@@ -286,6 +332,47 @@ pub(crate) fn deliver_rndv(
         reply,
     };
     deliver(w, &mut msg);
+}
+
+/// Fetches a rendezvous message's data into a buffer of the worker's, then delivers it whole.
+/// A fetch that fails drops the message with a log line (the sender's request fails too, by
+/// the ATS); one canceled by the endpoint's or the worker's end drops it quietly.
+fn fetch_then_deliver(
+    w: &Rc<WorkerInner>,
+    id: u16,
+    header: &[u8],
+    reply: Option<Ep>,
+    desc: crate::rndv::AmDataDesc,
+) {
+    let n = desc.len();
+    let worker = Rc::downgrade(w);
+    let header = header.to_vec();
+    // Weak: the fetch's completion lives in the endpoint's queue, which must not keep it.
+    let reply = reply.map(|e| Rc::downgrade(&e.inner));
+    let done = move |r: Result<Vec<u8>>| {
+        let Some(w) = worker.upgrade() else { return };
+        match r {
+            Ok(data) => {
+                let mut msg = AmMsg {
+                    id,
+                    header: &header,
+                    body: Body::Owned(data),
+                    reply: reply.and_then(|e| e.upgrade()).map(|inner| Ep { inner }),
+                };
+                deliver(&w, &mut msg);
+            }
+            Err(e) if e == Status::Canceled => {
+                tracing::debug!("ucp: active message id {id} ({n} bytes, rendezvous) dropped: {e}");
+            }
+            Err(e) => tracing::warn!(
+                "ucp: active message id {id} ({n} bytes, rendezvous) dropped: fetching its data: {e}"
+            ),
+        }
+    };
+    match crate::rndv::recv_data(w, desc, Vec::new()) {
+        Ok(fetch) => fetch.on_complete(done),
+        Err(e) => done(Err(e)),
+    }
 }
 
 fn reply_ep(w: &WorkerInner, worker: u64, ep: u64) -> Option<Ep> {

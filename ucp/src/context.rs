@@ -25,7 +25,10 @@ impl Features {
     pub const AMO32: Features = Features(8);
     pub const AMO64: Features = Features(16);
     /// Sleeping until the worker has work: `Worker::{event_fd, arm, wait, waker}`. Interfaces
-    /// without an event fd are then not opened (a warning names them); self needs none.
+    /// without an event fd are then not opened (a warning names them), except those without
+    /// active messages whose RMA needs no software at the peer (cma): they still move
+    /// rendezvous data and RMA, whose announcements and completions travel on lanes with an
+    /// event fd. Self needs none.
     pub const WAKEUP: Features = Features(32);
     pub const STREAM: Features = Features(64);
 

@@ -36,7 +36,7 @@ mod wireup;
 mod worker;
 
 pub use address::{AddressEntry, WorkerAddress};
-pub use am::{AmData, AmFlags, AmMsg, AmProto};
+pub use am::{AmData, AmFlags, AmHandlerFlags, AmMsg, AmProto};
 pub use cm::{ConnRequest, Listener, ListenerParams};
 pub use context::{Context, ContextBuilder, Features};
 pub use ep::{CloseMode, Ep, EpParams, ErrMode};

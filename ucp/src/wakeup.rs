@@ -24,7 +24,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use ucs::{Error, Result, Status};
-use uct::{ArmEvents, AsyncMode, DeviceType, EventFlags, Iface};
+use uct::{ArmEvents, AsyncMode, DeviceType, EventFlags, FlushFlags, Iface, IfaceFlags, Outcome};
 
 use crate::worker::{WIface, Worker, WorkerInner};
 
@@ -59,6 +59,25 @@ pub(crate) fn arm_events(iface: &Iface) -> ArmEvents {
 pub(crate) fn usable(iface: &Iface, dev_type: DeviceType) -> bool {
     dev_type == DeviceType::SelfDev
         || (iface.attr().event_flags.contains(EventFlags::FD) && !arm_events(iface).is_empty())
+}
+
+/// Whether a worker with wakeup keeps an interface that has no event fd: only one without
+/// active messages of its own whose puts, gets or atomics complete without the peer's
+/// software (cma: the kernel copies). Nothing arrives on it that the worker must be woken
+/// for, and the peer needs no progress for it either: its rendezvous announcements and
+/// acknowledgements travel on the AM lane, which has an event fd. (A transport with AM may
+/// serve RMA by its own messages, which a sleeping peer would never answer.)
+pub(crate) fn serves_without_fd(flags: IfaceFlags) -> bool {
+    let am = IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY | IfaceFlags::AM_ZCOPY;
+    let rma = IfaceFlags::PUT_SHORT
+        | IfaceFlags::PUT_BCOPY
+        | IfaceFlags::PUT_ZCOPY
+        | IfaceFlags::GET_SHORT
+        | IfaceFlags::GET_BCOPY
+        | IfaceFlags::GET_ZCOPY
+        | IfaceFlags::ATOMIC_CPU
+        | IfaceFlags::ATOMIC_DEVICE;
+    !flags.intersects(am) && flags.intersects(rma)
 }
 
 fn os_err(what: &str, e: Errno) -> Error {
@@ -190,6 +209,13 @@ impl Worker {
         for w in inner.ifaces.iter().filter(|w| w.arm_events != ArmEvents::EMPTY) {
             w.iface.event_arm(w.arm_events)?;
         }
+        // No fd announces the completions of an interface without one: while it has
+        // operations outstanding, progress must poll it.
+        for w in inner.ifaces.iter().filter(|w| w.no_fd) {
+            if !matches!(w.iface.flush(FlushFlags::LOCAL, None), Ok(Outcome::Done)) {
+                return Err(busy());
+            }
+        }
         // Last: arming may complete sends, whose callbacks may queue more.
         if inner.has_unannounced_work() {
             return Err(busy());
@@ -228,5 +254,21 @@ impl Worker {
         Ok(WorkerWaker {
             signal: self.inner.wakeup("waker")?.signal.clone(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_rma_only_interfaces_serve_without_an_fd() {
+        let cma = IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY | IfaceFlags::CONNECT_TO_IFACE;
+        assert!(serves_without_fd(cma));
+        // AM of its own (libfabric's shm): its RMA may need the peer's progress.
+        assert!(!serves_without_fd(cma | IfaceFlags::AM_BCOPY));
+        assert!(!serves_without_fd(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY));
+        assert!(!serves_without_fd(IfaceFlags::CONNECT_TO_IFACE));
+        assert!(serves_without_fd(IfaceFlags::ATOMIC_CPU));
     }
 }

@@ -27,6 +27,9 @@ pub(crate) struct WIface {
     pub aux_only: bool,
     /// What `Worker::arm` arms on it (empty: not in the wakeup set).
     pub arm_events: uct::ArmEvents,
+    /// Kept without an event fd under `Features::WAKEUP` (an RMA-only transport such as cma):
+    /// `Worker::arm` answers `Busy` while it has operations outstanding.
+    pub no_fd: bool,
 }
 
 /// The worker's endpoints: by local id (index + generation), and the maps wireup needs.
@@ -263,7 +266,10 @@ impl Worker {
                     continue;
                 }
             };
-            if wakeup && !crate::wakeup::usable(&iface, r.dev_type) {
+            // Without an event fd nothing would wake the worker for what arrives on it: under
+            // wakeup only an interface that never receives anything for the worker stays.
+            let no_fd = wakeup && !crate::wakeup::usable(&iface, r.dev_type);
+            if no_fd && !crate::wakeup::serves_without_fd(iface.attr().flags) {
                 tracing::warn!(
                     "ucp: {}/{} not used: it has no event fd, and Features::WAKEUP was asked for",
                     r.tl_name,
@@ -271,7 +277,7 @@ impl Worker {
                 );
                 continue;
             }
-            let arm_events = if wakeup {
+            let arm_events = if wakeup && !no_fd {
                 crate::wakeup::arm_events(&iface)
             } else {
                 uct::ArmEvents::EMPTY
@@ -289,6 +295,7 @@ impl Worker {
                 info,
                 aux_only: r.aux_only,
                 arm_events,
+                no_fd,
             });
         }
         if ifaces.iter().all(|i| i.aux_only) {
@@ -412,7 +419,8 @@ impl Worker {
         crate::ep::connect(&self.inner, remote, params)
     }
 
-    /// Receives a rendezvous message's data ([`crate::AmMsg::take_data_desc`]) into `buf`,
+    /// Receives a rendezvous message's data ([`crate::AmMsg::take_data_desc`], for a handler
+    /// installed with [`crate::AmHandlerFlags::RNDV_DESC`]) into `buf`,
     /// which is resized to the message's length and comes back filled when the request
     /// completes (the sender's buffer is released then). The fetch uses `get_zcopy` where the
     /// lanes have it, else the sender sends the data in pieces on the AM lane.
@@ -422,9 +430,23 @@ impl Worker {
     }
 
     /// Installs the handler of active messages with id `id` (any `u16`): it runs from
-    /// `progress` with the message (see [`crate::AmMsg`]). Replaces an earlier one.
+    /// `progress` with the message (see [`crate::AmMsg`]), whose [`crate::AmMsg::data`] is
+    /// all the data whatever its size and the transport: the worker fetches a rendezvous
+    /// message's data before calling the handler. Replaces an earlier one.
     pub fn set_am_handler(&self, id: u16, f: impl FnMut(&mut crate::AmMsg<'_>) + 'static) {
-        self.inner.am.borrow_mut().set(id, AmHandler::new(f));
+        self.set_am_handler_with(id, crate::AmHandlerFlags::default(), f);
+    }
+
+    /// [`Worker::set_am_handler`] with `flags`: [`crate::AmHandlerFlags::RNDV_DESC`] hands
+    /// rendezvous messages to the handler when announced, their data still at the sender,
+    /// for [`Worker::am_recv_data`] into the application's own buffer.
+    pub fn set_am_handler_with(
+        &self,
+        id: u16,
+        flags: crate::AmHandlerFlags,
+        f: impl FnMut(&mut crate::AmMsg<'_>) + 'static,
+    ) {
+        self.inner.am.borrow_mut().set(id, AmHandler::new(flags, f));
     }
 
     /// Removes the handler of `id`.

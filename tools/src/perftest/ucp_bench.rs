@@ -530,12 +530,13 @@ fn not_messages() -> Error {
     )
 }
 
-/// AM id 1: counts arrivals; a rendezvous one is fetched first.
+/// AM id 1: counts arrivals; a rendezvous one is fetched first, into the buffer of the last
+/// one (descriptor mode: no allocation per message).
 fn install_am_handler(w: &Worker, len: usize, validate: bool, count: &Rc<Cell<u64>>, bad: &Rc<Cell<u64>>) {
     let (c, b) = (count.clone(), bad.clone());
     let wk = w.downgrade();
     let spare: Rc<RefCell<Vec<u8>>> = Rc::default();
-    w.set_am_handler(AM_ID, move |m| {
+    w.set_am_handler_with(AM_ID, ucp::AmHandlerFlags::RNDV_DESC, move |m| {
         let check = {
             let b = b.clone();
             move |d: &[u8]| {

@@ -1,8 +1,9 @@
 //! Rendezvous active messages: the sender announces a large message with RTS and keeps its
-//! buffer; the receiver's application gives a buffer ([`crate::Worker::am_recv_data`]) and the
-//! data moves either by `get_zcopy` from the sender's registered memory (then ATS releases the
-//! sender) or, where the lanes have no zero-copy get, by RTR and the sender's DATA messages
-//! on the AM lane (the active-message pipeline).
+//! buffer; the receiver gives a buffer (the application's, [`crate::Worker::am_recv_data`], or
+//! the worker's own for a plain handler, `am::fetch_then_deliver`) and the data moves either
+//! by `get_zcopy` from the sender's registered memory (then ATS releases the sender) or, where
+//! the lanes have no zero-copy get, by RTR and the sender's DATA messages on the AM lane (the
+//! active-message pipeline).
 //!
 //! This module keeps the transfers in flight (by the sender's and the receiver's ids) and the
 //! sender's side; `recv` is the receiver's side.
