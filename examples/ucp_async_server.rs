@@ -118,7 +118,10 @@ async fn server(ctx: Context, addr: mpsc::Sender<SocketAddr>, clients: usize, re
     let acc = accepted.clone();
     let acceptor = spawn_local(async move {
         while acc.borrow().len() < clients {
-            let req = listener.next_request().await.map_err(|e| format!("accept: {e}"))?;
+            let req = listener
+                .next_request()
+                .await
+                .map_err(|e| format!("accept: {e}"))?;
             let mode = req.err_mode();
             // The server keeps its endpoints: answers go on them (as reply endpoints).
             let ep = req
@@ -176,7 +179,13 @@ async fn all_clients(ctx: Context, addr: SocketAddr, clients: usize, requests: u
 }
 
 /// Connects, sends `requests` requests one after the other and checks each answer.
-async fn client(ctx: Context, addr: SocketAddr, c: usize, requests: usize, answered: Rc<Cell<usize>>) -> Res<()> {
+async fn client(
+    ctx: Context,
+    addr: SocketAddr,
+    c: usize,
+    requests: usize,
+    answered: Rc<Cell<usize>>,
+) -> Res<()> {
     let (aw, driver) = worker(&ctx)?;
     let mut answers = aw.am_stream(ANSWER);
     let ep = aw

@@ -289,7 +289,10 @@ fn am_stream_yields_every_size_in_order() {
             sends.push(ep.am_send_owned(9, &[i as u8], data, AmFlags::REPLY).unwrap());
         }
         for s in sends {
-            tokio::time::timeout(DEADLINE, s.into_future()).await.unwrap().unwrap();
+            tokio::time::timeout(DEADLINE, s.into_future())
+                .await
+                .unwrap()
+                .unwrap();
         }
         for (i, &n) in sizes.iter().enumerate() {
             let m = tokio::time::timeout(DEADLINE, stream.recv())

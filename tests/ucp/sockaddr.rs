@@ -314,10 +314,17 @@ fn sockaddr_nonblocking(s: &Setup) {
         conn = l.accept();
         conn.is_some()
     });
-    assert!(!req.is_done(), "[{}] connected before the server accepted", w.name);
+    assert!(
+        !req.is_done(),
+        "[{}] connected before the server accepted",
+        w.name
+    );
     let srv = conn.unwrap().accept(EpParams::new()).unwrap();
     w.wait_for("the connect to complete", || req.is_done());
-    let c = req.take().unwrap().unwrap_or_else(|e| panic!("[{}] connect: {e}", w.name));
+    let c = req
+        .take()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("[{}] connect: {e}", w.name));
     assert!(c.is_connected());
     assert_eq!(c.remote_id(), w.server.id());
     w.send(&c, 7, b"to the server");
@@ -336,7 +343,9 @@ const CM_TIMEOUT: Duration = Duration::from_millis(300);
 /// `TimedOut` (its error handler runs, its queued send fails), and so does the non-blocking
 /// connect's request, both after about `RUCX_CM_TIMEOUT`.
 fn sockaddr_never_accepted(s: &Setup) {
-    let Some(w) = Sides::new(&s.with("CM_TIMEOUT", "300ms")) else { return };
+    let Some(w) = Sides::new(&s.with("CM_TIMEOUT", "300ms")) else {
+        return;
+    };
     let l = w.listen(ListenerParams::new());
     let errors = Rc::new(RefCell::new(Vec::new()));
     let e2 = errors.clone();
@@ -373,7 +382,9 @@ fn sockaddr_never_accepted(s: &Setup) {
 /// A plain TCP listener that never accepts (the kernel completes the connection, nobody
 /// speaks): both connects fail with `TimedOut`. A port nobody listens on: `Unreachable`.
 fn sockaddr_silent_or_absent(s: &Setup) {
-    let Some(w) = Sides::new(&s.with("CM_TIMEOUT", "300ms")) else { return };
+    let Some(w) = Sides::new(&s.with("CM_TIMEOUT", "300ms")) else {
+        return;
+    };
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let to = silent.local_addr().unwrap();
     let start = Instant::now();

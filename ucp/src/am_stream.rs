@@ -69,7 +69,7 @@ impl AmStream {
     }
 
     /// The next message, awaited (woken from the worker's `progress`, which a task such as
-    /// [`crate::tokio::AsyncWorker::run`] must drive). Messages come in arrival order; an
+    /// `ucp::tokio::AsyncWorker::run` must drive). Messages come in arrival order; an
     /// error is a rendezvous message whose data could not be fetched (its sender failed).
     /// Waits for as long as no message comes.
     pub async fn recv(&mut self) -> Result<AmMessage> {

@@ -125,7 +125,7 @@ impl Listener {
     }
 
     /// The next client's request, awaited: the asynchronous [`Listener::accept`], woken from
-    /// the worker's `progress` (a task such as [`crate::tokio::AsyncWorker::run`] must drive
+    /// the worker's `progress` (a task such as `ucp::tokio::AsyncWorker::run` must drive
     /// it). Waits for as long as no client comes; `InvalidParam` when the listener has an
     /// [`ListenerParams::on_conn_request`] handler (that gets every request instead).
     ///

@@ -203,7 +203,10 @@ impl Cm {
             }
             // A client whose endpoint failed (timed out, closed) or went: the connection ends.
             if let Side::Outgoing { ep, .. } = &c.side {
-                if ep.upgrade().is_none_or(|e| !matches!(e.wired.get(), Wired::WaitingForPeer)) {
+                if ep
+                    .upgrade()
+                    .is_none_or(|e| !matches!(e.wired.get(), Wired::WaitingForPeer))
+                {
                     continue;
                 }
             }
@@ -282,8 +285,8 @@ impl Cm {
 
     /// Starts the deadline tick while a client handshake runs; stops it after.
     fn update_tick(&self) {
-        let busy = !self.watches.borrow().is_empty()
-            || self.conns.borrow().iter().any(|c| !incoming_side(&c.side));
+        let busy =
+            !self.watches.borrow().is_empty() || self.conns.borrow().iter().any(|c| !incoming_side(&c.side));
         match (busy, self.tick.get()) {
             (true, None) => {
                 let any = self.any.clone();
@@ -390,9 +393,18 @@ impl Cm {
                 },
                 m,
             ) => {
-                let Start { params, done, deadline } = *start;
+                let Start {
+                    params,
+                    done,
+                    deadline,
+                } = *start;
                 let r = self.worker.upgrade().map_or_else(
-                    || Err(Error::new(Status::NotConnected, "ucp: connect: the worker is gone")),
+                    || {
+                        Err(Error::new(
+                            Status::NotConnected,
+                            "ucp: connect: the worker is gone",
+                        ))
+                    },
                     |w| {
                         let remote = announced(peer, &m)?;
                         let (ep, conn_id, req) = self.client_ep(&w, remote, params)?;
@@ -589,11 +601,19 @@ fn tcp_connected(s: &Watched<TcpStream>, to: SocketAddr) -> Result<bool> {
     }
 }
 
+/// `timeout` from now (a year from now for a timeout beyond what `Instant` holds).
+fn deadline_in(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(Duration::from_secs(365 * 86400)))
+        .unwrap_or(now)
+}
+
 /// [`Worker::connect_sockaddr`]: the server's address is read here (bounded by
 /// `RUCX_CM_TIMEOUT`); the rest of the handshake runs from progress, within the same bound.
 fn connect(w: &Rc<WorkerInner>, to: SocketAddr, params: EpParams) -> Result<Ep> {
     let timeout = w.ctx.inner.cfg.cm_timeout;
-    let deadline = Instant::now() + timeout;
+    let deadline = deadline_in(timeout);
     let mut s = TcpStream::connect_timeout(&to, timeout).map_err(|e| io_error(to, "connect to", &e))?;
     let _ = s.set_nodelay(true);
     let mut r = Reader::default();
@@ -674,7 +694,7 @@ fn connect_nb(w: &Rc<WorkerInner>, to: SocketAddr, params: EpParams) -> Result<R
     let start = Box::new(Start {
         params,
         done,
-        deadline: Instant::now() + cm.timeout,
+        deadline: deadline_in(cm.timeout),
     });
     cm.try_add_conn(
         s,
@@ -718,7 +738,7 @@ impl Worker {
     /// error: `Unreachable` (refused), `Rejected`, `TimedOut` (not connected within
     /// `RUCX_CM_TIMEOUT`), `ConnectionReset`... The error handler in `params` runs too for a
     /// failure after the server's address arrived. The request is a future (an async task
-    /// awaits it while [`crate::tokio::AsyncWorker::run`] or a loop of `progress` drives the
+    /// awaits it while `ucp::tokio::AsyncWorker::run` or a loop of `progress` drives the
     /// worker); `wait(&worker)` blocks until it completes.
     ///
     /// ```no_run
