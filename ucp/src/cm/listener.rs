@@ -37,7 +37,7 @@ impl ListenerParams {
     }
 
     /// Called from `progress` with each client's request (to accept or reject); without one,
-    /// requests wait for [`Listener::accept`].
+    /// requests wait for [`Listener::accept`] or [`Listener::next_request`].
     pub fn on_conn_request(mut self, f: impl FnMut(ConnRequest) + 'static) -> ListenerParams {
         self.handler = Some(Box::new(f));
         self

@@ -783,3 +783,16 @@ fn read_msg(c: &mut Conn) -> Result<Option<Msg>> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_in_never_overflows() {
+        let now = Instant::now();
+        assert!(deadline_in(Duration::MAX) > now);
+        let d = deadline_in(Duration::from_secs(10));
+        assert!(d >= now + Duration::from_secs(10));
+    }
+}
