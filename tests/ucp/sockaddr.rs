@@ -398,6 +398,19 @@ fn sockaddr_silent_or_absent(s: &Setup) {
     assert_eq!(e.status(), Status::TimedOut, "[{}] {e}", w.name);
     assert!(e.to_string().contains("RUCX_CM_TIMEOUT"), "{e}");
 
+    // A listener whose accept queue is full: the kernel drops the SYN, the TCP connection is
+    // never made (a host that does not answer).
+    let (full, _filler) = full_listener();
+    let to = full.local_addr().unwrap();
+    let e = w.client.connect_sockaddr(to, EpParams::new()).unwrap_err();
+    assert_eq!(e.status(), Status::TimedOut, "[{}] {e}", w.name);
+    assert!(e.to_string().contains("RUCX_CM_TIMEOUT"), "{e}");
+    let mut nb = w.client.connect_sockaddr_nb(to, EpParams::new()).unwrap();
+    w.wait_for("the unanswered connect to time out", || nb.is_done());
+    let e = nb.take().unwrap().unwrap_err();
+    assert_eq!(e.status(), Status::TimedOut, "[{}] {e}", w.name);
+    assert!(e.to_string().contains("no TCP connection"), "{e}");
+
     let absent = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
@@ -413,6 +426,25 @@ fn sockaddr_silent_or_absent(s: &Setup) {
     };
     assert_eq!(e.status(), Status::Unreachable, "[{}] {e}", w.name);
     assert!(e.to_string().contains("refused"), "{e}");
+}
+
+/// A loopback listener with a backlog of 0 and the one connection it queues: further SYNs are
+/// dropped while nobody accepts.
+fn full_listener() -> (std::net::TcpListener, TcpStream) {
+    use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, SockaddrIn};
+    use std::os::fd::AsRawFd;
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    bind(fd.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).unwrap();
+    listen(&fd, Backlog::new(0).unwrap()).unwrap();
+    let l = std::net::TcpListener::from(fd);
+    let filler = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    (l, filler)
 }
 
 ucp_test!(

@@ -187,13 +187,17 @@ impl Cm {
         let mut done = Vec::new();
         let now = Instant::now();
         for mut c in conns {
-            if let Side::Starting { start, .. } = &c.side {
+            if let Side::Starting { start, connected } = &c.side {
                 if now >= start.deadline {
+                    let what = if *connected {
+                        "no worker address from the server"
+                    } else {
+                        "no TCP connection (the host does not answer)"
+                    };
                     let e = Error::new(
                         Status::TimedOut,
                         format!(
-                            "ucp: connect to {}: no worker address from the server in {:?} \
-                             (RUCX_CM_TIMEOUT)",
+                            "ucp: connect to {}: {what} in {:?} (RUCX_CM_TIMEOUT)",
                             c.peer, self.timeout
                         ),
                     );
@@ -614,7 +618,17 @@ fn deadline_in(timeout: Duration) -> Instant {
 fn connect(w: &Rc<WorkerInner>, to: SocketAddr, params: EpParams) -> Result<Ep> {
     let timeout = w.ctx.inner.cfg.cm_timeout;
     let deadline = deadline_in(timeout);
-    let mut s = TcpStream::connect_timeout(&to, timeout).map_err(|e| io_error(to, "connect to", &e))?;
+    let mut s = TcpStream::connect_timeout(&to, timeout).map_err(|e| {
+        let err = io_error(to, "connect to", &e);
+        if err.status() == Status::TimedOut {
+            Error::new(
+                Status::TimedOut,
+                format!("ucp: connect to {to}: no TCP connection in {timeout:?} (RUCX_CM_TIMEOUT)"),
+            )
+        } else {
+            err
+        }
+    })?;
     let _ = s.set_nodelay(true);
     let mut r = Reader::default();
     let mut buf = vec![0u8; 64 * 1024];
@@ -655,9 +669,13 @@ fn connect(w: &Rc<WorkerInner>, to: SocketAddr, params: EpParams) -> Result<Ep> 
             Err(e) => {
                 let mut err = io_error(to, "connect to", &e);
                 if err.status() == Status::TimedOut {
-                    err = err.context_with(format_args!(
-                        "no worker address from the server in {timeout:?} (RUCX_CM_TIMEOUT)"
-                    ));
+                    err = Error::new(
+                        Status::TimedOut,
+                        format!(
+                            "ucp: connect to {to}: no worker address from the server in \
+                             {timeout:?} (RUCX_CM_TIMEOUT)"
+                        ),
+                    );
                 }
                 return Err(err);
             }
