@@ -252,29 +252,28 @@ impl Cm {
             .set_nonblocking(true)
             .map_err(|e| io_error(peer, "connection manager:", &e))?;
         let sock = Watched::new(&self.actx, stream, interest, &self.any)?;
+        // Borrowed in a block: update_tick looks at the connections too.
         {
-            {
-                sock.poke();
-                self.any.store(true, Ordering::Release);
-                let mut conns = self.conns.borrow_mut();
-                let incoming = |c: &Conn| incoming_side(&c.side);
-                if incoming_side(&side) && conns.iter().filter(|c| incoming(c)).count() >= MAX_INCOMING {
-                    if let Some(i) = conns.iter().position(incoming) {
-                        let old = conns.remove(i);
-                        tracing::warn!(
-                            "ucp: connection manager: client {}: no REQUEST while {MAX_INCOMING} \
-                             others waited: connection dropped",
-                            old.peer
-                        );
-                    }
+            sock.poke();
+            self.any.store(true, Ordering::Release);
+            let mut conns = self.conns.borrow_mut();
+            let incoming = |c: &Conn| incoming_side(&c.side);
+            if incoming_side(&side) && conns.iter().filter(|c| incoming(c)).count() >= MAX_INCOMING {
+                if let Some(i) = conns.iter().position(incoming) {
+                    let old = conns.remove(i);
+                    tracing::warn!(
+                        "ucp: connection manager: client {}: no REQUEST while {MAX_INCOMING} \
+                         others waited: connection dropped",
+                        old.peer
+                    );
                 }
-                conns.push(Conn {
-                    sock,
-                    peer,
-                    reader: Reader::default(),
-                    side,
-                });
             }
+            conns.push(Conn {
+                sock,
+                peer,
+                reader: Reader::default(),
+                side,
+            });
         }
         self.update_tick();
         Ok(())
