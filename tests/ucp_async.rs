@@ -42,6 +42,34 @@ fn ucp_async_example() {
     }
 }
 
+/// The many-clients example: one server answers 100 concurrent clients, each connected with
+/// the awaited `connect_sockaddr` and accepted with `Listener::next_request`, over every
+/// transport it finds, then over tcp only.
+#[test]
+fn ucp_async_server_example_serves_100_clients() {
+    for tls in [None, Some("tcp")] {
+        let mut c = Command::new(example("ucp_async_server"));
+        c.args(["100", "3"]).stdout(Stdio::piped()).stderr(Stdio::piped());
+        if let Some(t) = tls {
+            c.env("RUCX_TLS", t).env("RUCX_NET_DEVICES", "lo");
+        }
+        let out = c.output().expect("run ucp_async_server");
+        let (o, e) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(0), "{tls:?}\nstdout:\n{o}\nstderr:\n{e}");
+        assert!(
+            o.contains("clients: all 100 clients answered (300 answers, every one intact)"),
+            "{tls:?}: {o}"
+        );
+        assert!(
+            o.contains("server: 100 clients accepted, 300 requests answered"),
+            "{tls:?}: {o}"
+        );
+    }
+}
+
 const MESSAGES: usize = 100;
 const BURST: usize = 10;
 const AM: u16 = 5;
@@ -164,4 +192,135 @@ fn async_worker_misuse_is_an_error() {
     let w = Worker::new(&ctx(Features::AM | Features::WAKEUP)).unwrap();
     let e = AsyncWorker::new(&w).unwrap_err();
     assert!(e.to_string().contains("inside a tokio runtime"), "{e}");
+}
+
+/// The awaited connect never hangs: a listener whose application never accepts and a TCP
+/// listener that never speaks fail it with `TimedOut` after `RUCX_CM_TIMEOUT` (the worker
+/// sleeps in the runtime meanwhile: the handshake's timer wakes it), a refused port with
+/// `Unreachable`. `next_request` on a listener with a handler is an error, not a wait.
+#[test]
+fn async_connect_fails_in_time() {
+    let ctx = Context::builder(rucx::context_builder().plugins(false).build())
+        .features(Features::AM | Features::WAKEUP)
+        .config("TLS", "tcp")
+        .config("NET_DEVICES", "lo")
+        .config("CM_TIMEOUT", "300ms")
+        .build()
+        .expect("context");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async {
+        let server = Worker::new(&ctx).unwrap();
+        let client = Worker::new(&ctx).unwrap();
+        for w in [&server, &client] {
+            let aw = AsyncWorker::new(w).unwrap();
+            tokio::task::spawn_local(async move { aw.run().await });
+        }
+        let aw = AsyncWorker::new(&client).unwrap();
+        let l = server
+            .listen("127.0.0.1:0".parse().unwrap(), ucp::ListenerParams::new())
+            .unwrap();
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let absent = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        for (to, want) in [
+            (l.local_addr(), ucp::Status::TimedOut),
+            (silent.local_addr().unwrap(), ucp::Status::TimedOut),
+            (absent, ucp::Status::Unreachable),
+        ] {
+            let start = Instant::now();
+            let r = tokio::time::timeout(DEADLINE, aw.connect_sockaddr(to, ucp::EpParams::new()))
+                .await
+                .unwrap_or_else(|_| panic!("connect to {to} still pending after {DEADLINE:?}"));
+            let e = r.expect_err("connected to a server that never accepts");
+            assert_eq!(e.status(), want, "{to}: {e}");
+            if want == ucp::Status::TimedOut {
+                assert!(start.elapsed() >= Duration::from_millis(300), "{e}");
+                assert!(e.to_string().contains("RUCX_CM_TIMEOUT"), "{e}");
+            }
+        }
+        // The request the application never accepted.
+        let req = l.next_request().await.unwrap();
+        assert_eq!(req.client_id(), client.id());
+        let with_handler = server
+            .listen(
+                "127.0.0.1:0".parse().unwrap(),
+                ucp::ListenerParams::new().on_conn_request(drop),
+            )
+            .unwrap();
+        let e = with_handler.next_request().await.unwrap_err();
+        assert_eq!(e.status(), ucp::Status::InvalidParam, "{e}");
+    });
+}
+
+/// `am_stream` yields every message of its id in order, owned, eager and rendezvous alike,
+/// with the reply endpoint; dropping the stream removes its handler.
+#[test]
+fn am_stream_yields_every_size_in_order() {
+    let ctx = Context::builder(rucx::context_builder().plugins(false).build())
+        .features(Features::AM | Features::WAKEUP)
+        .config("TLS", "tcp")
+        .config("NET_DEVICES", "lo")
+        .build()
+        .expect("context");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async {
+        let a = Worker::new(&ctx).unwrap();
+        let b = Worker::new(&ctx).unwrap();
+        for w in [&a, &b] {
+            let aw = AsyncWorker::new(w).unwrap();
+            tokio::task::spawn_local(async move { aw.run().await });
+        }
+        let mut stream = b.am_stream(9);
+        let ep = a.connect(b.address()).unwrap();
+        let sizes = [0usize, 8, 5000, 70_000, 1 << 20];
+        let mut sends = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let data: Vec<u8> = (0..n).map(|k| (k + i) as u8).collect();
+            sends.push(ep.am_send_owned(9, &[i as u8], data, AmFlags::REPLY).unwrap());
+        }
+        for s in sends {
+            tokio::time::timeout(DEADLINE, s.into_future())
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        for (i, &n) in sizes.iter().enumerate() {
+            let m = tokio::time::timeout(DEADLINE, stream.recv())
+                .await
+                .expect("a message")
+                .unwrap();
+            assert_eq!(m.header, [i as u8]);
+            assert_eq!(m.data.len(), n, "message {i}");
+            assert!(m.data.iter().enumerate().all(|(k, &v)| v == (k + i) as u8));
+            assert_eq!(m.reply_ep.expect("a reply endpoint").remote_id(), a.id());
+        }
+        assert!(stream.try_recv().is_none());
+        drop(stream);
+        let got = Rc::new(Cell::new(0));
+        let g = got.clone();
+        // The id is free again: a handler set now gets the next message.
+        b.set_am_handler(9, move |_| g.set(g.get() + 1));
+        ep.am_send(9, &[], b"x", AmFlags::default())
+            .unwrap()
+            .into_future()
+            .await
+            .unwrap();
+        tokio::time::timeout(DEADLINE, async {
+            while got.get() == 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the handler ran");
+    });
 }

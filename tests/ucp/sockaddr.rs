@@ -1,6 +1,7 @@
 //! Client and server without a side channel: `Worker::listen` and `Worker::connect_sockaddr`
 //! (the connection manager), then active messages both ways; rejection; a listener that meets
-//! garbage drops that connection only and keeps accepting.
+//! garbage drops that connection only and keeps accepting; the non-blocking connect; a server
+//! that never accepts, or is not there, fails the connect within `RUCX_CM_TIMEOUT`.
 
 use std::cell::{Cell, RefCell};
 use std::io::{Read, Write};
@@ -285,4 +286,159 @@ fn sockaddr_garbage_dropped(s: &Setup) {
     drop(srv);
 }
 
-ucp_test!(sockaddr_am_both_ways, sockaddr_reject, sockaddr_garbage_dropped);
+/// `connect_sockaddr_nb` returns at once; its request completes with the connected endpoint
+/// once the server accepted, and messages go both ways.
+fn sockaddr_nonblocking(s: &Setup) {
+    let Some(w) = Sides::new(s) else { return };
+    let l = w.listen(ListenerParams::new());
+    let to_server = inbox(&w.server, 7);
+    let mut req = w
+        .client
+        .connect_sockaddr_nb(l.local_addr(), EpParams::new())
+        .unwrap_or_else(|e| panic!("[{}] connect_sockaddr_nb: {e}", w.name));
+    let mut conn = None;
+    w.wait_for("the connection request", || {
+        conn = l.accept();
+        conn.is_some()
+    });
+    assert!(
+        !req.is_done(),
+        "[{}] connected before the server accepted",
+        w.name
+    );
+    let srv = conn.unwrap().accept(EpParams::new()).unwrap();
+    w.wait_for("the connect to complete", || req.is_done());
+    let c = req
+        .take()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("[{}] connect: {e}", w.name));
+    assert!(c.is_connected());
+    assert_eq!(c.remote_id(), w.server.id());
+    w.send(&c, 7, b"to the server");
+    w.wait_for("the message", || to_server.borrow().len() == 1);
+    assert_eq!(to_server.borrow()[0].1, b"to the server");
+    let to_client = inbox(&w.client, 8);
+    w.send(&srv, 8, &pattern(70_000, 3));
+    w.wait_for("the answer", || to_client.borrow().len() == 1);
+    assert_eq!(to_client.borrow()[0].1, pattern(70_000, 3));
+}
+
+/// How long the timeout tests give the handshake.
+const CM_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// A listener whose application never accepts: the blocking connect's endpoint fails with
+/// `TimedOut` (its error handler runs, its queued send fails), and so does the non-blocking
+/// connect's request, both after about `RUCX_CM_TIMEOUT`.
+fn sockaddr_never_accepted(s: &Setup) {
+    let Some(w) = Sides::new(&s.with("CM_TIMEOUT", "300ms")) else {
+        return;
+    };
+    let l = w.listen(ListenerParams::new());
+    let errors = Rc::new(RefCell::new(Vec::new()));
+    let e2 = errors.clone();
+    let start = Instant::now();
+    let c = w
+        .client
+        .connect_sockaddr(
+            l.local_addr(),
+            EpParams::new().on_error(move |_, e| e2.borrow_mut().push(e.clone())),
+        )
+        .unwrap();
+    let Issued::Pending(mut queued) = c.am_send(1, &[], b"never", AmFlags::default()).unwrap() else {
+        panic!("[{}] sent before the exchange", w.name);
+    };
+    let mut nb = w
+        .client
+        .connect_sockaddr_nb(l.local_addr(), EpParams::new())
+        .unwrap();
+    w.wait_for("the timeout", || !errors.borrow().is_empty());
+    assert!(start.elapsed() >= CM_TIMEOUT, "[{}] failed early", w.name);
+    let e = errors.borrow()[0].clone();
+    assert_eq!(e.status(), Status::TimedOut, "[{}] {e}", w.name);
+    assert!(e.to_string().contains("RUCX_CM_TIMEOUT"), "{e}");
+    w.wait_for("the queued send to fail", || queued.is_done());
+    assert_eq!(queued.take().unwrap().unwrap_err().status(), Status::TimedOut);
+    assert!(c.error().is_some());
+    w.wait_for("the non-blocking connect to fail", || nb.is_done());
+    let e = nb.take().unwrap().unwrap_err();
+    assert_eq!(e.status(), Status::TimedOut, "[{}] {e}", w.name);
+    // Both requests still wait in the listener; the clients are gone.
+    assert!(l.accept().is_some());
+}
+
+/// A plain TCP listener that never accepts (the kernel completes the connection, nobody
+/// speaks): both connects fail with `TimedOut`. A port nobody listens on: `Unreachable`.
+fn sockaddr_silent_or_absent(s: &Setup) {
+    let Some(w) = Sides::new(&s.with("CM_TIMEOUT", "300ms")) else {
+        return;
+    };
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let to = silent.local_addr().unwrap();
+    let start = Instant::now();
+    let e = w.client.connect_sockaddr(to, EpParams::new()).unwrap_err();
+    assert_eq!(e.status(), Status::TimedOut, "[{}] {e}", w.name);
+    assert!(e.to_string().contains("RUCX_CM_TIMEOUT"), "{e}");
+    assert!(start.elapsed() >= CM_TIMEOUT);
+    let mut nb = w.client.connect_sockaddr_nb(to, EpParams::new()).unwrap();
+    w.wait_for("the non-blocking connect to time out", || nb.is_done());
+    let e = nb.take().unwrap().unwrap_err();
+    assert_eq!(e.status(), Status::TimedOut, "[{}] {e}", w.name);
+    assert!(e.to_string().contains("RUCX_CM_TIMEOUT"), "{e}");
+
+    // A listener whose accept queue is full: the kernel drops the SYN, the TCP connection is
+    // never made (a host that does not answer).
+    let (full, _filler) = full_listener();
+    let to = full.local_addr().unwrap();
+    let e = w.client.connect_sockaddr(to, EpParams::new()).unwrap_err();
+    assert_eq!(e.status(), Status::TimedOut, "[{}] {e}", w.name);
+    assert!(e.to_string().contains("RUCX_CM_TIMEOUT"), "{e}");
+    let mut nb = w.client.connect_sockaddr_nb(to, EpParams::new()).unwrap();
+    w.wait_for("the unanswered connect to time out", || nb.is_done());
+    let e = nb.take().unwrap().unwrap_err();
+    assert_eq!(e.status(), Status::TimedOut, "[{}] {e}", w.name);
+    assert!(e.to_string().contains("no TCP connection"), "{e}");
+
+    let absent = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let e = w.client.connect_sockaddr(absent, EpParams::new()).unwrap_err();
+    assert_eq!(e.status(), Status::Unreachable, "[{}] {e}", w.name);
+    let e = match w.client.connect_sockaddr_nb(absent, EpParams::new()) {
+        Err(e) => e,
+        Ok(mut r) => {
+            w.wait_for("the refusal", || r.is_done());
+            r.take().unwrap().unwrap_err()
+        }
+    };
+    assert_eq!(e.status(), Status::Unreachable, "[{}] {e}", w.name);
+    assert!(e.to_string().contains("refused"), "{e}");
+}
+
+/// A loopback listener with a backlog of 0 and the one connection it queues: further SYNs are
+/// dropped while nobody accepts.
+fn full_listener() -> (std::net::TcpListener, TcpStream) {
+    use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, SockaddrIn};
+    use std::os::fd::AsRawFd;
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    bind(fd.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).unwrap();
+    listen(&fd, Backlog::new(0).unwrap()).unwrap();
+    let l = std::net::TcpListener::from(fd);
+    let filler = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    (l, filler)
+}
+
+ucp_test!(
+    sockaddr_am_both_ways,
+    sockaddr_reject,
+    sockaddr_garbage_dropped,
+    sockaddr_nonblocking,
+    sockaddr_never_accepted,
+    sockaddr_silent_or_absent
+);

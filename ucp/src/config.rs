@@ -148,8 +148,9 @@ const FIELDS: &[ConfigField] = &[
         "CM_TIMEOUT",
         "10s",
         ConfigKind::Time,
-        "How long Worker::connect_sockaddr waits for the TCP connection to the listener and \
-             the server's worker address before it fails with TimedOut.",
+        "How long a client's connect_sockaddr handshake may take, from the call until the \
+             endpoint is connected (TCP connection, the server's address, its acceptance, \
+             wireup); past it the connect fails with TimedOut.",
     ),
     ConfigField::new(
         "KEEPALIVE_INTERVAL",

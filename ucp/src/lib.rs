@@ -13,6 +13,7 @@
 mod activation;
 pub mod address;
 mod am;
+mod am_stream;
 mod cm;
 pub mod config;
 mod context;
@@ -37,6 +38,7 @@ mod worker;
 
 pub use address::{AddressEntry, WorkerAddress};
 pub use am::{AmData, AmFlags, AmHandlerFlags, AmMsg, AmProto};
+pub use am_stream::{AmMessage, AmStream};
 pub use cm::{ConnRequest, Listener, ListenerParams};
 pub use context::{Context, ContextBuilder, Features};
 pub use ep::{CloseMode, Ep, EpParams, ErrMode};

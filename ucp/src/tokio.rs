@@ -6,6 +6,11 @@
 //! Requests ([`crate::Request`], [`crate::Issued`]) are futures woken from the worker's
 //! progress: run [`AsyncWorker::run`] as a task beside the ones that await them.
 //!
+//! Connections and messages are awaited too: [`AsyncWorker::connect_sockaddr`] (a connect that
+//! blocks nothing; `RUCX_CM_TIMEOUT` bounds it), [`crate::Listener::next_request`] (accept
+//! clients one by one) and [`AsyncWorker::am_stream`] (active messages of one id, owned, with
+//! their reply endpoint). `examples/ucp_async_server.rs` serves many clients that way.
+//!
 //! A worker belongs to its thread (`!Send`): use a current-thread runtime, or a `LocalSet`
 //! (`spawn_local`), on the thread that created it. The context needs
 //! [`Features::WAKEUP`](crate::Features::WAKEUP).
@@ -37,6 +42,7 @@ use ::tokio::io::Interest;
 use ucs::{Error, Result, Status};
 
 use crate::worker::Worker;
+use crate::{AmStream, Ep, EpParams};
 
 /// The worker's event fd, duplicated for tokio's reactor (which owns what it registers).
 struct EventFd(OwnedFd);
@@ -116,6 +122,26 @@ impl AsyncWorker {
             Err(e) => return Err(e),
         }
         Ok(0)
+    }
+
+    /// An endpoint to the listener at `addr`, once connected ([`Worker::connect_sockaddr_nb`]
+    /// awaited): nothing blocks the runtime, and the error comes within `RUCX_CM_TIMEOUT`
+    /// when the server never accepts (`TimedOut`), rejects (`Rejected`) or is not there
+    /// (`Unreachable`). Another task must drive the worker ([`AsyncWorker::run`]).
+    ///
+    /// ```no_run
+    /// # async fn f(aw: &ucp::tokio::AsyncWorker, addr: std::net::SocketAddr) -> ucp::Result<()> {
+    /// let ep = aw.connect_sockaddr(addr, ucp::EpParams::new()).await?;
+    /// ep.am_send(1, &[], b"hello", ucp::AmFlags::REPLY)?.await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_sockaddr(&self, addr: std::net::SocketAddr, params: EpParams) -> Result<Ep> {
+        self.worker.connect_sockaddr_nb(addr, params)?.await
+    }
+
+    /// The active messages of `id` as a stream ([`Worker::am_stream`]).
+    pub fn am_stream(&self, id: u16) -> AmStream {
+        self.worker.am_stream(id)
     }
 
     /// Progresses until `done()` holds, sleeping while there is nothing to do.

@@ -7,6 +7,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
+use std::task::{Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -36,7 +37,7 @@ impl ListenerParams {
     }
 
     /// Called from `progress` with each client's request (to accept or reject); without one,
-    /// requests wait for [`Listener::accept`].
+    /// requests wait for [`Listener::accept`] or [`Listener::next_request`].
     pub fn on_conn_request(mut self, f: impl FnMut(ConnRequest) + 'static) -> ListenerParams {
         self.handler = Some(Box::new(f));
         self
@@ -54,6 +55,8 @@ pub(crate) struct Inner {
     accepted: mpsc::Receiver<(TcpStream, SocketAddr)>,
     handler: RefCell<Option<ConnHandler>>,
     queue: RefCell<VecDeque<ConnRequest>>,
+    /// Tasks awaiting [`Listener::next_request`].
+    wakers: RefCell<Vec<Waker>>,
     stop: Arc<AtomicBool>,
     thread: RefCell<Option<JoinHandle<()>>>,
 }
@@ -75,7 +78,13 @@ impl Inner {
                     *slot = Some(h);
                 }
             }
-            None => self.queue.borrow_mut().push_back(req),
+            None => {
+                self.queue.borrow_mut().push_back(req);
+                let wakers = std::mem::take(&mut *self.wakers.borrow_mut());
+                for w in wakers {
+                    w.wake();
+                }
+            }
         }
     }
 }
@@ -113,6 +122,46 @@ impl Listener {
     /// The next client's request, if one arrived (from `progress`) and no handler was given.
     pub fn accept(&self) -> Option<ConnRequest> {
         self.inner.queue.borrow_mut().pop_front()
+    }
+
+    /// The next client's request, awaited: the asynchronous [`Listener::accept`], woken from
+    /// the worker's `progress` (a task such as `ucp::tokio::AsyncWorker::run` must drive
+    /// it). Waits for as long as no client comes; `InvalidParam` when the listener has an
+    /// [`ListenerParams::on_conn_request`] handler (that gets every request instead).
+    ///
+    /// ```no_run
+    /// # async fn serve(worker: ucp::Worker) -> ucp::Result<()> {
+    /// let listener = worker.listen("0.0.0.0:13337".parse().unwrap(), ucp::ListenerParams::new())?;
+    /// let mut clients = Vec::new();
+    /// loop {
+    ///     let req = listener.next_request().await?;
+    ///     let mode = req.err_mode();
+    ///     clients.push(req.accept(ucp::EpParams::new().err_mode(mode))?);
+    /// }
+    /// # }
+    /// ```
+    pub async fn next_request(&self) -> Result<ConnRequest> {
+        std::future::poll_fn(|cx| {
+            if let Some(r) = self.accept() {
+                return Poll::Ready(Ok(r));
+            }
+            if self.inner.handler.borrow().is_some() {
+                return Poll::Ready(Err(Error::new(
+                    Status::InvalidParam,
+                    format!(
+                        "ucp: listener on {}: next_request with an on_conn_request handler \
+                         (the handler gets every request)",
+                        self.inner.addr
+                    ),
+                )));
+            }
+            let mut wakers = self.inner.wakers.borrow_mut();
+            if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                wakers.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
     }
 }
 
@@ -170,6 +219,7 @@ pub(crate) fn start(
             accepted: rx,
             handler: RefCell::new(params.handler),
             queue: RefCell::new(VecDeque::new()),
+            wakers: RefCell::new(Vec::new()),
             stop,
             thread: RefCell::new(Some(thread)),
         }),

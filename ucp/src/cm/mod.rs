@@ -11,11 +11,19 @@
 //! from the client's connection id: the client's wireup REQUEST pairs with the server's
 //! endpoint, so each side ends with one endpoint. The TCP connection closes after the answer.
 //!
-//! The listener thread exists because the client needs the server's address before
+//! [`crate::Worker::connect_sockaddr_nb`] does the same without blocking: its TCP connect and
+//! the read of the server's address run from progress too, and its request completes once the
+//! endpoint is connected. Either way a client's handshake is bounded by `RUCX_CM_TIMEOUT`
+//! (from the call until the endpoint is wired): past it the endpoint fails with `TimedOut`,
+//! through its error handler like any failure; a timer on the async context ticks while a
+//! handshake runs, so a sleeping worker notices too.
+//!
+//! The listener thread exists because a blocking client needs the server's address before
 //! `connect_sockaddr` returns, even while the server's thread is not progressing. Everything
 //! else runs from the worker's progress, on sockets its async context watches: an idle
 //! progress costs one atomic load once the connection manager was used, nothing before.
 
+mod client;
 mod listener;
 mod sock;
 pub(crate) mod wire;
@@ -28,15 +36,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ucs::async_ctx::Events;
+use ucs::async_ctx::{AsyncContext, Events, HandlerId};
 use ucs::{Error, Result, Status};
 
 pub use listener::{ConnRequest, Listener, ListenerParams};
 
+use client::{announced, connect, connect_nb, send_blocking, tcp_connected, Start, Watch};
+
 use crate::address::WorkerAddress;
 use crate::ep::{EpInner, EpParams, ErrMode, Wired};
+use crate::request::{request, Completer};
 use crate::worker::WorkerInner;
-use crate::{Ep, Worker};
+use crate::{Ep, Request, Worker};
 use sock::{io_error, Watched};
 use wire::{Kind, Msg, Reader, CONN_SN_BIT, FLAG_ERR_PEER};
 
@@ -48,6 +59,9 @@ const MAX_INCOMING: usize = 256;
 enum Side {
     /// Server: the client's REQUEST is being read.
     Incoming { listener: Weak<listener::Inner> },
+    /// Client of `connect_sockaddr_nb`: the TCP connection is being made (until `connected`),
+    /// then the server's address (ANNOUNCE) is read.
+    Starting { start: Box<Start>, connected: bool },
     /// Client: the server's ACCEPT or REJECT is awaited.
     Outgoing {
         ep: Weak<EpInner>,
@@ -76,7 +90,31 @@ pub(crate) struct Cm {
     any: Arc<AtomicBool>,
     conns: RefCell<Vec<Conn>>,
     listeners: RefCell<Vec<Weak<listener::Inner>>>,
+    /// Client endpoints in their handshake.
+    watches: RefCell<Vec<Watch>>,
     next_conn: Cell<u64>,
+    actx: AsyncContext,
+    /// Ticks (sets `any`) while a client handshake runs, for its deadline.
+    tick: Cell<Option<HandlerId>>,
+    timeout: Duration,
+}
+
+impl Drop for Cm {
+    fn drop(&mut self) {
+        if let Some(id) = self.tick.take() {
+            let _ = self.actx.remove_handler(id, false);
+        }
+    }
+}
+
+/// Makes the next progress look at `w`'s connection manager (an endpoint it watches was
+/// wired or failed).
+pub(crate) fn poke(w: &WorkerInner) {
+    if let Ok(c) = w.cm.try_borrow() {
+        if let Some(c) = &*c {
+            c.any.store(true, Ordering::Release);
+        }
+    }
 }
 
 /// The connection manager of `w` (created, with its progress callback, on first use).
@@ -89,7 +127,11 @@ fn cm(w: &Rc<WorkerInner>) -> Rc<Cm> {
         any: Arc::new(AtomicBool::new(false)),
         conns: RefCell::new(Vec::new()),
         listeners: RefCell::new(Vec::new()),
+        watches: RefCell::new(Vec::new()),
         next_conn: Cell::new(1),
+        actx: w.uct.async_context().clone(),
+        tick: Cell::new(None),
+        timeout: w.ctx.inner.cfg.cm_timeout,
     });
     let weak = Rc::downgrade(&c);
     w.uct
@@ -130,10 +172,53 @@ impl Cm {
         let conns = std::mem::take(&mut *self.conns.borrow_mut());
         let mut keep = Vec::with_capacity(conns.len());
         let mut done = Vec::new();
+        let now = Instant::now();
         for mut c in conns {
+            if let Side::Starting { start, connected } = &c.side {
+                if now >= start.deadline {
+                    let what = if *connected {
+                        "no worker address from the server"
+                    } else {
+                        "no TCP connection (the host does not answer)"
+                    };
+                    let e = Error::new(
+                        Status::TimedOut,
+                        format!(
+                            "ucp: connect to {}: {what} in {:?} (RUCX_CM_TIMEOUT)",
+                            c.peer, self.timeout
+                        ),
+                    );
+                    done.push(Done::Failed(c, e));
+                    continue;
+                }
+            }
+            // A client whose endpoint failed (timed out, closed) or went: the connection ends.
+            if let Side::Outgoing { ep, .. } = &c.side {
+                if ep
+                    .upgrade()
+                    .is_none_or(|e| !matches!(e.wired.get(), Wired::WaitingForPeer))
+                {
+                    continue;
+                }
+            }
             if c.sock.take_events().is_empty() {
                 keep.push(c);
                 continue;
+            }
+            if let Side::Starting { connected, .. } = &mut c.side {
+                if !*connected {
+                    match tcp_connected(&c.sock, c.peer) {
+                        Ok(false) => {
+                            keep.push(c);
+                            continue;
+                        }
+                        Ok(true) => *connected = true,
+                        Err(e) => {
+                            done.push(Done::Failed(c, e));
+                            continue;
+                        }
+                    }
+                }
             }
             match read_msg(&mut c) {
                 Ok(None) => keep.push(c),
@@ -146,41 +231,52 @@ impl Cm {
             n += 1;
             self.finish(d);
         }
+        n += self.check_watches(now);
+        self.update_tick();
         n
     }
 
     /// Adds a handshake connection; what it already received is read on the next progress.
     fn add_conn(&self, stream: TcpStream, peer: SocketAddr, side: Side) {
-        let Some(w) = self.worker.upgrade() else { return };
-        if let Err(e) = stream.set_nonblocking(true) {
-            tracing::warn!("ucp: connection manager: {peer}: {e}: connection dropped");
-            return;
+        if let Err(e) = self.try_add_conn(stream, peer, side) {
+            tracing::warn!("{e}: connection dropped");
         }
-        match Watched::new(w.uct.async_context(), stream, Events::READ, &self.any) {
-            Ok(sock) => {
-                sock.poke();
-                self.any.store(true, Ordering::Release);
-                let mut conns = self.conns.borrow_mut();
-                let incoming = |c: &Conn| incoming_side(&c.side);
-                if incoming_side(&side) && conns.iter().filter(|c| incoming(c)).count() >= MAX_INCOMING {
-                    if let Some(i) = conns.iter().position(incoming) {
-                        let old = conns.remove(i);
-                        tracing::warn!(
-                            "ucp: connection manager: client {}: no REQUEST while {MAX_INCOMING} \
-                             others waited: connection dropped",
-                            old.peer
-                        );
-                    }
+    }
+
+    fn try_add_conn(&self, stream: TcpStream, peer: SocketAddr, side: Side) -> Result<()> {
+        let interest = match &side {
+            Side::Starting { connected: false, .. } => Events::WRITE,
+            _ => Events::READ,
+        };
+        stream
+            .set_nonblocking(true)
+            .map_err(|e| io_error(peer, "connection manager:", &e))?;
+        let sock = Watched::new(&self.actx, stream, interest, &self.any)?;
+        // Borrowed in a block: update_tick looks at the connections too.
+        {
+            sock.poke();
+            self.any.store(true, Ordering::Release);
+            let mut conns = self.conns.borrow_mut();
+            let incoming = |c: &Conn| incoming_side(&c.side);
+            if incoming_side(&side) && conns.iter().filter(|c| incoming(c)).count() >= MAX_INCOMING {
+                if let Some(i) = conns.iter().position(incoming) {
+                    let old = conns.remove(i);
+                    tracing::warn!(
+                        "ucp: connection manager: client {}: no REQUEST while {MAX_INCOMING} \
+                         others waited: connection dropped",
+                        old.peer
+                    );
                 }
-                conns.push(Conn {
-                    sock,
-                    peer,
-                    reader: Reader::default(),
-                    side,
-                });
             }
-            Err(e) => tracing::warn!("ucp: connection manager: {peer}: {e}: connection dropped"),
+            conns.push(Conn {
+                sock,
+                peer,
+                reader: Reader::default(),
+                side,
+            });
         }
+        self.update_tick();
+        Ok(())
     }
 
     fn finish(&self, d: Done) {
@@ -192,6 +288,7 @@ impl Cm {
                         c.peer
                     )
                 }
+                Side::Starting { start, .. } => start.done.complete(Err(e)),
                 Side::Outgoing { ep, .. } => {
                     if let Some(ep) = ep.upgrade() {
                         ep.fail(e.context_with(format_args!(
@@ -201,6 +298,51 @@ impl Cm {
                     }
                 }
             },
+            Done::Msg(
+                Conn {
+                    sock,
+                    peer,
+                    side: Side::Starting { start, .. },
+                    ..
+                },
+                m,
+            ) => {
+                let Start {
+                    params,
+                    done,
+                    deadline,
+                } = *start;
+                let r = self.worker.upgrade().map_or_else(
+                    || {
+                        Err(Error::new(
+                            Status::NotConnected,
+                            "ucp: connect: the worker is gone",
+                        ))
+                    },
+                    |w| {
+                        let remote = announced(peer, &m)?;
+                        let (ep, conn_id, req) = self.client_ep(&w, remote, params)?;
+                        send_blocking(&sock.sock, peer, &req, deadline)?;
+                        Ok((ep, conn_id))
+                    },
+                );
+                match r {
+                    Ok((ep, conn_id)) => {
+                        self.conns.borrow_mut().push(Conn {
+                            sock,
+                            peer,
+                            reader: Reader::default(),
+                            side: Side::Outgoing {
+                                ep: Rc::downgrade(&ep),
+                                conn_id,
+                                server: m.worker,
+                            },
+                        });
+                        self.watch(&ep, peer, Some(done), deadline);
+                    }
+                    Err(e) => done.complete(Err(e)),
+                }
+            }
             Done::Msg(c, m) => match &c.side {
                 Side::Incoming { listener } => match self.conn_request(&c, m) {
                     Ok(req) => match listener.upgrade() {
@@ -213,6 +355,8 @@ impl Cm {
                         c.peer
                     ),
                 },
+                // Taken by the arm above.
+                Side::Starting { .. } => {}
                 Side::Outgoing { ep, conn_id, server } => {
                     let Some(ep) = ep.upgrade() else { return };
                     let r = match m.kind {
@@ -281,105 +425,6 @@ impl Cm {
     }
 }
 
-/// [`Worker::connect_sockaddr`]: the server's address is read here (bounded by
-/// `RUCX_CM_TIMEOUT`); the rest of the handshake runs from progress.
-fn connect(w: &Rc<WorkerInner>, to: SocketAddr, params: EpParams) -> Result<Ep> {
-    let timeout = w.ctx.inner.cfg.cm_timeout;
-    let deadline = Instant::now() + timeout;
-    let mut s = TcpStream::connect_timeout(&to, timeout).map_err(|e| io_error(to, "connect to", &e))?;
-    let _ = s.set_nodelay(true);
-    let mut r = Reader::default();
-    let mut buf = vec![0u8; 64 * 1024];
-    let announce = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Error::new(
-                Status::TimedOut,
-                format!(
-                    "ucp: connect to {to}: no worker address from the server in {timeout:?} \
-                     (RUCX_CM_TIMEOUT)"
-                ),
-            ));
-        }
-        s.set_read_timeout(Some(left))
-            .map_err(|e| io_error(to, "connect to", &e))?;
-        let want = r.want().min(buf.len());
-        match s.read(&mut buf[..want]) {
-            Ok(0) => {
-                return Err(Error::new(
-                    Status::ConnectionReset,
-                    format!(
-                        "ucp: connect to {to}: the server closed the connection after {} bytes \
-                         (is it a rucx listener?)",
-                        r.received()
-                    ),
-                ))
-            }
-            Ok(n) => {
-                if let Some(m) = r
-                    .push(&buf[..n])
-                    .map_err(|e| e.context_with(format_args!("ucp: connect to {to}")))?
-                {
-                    break m;
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(io_error(to, "connect to", &e)),
-        }
-    };
-    let bad = |why: String| Error::new(Status::InvalidParam, format!("ucp: connect to {to}: {why}"));
-    if announce.kind != Kind::Announce {
-        return Err(bad(format!(
-            "{:?} where the server's address was due",
-            announce.kind
-        )));
-    }
-    let remote = WorkerAddress::unpack(&announce.address)
-        .map_err(|e| e.context_with(format_args!("ucp: connect to {to}: the server's address")))?;
-    if remote.uuid != announce.worker {
-        return Err(bad(format!(
-            "worker {:#x} announced the address of worker {:#x}",
-            announce.worker, remote.uuid
-        )));
-    }
-    let cm = cm(w);
-    let conn_id = cm.next_conn.get();
-    cm.next_conn.set(conn_id + 1);
-    let server = remote.uuid;
-    let ep = crate::ep::create(w, remote, conn_id | CONN_SN_BIT, None, params.err_mode)?;
-    *ep.err_handler.borrow_mut() = params.on_error;
-    // Sends wait for the server's ACCEPT and the wireup that follows it.
-    ep.wired.set(Wired::WaitingForPeer);
-    let req = Msg {
-        kind: Kind::Request,
-        flags: if params.err_mode == ErrMode::Peer {
-            FLAG_ERR_PEER
-        } else {
-            0
-        },
-        worker: w.uuid,
-        conn_id,
-        ep: ep.id.get(),
-        address: w.address.clone(),
-    };
-    let left = deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(1));
-    s.set_write_timeout(Some(left))
-        .and_then(|()| s.write_all(&req.encode()))
-        .map_err(|e| io_error(to, "connect to", &e))?;
-    cm.add_conn(
-        s,
-        to,
-        Side::Outgoing {
-            ep: Rc::downgrade(&ep),
-            conn_id,
-            server,
-        },
-    );
-    Ok(Ep { inner: ep })
-}
-
 impl Worker {
     /// Listens for [`Worker::connect_sockaddr`] clients on `addr` (port 0: one the system
     /// picks; see [`Listener::local_addr`]). Each client's connection request reaches the
@@ -392,12 +437,36 @@ impl Worker {
     }
 
     /// An endpoint to the worker listening at `addr` ([`Worker::listen`]), with no address
-    /// exchanged out of band. Connects and reads the server's worker address (waiting at most
-    /// 10 seconds), then returns: the endpoint is usable at once, its sends wait until the
-    /// server accepted and the lanes are wired. A rejection fails the endpoint with
-    /// `Rejected` (its error handler runs from `progress`).
+    /// exchanged out of band. Connects and reads the server's worker address (blocking, at most
+    /// `RUCX_CM_TIMEOUT`, 10 s by default), then returns: the endpoint is usable at once, its
+    /// sends wait until the server accepted and the lanes are wired (from `progress`).
+    ///
+    /// Errors: `Unreachable` when nothing listens at `addr`, `TimedOut` when no server
+    /// address came in time. Later, from `progress`, the endpoint fails (its error handler
+    /// runs, its queued operations complete with the error) with `Rejected` when the server
+    /// rejects it, `TimedOut` when it is not connected within `RUCX_CM_TIMEOUT` of the call
+    /// (the server never accepted, say). [`Worker::connect_sockaddr_nb`] blocks on nothing.
     pub fn connect_sockaddr(&self, addr: SocketAddr, params: EpParams) -> Result<Ep> {
         connect(&self.inner, addr, params)
+    }
+
+    /// [`Worker::connect_sockaddr`] without blocking: returns at once, the TCP connection and
+    /// the whole handshake advance from `progress`, and the request completes with the
+    /// endpoint once it is connected (the server accepted, the lanes are wired), or with the
+    /// error: `Unreachable` (refused), `Rejected`, `TimedOut` (not connected within
+    /// `RUCX_CM_TIMEOUT`), `ConnectionReset`... The error handler in `params` runs too for a
+    /// failure after the server's address arrived. The request is a future (an async task
+    /// awaits it while `ucp::tokio::AsyncWorker::run` or a loop of `progress` drives the
+    /// worker); `wait(&worker)` blocks until it completes.
+    ///
+    /// ```no_run
+    /// # fn f(worker: &ucp::Worker, addr: std::net::SocketAddr) -> ucp::Result<()> {
+    /// let ep = worker.connect_sockaddr_nb(addr, ucp::EpParams::new())?.wait(worker)?;
+    /// assert!(ep.is_connected());
+    /// # Ok(()) }
+    /// ```
+    pub fn connect_sockaddr_nb(&self, addr: SocketAddr, params: EpParams) -> Result<Request<Ep>> {
+        connect_nb(&self.inner, addr, params)
     }
 }
 

@@ -4,7 +4,7 @@
 //! in its handshake costs an idle `progress` no system call of its own.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -45,6 +45,17 @@ impl<S: AsFd> Watched<S> {
         self.events.fetch_or(Events::READ.bits(), Ordering::Relaxed);
     }
 
+    /// Changes the events watched (a connecting socket waits to be writable, then readable).
+    pub fn set_interest(&self, interest: Events) -> Result<()> {
+        match self.id {
+            Some(id) => self
+                .actx
+                .modify_fd_handler(id, interest)
+                .map_err(|e| e.context_with("ucp: connection manager: watching a socket")),
+            None => Ok(()),
+        }
+    }
+
     /// The events seen since the last call.
     pub fn take_events(&self) -> Events {
         Events::from_bits_truncate(self.events.swap(0, Ordering::Relaxed))
@@ -56,6 +67,29 @@ impl<S: AsFd> Drop for Watched<S> {
         if let Some(id) = self.id.take() {
             let _ = self.actx.remove_handler(id, false);
         }
+    }
+}
+
+/// A TCP socket connecting to `to` without blocking: it becomes writable once connected or
+/// refused (then `TcpStream::take_error` says which).
+pub(crate) fn connect_nonblocking(to: SocketAddr) -> Result<TcpStream> {
+    use nix::errno::Errno;
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, SockaddrStorage};
+    let family = if to.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let fd = socket(
+        family,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(|e| io_error(to, "connect to", &io::Error::from(e)))?;
+    match connect(fd.as_raw_fd(), &SockaddrStorage::from(to)) {
+        Ok(()) | Err(Errno::EINPROGRESS) | Err(Errno::EINTR) => Ok(TcpStream::from(fd)),
+        Err(e) => Err(io_error(to, "connect to", &io::Error::from(e))),
     }
 }
 

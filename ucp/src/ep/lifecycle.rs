@@ -90,6 +90,9 @@ impl EpInner {
         if let Some(w) = self.worker.upgrade() {
             w.failed.borrow_mut().push(self.id.get());
             w.has_failed.set(true);
+            if self.conn_sn & crate::cm::wire::CONN_SN_BIT != 0 {
+                crate::cm::poke(&w);
+            }
         }
     }
 
@@ -123,6 +126,12 @@ impl EpInner {
         if self.wired.get() == Wired::WaitingForPeer {
             self.wired.set(Wired::Ready);
             self.dispatch();
+            // A connect_sockaddr endpoint: its watch completes.
+            if self.conn_sn & crate::cm::wire::CONN_SN_BIT != 0 {
+                if let Some(w) = self.worker.upgrade() {
+                    crate::cm::poke(&w);
+                }
+            }
         }
     }
 

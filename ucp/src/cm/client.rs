@@ -1,0 +1,329 @@
+//! The client side: [`crate::Worker::connect_sockaddr`] (blocking for the server's address),
+//! [`crate::Worker::connect_sockaddr_nb`] (blocking on nothing), and the deadline both share:
+//! each client endpoint is watched until it is connected, failed, or `RUCX_CM_TIMEOUT` past
+//! the call.
+
+use super::*;
+
+/// A non-blocking connect before its endpoint exists.
+pub(super) struct Start {
+    pub params: EpParams,
+    pub done: Completer<Ep>,
+    pub deadline: Instant,
+}
+
+/// A client endpoint, watched until it is connected, failed, or past its deadline.
+pub(super) struct Watch {
+    ep: Weak<EpInner>,
+    to: SocketAddr,
+    /// `connect_sockaddr_nb`: the endpoint (its request owns it until then) and the request.
+    done: Option<(Rc<EpInner>, Completer<Ep>)>,
+    deadline: Instant,
+}
+
+impl Cm {
+    /// Completes the watched endpoints that are connected or failed; fails those past their
+    /// deadline.
+    pub(super) fn check_watches(&self, now: Instant) -> u32 {
+        let watches = std::mem::take(&mut *self.watches.borrow_mut());
+        let mut keep = Vec::with_capacity(watches.len());
+        let mut n = 0;
+        for wt in watches {
+            let Some(ep) = wt.ep.upgrade() else {
+                continue;
+            };
+            if ep.wired.get() == Wired::WaitingForPeer && now >= wt.deadline {
+                ep.fail(Error::new(
+                    Status::TimedOut,
+                    format!(
+                        "ucp: connect to {}: not connected within {:?} (RUCX_CM_TIMEOUT): the \
+                         server did not accept the connection request, or the wireup after it \
+                         did not finish",
+                        wt.to, self.timeout
+                    ),
+                ));
+            }
+            let r = match ep.wired.get() {
+                Wired::WaitingForPeer => {
+                    keep.push(wt);
+                    continue;
+                }
+                Wired::Ready => Ok(Ep { inner: ep }),
+                Wired::Failed(_) | Wired::Closed => Err(ep.error()),
+            };
+            n += 1;
+            if let Some((_, c)) = wt.done {
+                c.complete(r);
+            }
+        }
+        self.watches.borrow_mut().extend(keep);
+        n
+    }
+
+    /// Starts the deadline tick while a client handshake runs; stops it after.
+    pub(super) fn update_tick(&self) {
+        let busy =
+            !self.watches.borrow().is_empty() || self.conns.borrow().iter().any(|c| !incoming_side(&c.side));
+        match (busy, self.tick.get()) {
+            (true, None) => {
+                let any = self.any.clone();
+                let every = (self.timeout / 10).clamp(Duration::from_millis(1), Duration::from_millis(100));
+                match self
+                    .actx
+                    .add_timer(every, move || any.store(true, Ordering::Release))
+                {
+                    Ok(id) => self.tick.set(Some(id)),
+                    Err(e) => tracing::warn!(
+                        "ucp: connection manager: no timer ({e}): handshake deadlines are checked \
+                         only when something else happens"
+                    ),
+                }
+            }
+            (false, Some(id)) => {
+                self.tick.set(None);
+                let _ = self.actx.remove_handler(id, false);
+            }
+            _ => {}
+        }
+    }
+
+    /// Watches a client endpoint until it is connected (`done` completes then).
+    pub(super) fn watch(
+        &self,
+        ep: &Rc<EpInner>,
+        to: SocketAddr,
+        done: Option<Completer<Ep>>,
+        deadline: Instant,
+    ) {
+        self.watches.borrow_mut().push(Watch {
+            ep: Rc::downgrade(ep),
+            to,
+            done: done.map(|c| (ep.clone(), c)),
+            deadline,
+        });
+        self.any.store(true, Ordering::Release);
+    }
+}
+
+impl Cm {
+    /// The client's endpoint toward the server `remote` announced, its connection id, and the
+    /// REQUEST to send. Its sends wait for the server's ACCEPT and the wireup after it.
+    pub(super) fn client_ep(
+        &self,
+        w: &Rc<WorkerInner>,
+        remote: WorkerAddress,
+        params: EpParams,
+    ) -> Result<(Rc<EpInner>, u64, Vec<u8>)> {
+        let conn_id = self.next_conn.get();
+        self.next_conn.set(conn_id + 1);
+        let ep = crate::ep::create(w, remote, conn_id | CONN_SN_BIT, None, params.err_mode)?;
+        *ep.err_handler.borrow_mut() = params.on_error;
+        ep.wired.set(Wired::WaitingForPeer);
+        let req = Msg {
+            kind: Kind::Request,
+            flags: if params.err_mode == ErrMode::Peer {
+                FLAG_ERR_PEER
+            } else {
+                0
+            },
+            worker: w.uuid,
+            conn_id,
+            ep: ep.id.get(),
+            address: w.address.clone(),
+        };
+        Ok((ep, conn_id, req.encode()))
+    }
+}
+
+/// The server's address from its ANNOUNCE.
+pub(super) fn announced(to: SocketAddr, announce: &Msg) -> Result<WorkerAddress> {
+    let bad = |why: String| Error::new(Status::InvalidParam, format!("ucp: connect to {to}: {why}"));
+    if announce.kind != Kind::Announce {
+        return Err(bad(format!(
+            "{:?} where the server's address was due",
+            announce.kind
+        )));
+    }
+    let remote = WorkerAddress::unpack(&announce.address)
+        .map_err(|e| e.context_with(format_args!("ucp: connect to {to}: the server's address")))?;
+    if remote.uuid != announce.worker {
+        return Err(bad(format!(
+            "worker {:#x} announced the address of worker {:#x}",
+            announce.worker, remote.uuid
+        )));
+    }
+    Ok(remote)
+}
+
+/// Writes the REQUEST on a non-blocking socket, waiting (at most until `deadline`) only if the
+/// socket buffer cannot take it at once: a few kilobytes into a fresh connection normally go
+/// in one call.
+pub(super) fn send_blocking(s: &TcpStream, to: SocketAddr, bytes: &[u8], deadline: Instant) -> Result<()> {
+    let mut s = s;
+    let mut off = 0;
+    while off < bytes.len() {
+        match s.write(&bytes[off..]) {
+            Ok(0) => return Err(io_error(to, "connect to", &ErrorKind::WriteZero.into())),
+            Ok(n) => off += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return Err(io_error(to, "connect to", &e));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(io_error(to, "connect to", &e)),
+        }
+    }
+    Ok(())
+}
+
+/// Whether a connecting socket has connected (an error if it was refused).
+pub(super) fn tcp_connected(s: &Watched<TcpStream>, to: SocketAddr) -> Result<bool> {
+    match s.sock.take_error() {
+        Ok(Some(e)) | Err(e) => return Err(io_error(to, "connect to", &e)),
+        Ok(None) => {}
+    }
+    match s.sock.peer_addr() {
+        Ok(_) => {
+            let _ = s.sock.set_nodelay(true);
+            s.set_interest(Events::READ)?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == ErrorKind::NotConnected => Ok(false),
+        Err(e) => Err(io_error(to, "connect to", &e)),
+    }
+}
+
+/// `timeout` from now (a year from now for a timeout beyond what `Instant` holds).
+pub(super) fn deadline_in(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(Duration::from_secs(365 * 86400)))
+        .unwrap_or(now)
+}
+
+/// [`Worker::connect_sockaddr`]: the server's address is read here (bounded by
+/// `RUCX_CM_TIMEOUT`); the rest of the handshake runs from progress, within the same bound.
+pub(super) fn connect(w: &Rc<WorkerInner>, to: SocketAddr, params: EpParams) -> Result<Ep> {
+    let timeout = w.ctx.inner.cfg.cm_timeout;
+    let deadline = deadline_in(timeout);
+    let mut s = TcpStream::connect_timeout(&to, timeout).map_err(|e| {
+        let err = io_error(to, "connect to", &e);
+        if err.status() == Status::TimedOut {
+            Error::new(
+                Status::TimedOut,
+                format!("ucp: connect to {to}: no TCP connection in {timeout:?} (RUCX_CM_TIMEOUT)"),
+            )
+        } else {
+            err
+        }
+    })?;
+    let _ = s.set_nodelay(true);
+    let mut r = Reader::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    let announce = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::new(
+                Status::TimedOut,
+                format!(
+                    "ucp: connect to {to}: no worker address from the server in {timeout:?} \
+                     (RUCX_CM_TIMEOUT)"
+                ),
+            ));
+        }
+        s.set_read_timeout(Some(left))
+            .map_err(|e| io_error(to, "connect to", &e))?;
+        let want = r.want().min(buf.len());
+        match s.read(&mut buf[..want]) {
+            Ok(0) => {
+                return Err(Error::new(
+                    Status::ConnectionReset,
+                    format!(
+                        "ucp: connect to {to}: the server closed the connection after {} bytes \
+                         (is it a rucx listener?)",
+                        r.received()
+                    ),
+                ))
+            }
+            Ok(n) => {
+                if let Some(m) = r
+                    .push(&buf[..n])
+                    .map_err(|e| e.context_with(format_args!("ucp: connect to {to}")))?
+                {
+                    break m;
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                let mut err = io_error(to, "connect to", &e);
+                if err.status() == Status::TimedOut {
+                    err = Error::new(
+                        Status::TimedOut,
+                        format!(
+                            "ucp: connect to {to}: no worker address from the server in \
+                             {timeout:?} (RUCX_CM_TIMEOUT)"
+                        ),
+                    );
+                }
+                return Err(err);
+            }
+        }
+    };
+    let remote = announced(to, &announce)?;
+    let cm = cm(w);
+    let (ep, conn_id, req) = cm.client_ep(w, remote, params)?;
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
+    s.set_write_timeout(Some(left))
+        .and_then(|()| s.write_all(&req))
+        .map_err(|e| io_error(to, "connect to", &e))?;
+    cm.add_conn(
+        s,
+        to,
+        Side::Outgoing {
+            ep: Rc::downgrade(&ep),
+            conn_id,
+            server: announce.worker,
+        },
+    );
+    cm.watch(&ep, to, None, deadline);
+    cm.update_tick();
+    Ok(Ep { inner: ep })
+}
+
+/// [`Worker::connect_sockaddr_nb`].
+pub(super) fn connect_nb(w: &Rc<WorkerInner>, to: SocketAddr, params: EpParams) -> Result<Request<Ep>> {
+    let s = sock::connect_nonblocking(to)?;
+    let cm = cm(w);
+    let (req, done) = request();
+    let start = Box::new(Start {
+        params,
+        done,
+        deadline: deadline_in(cm.timeout),
+    });
+    cm.try_add_conn(
+        s,
+        to,
+        Side::Starting {
+            start,
+            connected: false,
+        },
+    )?;
+    Ok(req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_in_never_overflows() {
+        let now = Instant::now();
+        assert!(deadline_in(Duration::MAX) > now);
+        let d = deadline_in(Duration::from_secs(10));
+        assert!(d >= now + Duration::from_secs(10));
+    }
+}
