@@ -58,7 +58,8 @@ struct Unpacked {
 static RKEYS: Mutex<Option<Slab<Unpacked>>> = Mutex::new(None);
 static SALT: Mutex<u32> = Mutex::new(0x5bd1_e995);
 /// Peers' tables mapped by this process, by (pid, token): shared by the rkeys naming them.
-static TABLES: Mutex<Option<HashMap<(u32, u64), Weak<PeerTable>>>> = Mutex::new(None);
+type Tables = HashMap<(u32, u64), Weak<PeerTable>>;
+static TABLES: Mutex<Option<Tables>> = Mutex::new(None);
 
 fn rkey_lookup(rkey: u64) -> Option<(RemoteKey, Arc<PeerTable>)> {
     let idx = (rkey >> 32).checked_sub(1)? as usize;

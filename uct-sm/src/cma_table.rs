@@ -54,7 +54,7 @@ struct Words<'a>(&'a Mapping);
 
 impl Words<'_> {
     fn word(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= self.0.len(), "table word out of range");
+        assert!(off.is_multiple_of(8) && off + 8 <= self.0.len(), "table word out of range");
         // SAFETY: in bounds and 8-aligned (the mapping is page-aligned); the mapping lives as
         // long as the borrow; shared memory other processes write is accessed only atomically
         // (lock-free `AtomicU64` is address-free, so it works across processes).
@@ -156,6 +156,16 @@ unsafe impl Sync for PeerTable {}
 impl PeerTable {
     /// Maps the table of process `pid` named by `r`, checking its header.
     pub fn attach(pid: u32, r: &SlotRef) -> Result<PeerTable> {
+        // The rkey comes from a peer: open nothing but a segment of exactly the table's size
+        // (not a device or a pipe some other fd number names).
+        let path = format!("/proc/{pid}/fd/{}", r.fd);
+        let is_table = std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == SEG_LEN as u64);
+        if !is_table {
+            return Err(Error::new(
+                Status::Unreachable,
+                format!("cma: {path} is not a registration table (the process or its memory domain is gone, or no ptrace access)"),
+            ));
+        }
         let map = posix_attach(pid, r.fd as u64, SEG_LEN, true)
             .map_err(|e| e.context_with(format_args!("cma: the peer's registration table")))?;
         let w = Words(&map);
