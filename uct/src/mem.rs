@@ -83,7 +83,9 @@ impl Drop for MemInner {
 }
 
 /// A registered buffer. Clones share it; it is deregistered and freed when the last clone and
-/// the last operation using it are gone.
+/// the last operation using it are gone. Deregistration returns once no peer can reach the
+/// memory through a key it still holds; when the memory domain cannot deregister (a cma peer's
+/// copy that never ended), the memory is kept for the life of the process, never freed.
 #[derive(Clone)]
 pub struct Mem {
     pub(crate) inner: Rc<MemInner>,
