@@ -523,3 +523,38 @@ impl TransportEp for CmaEp {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn md() -> CmaMd {
+        CmaComponent::md_open("cma", &Overrides::default()).unwrap()
+    }
+
+    fn unpack(md: &CmaMd, memh: usize) -> (u64, usize) {
+        let mut packed = [0u8; CMA_RKEY_LEN];
+        md.mkey_pack(memh, &mut packed).unwrap();
+        CmaComponent::rkey_unpack(&packed).unwrap()
+    }
+
+    #[test]
+    fn a_transfer_that_never_ends_retires_the_slot() {
+        let md = md();
+        let mut buf = [0u8; 64];
+        let h = md.mem_reg(buf.as_mut_ptr(), 64, MemAccess::ALL).unwrap();
+        let (rkey, handle) = unpack(&md, h);
+        let (k, table) = rkey_lookup(rkey).unwrap();
+        let inflight = table.admit(&k.slot).expect("live");
+        assert_eq!(md.mem_dereg(h), Err(Status::Busy.into()));
+        assert!(table.admit(&k.slot).is_none(), "released");
+        let mut out = [0u8; CMA_RKEY_LEN];
+        assert!(md.mkey_pack(h, &mut out).is_err(), "retired");
+        assert_eq!(md.mem_dereg(h), Err(Status::InvalidParam.into()), "twice");
+        let h2 = md.mem_reg(buf.as_mut_ptr(), 64, MemAccess::ALL).unwrap();
+        assert_ne!(h2, h, "a retired slot is not reused");
+        drop(inflight);
+        md.mem_dereg(h2).unwrap();
+        CmaComponent::rkey_release(rkey, handle);
+    }
+}

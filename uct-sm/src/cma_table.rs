@@ -54,7 +54,10 @@ struct Words<'a>(&'a Mapping);
 
 impl Words<'_> {
     fn word(&self, off: usize) -> &AtomicU64 {
-        assert!(off.is_multiple_of(8) && off + 8 <= self.0.len(), "table word out of range");
+        assert!(
+            off.is_multiple_of(8) && off + 8 <= self.0.len(),
+            "table word out of range"
+        );
         // SAFETY: in bounds and 8-aligned (the mapping is page-aligned); the mapping lives as
         // long as the borrow; shared memory other processes write is accessed only atomically
         // (lock-free `AtomicU64` is address-free, so it works across processes).
