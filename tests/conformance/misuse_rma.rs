@@ -111,7 +111,7 @@ fn bad_target(p: &Pair, r: &Remote, bad: BadTarget) -> (u64, Option<Rkey>) {
 
 /// Accepts a refusal reported at once (`Err`), through the completion, or through the error
 /// handler; anything else fails.
-pub fn expect_refusal(p: &Pair, what: &str, res: uct::Result<Outcome>, comp: &Completion) {
+fn expect_refusal(p: &Pair, what: &str, res: uct::Result<Outcome>, comp: &Completion) {
     let n = p.name();
     match res {
         Err(e) if e == Status::NoResource => unreachable!("retried"),

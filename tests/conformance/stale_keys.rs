@@ -12,9 +12,9 @@
 use rucx_testkit::Pair;
 use rucx_testkit::Setup;
 use ucs::Outcome;
-use uct::{AtomicOp, AtomicResult, AtomicWidth, Completion, IfaceFlags, Mem, MemAccess, Rkey};
-
-use crate::misuse_rma::expect_refusal;
+use uct::{
+    AtomicOp, AtomicResult, AtomicWidth, Completion, FlushFlags, IfaceFlags, Mem, MemAccess, Rkey, Status,
+};
 
 const LEN: usize = 64;
 const FILL: u8 = 0xa5;
@@ -145,6 +145,40 @@ fn register(p: &Pair) -> (Mem, Rkey) {
             .rkey_unpack(&packed)
             .unwrap_or_else(|e| panic!("[{n}] rkey_unpack: {e}"));
     (mem, rkey)
+}
+
+/// Accepts a refusal reported at once (`Err`), through the operation's completion, by the next
+/// flush or through the error handler (the endpoint may fail: rc_verbs); a success fails.
+fn expect_refusal(p: &Pair, what: &str, res: uct::Result<Outcome>, comp: &Completion) {
+    let n = p.name();
+    let failed = || !p.errors().is_empty();
+    match res {
+        Err(e) => assert_ne!(e, Status::NoResource, "[{n}] {what}: retried"),
+        Ok(Outcome::InProgress) => {
+            p.wait_for(&format!("{what}: completion"), || comp.fired() > 0 || failed());
+            if comp.fired() > 0 {
+                let st = comp.last_status();
+                assert!(st.is_err(), "[{n}] {what}: completed with {st}");
+            }
+        }
+        Ok(Outcome::Done) => {
+            let c = Completion::counter();
+            let flushed = match p.retry("flush", || p.ep().flush(FlushFlags::LOCAL, Some(&c))) {
+                Err(_) => return,
+                Ok(Outcome::InProgress) => {
+                    p.wait_for(&format!("{what}: flush"), || c.fired() > 0 || failed());
+                    c.fired() > 0 && !c.last_status().is_err()
+                }
+                Ok(Outcome::Done) => true,
+            };
+            if flushed {
+                p.wait_for(
+                    &format!("{what}: an error report (the operation and the flush succeeded)"),
+                    failed,
+                );
+            }
+        }
+    }
 }
 
 fn settle(p: &Pair) {
