@@ -30,7 +30,7 @@ use uct_transport::worker_ref::WorkerRef;
 
 use crate::addr::{same_host, write_device_address, DEV_ADDR_LEN};
 use crate::cma_table::{OwnTable, PeerTable, SlotRef, SLOTS};
-use crate::config::cma_max_iov;
+use crate::config::{cma_max_iov, cma_release_timeout};
 use crate::mm::DEVICE;
 
 /// Packed rkey: pid (u32), access (u32), base (u64), length (u64), then the registration's
@@ -100,7 +100,7 @@ impl TransportComponent for CmaComponent {
         }
         Ok(CmaMd {
             regions: RefCell::new(Slab::new()),
-            table: OwnTable::create()?,
+            table: OwnTable::create(cma_release_timeout(config)?)?,
             next_gen: Cell::new(1),
             config: config.clone(),
         })
@@ -529,7 +529,9 @@ mod tests {
     use super::*;
 
     fn md() -> CmaMd {
-        CmaComponent::md_open("cma", &Overrides::default()).unwrap()
+        let mut o = Overrides::default();
+        o.set("CMA_RELEASE_TIMEOUT", "50ms");
+        CmaComponent::md_open("cma", &o).unwrap()
     }
 
     fn unpack(md: &CmaMd, memh: usize) -> (u64, usize) {

@@ -7,9 +7,9 @@
 //! stores 0, then waits until the count is 0: both sides write before they read (sequentially
 //! consistent atomics), so either the initiator sees 0 and refuses, or the target sees its
 //! transfer and waits for it. Once `mem_dereg` returns, no peer touches the memory again and
-//! the host may free it. A count that does not drop within [`DRAIN_TIMEOUT`] (an initiator
-//! killed or stopped inside a copy) retires the slot for good and fails the deregistration;
-//! the host then never frees that memory (uct's `Mem` keeps it).
+//! the host may free it. A count that does not drop within `RUCX_CMA_RELEASE_TIMEOUT` (an
+//! initiator killed or stopped inside a copy) retires the slot for good and fails the
+//! deregistration; the host then never frees that memory (uct's `Mem` keeps it).
 //!
 //! Peers map the segment through `/proc/<pid>/fd` (cma needs ptrace access to the target
 //! anyway); the rkey carries the fd and a random token the segment's header repeats, so a
@@ -29,8 +29,6 @@ use crate::sys::{posix_attach, posix_create, Mapping, PosixSeg};
 /// Registrations one cma memory domain can hold at once (the segment is sparse: only slots in
 /// use take memory).
 pub const SLOTS: usize = 1 << 16;
-/// How long a deregistration waits for transfers in flight on the region.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 const MAGIC: u64 = 0x7275_6378_636d_6101; // "rucxcma" v1
 const HEADER: usize = 64;
@@ -77,18 +75,20 @@ impl Words<'_> {
 pub struct OwnTable {
     seg: PosixSeg,
     token: u64,
+    /// How long `revoke` waits for transfers in flight.
+    timeout: Duration,
 }
 
 impl OwnTable {
-    /// Creates the segment.
-    pub fn create() -> Result<OwnTable> {
+    /// Creates the segment; `revoke` waits up to `timeout`.
+    pub fn create(timeout: Duration) -> Result<OwnTable> {
         let seg = posix_create(SEG_LEN, true)
             .map_err(|e| e.context_with(format_args!("cma: the registration table")))?;
         let token = random_token();
         let w = Words(&seg.map);
         w.word(8).store(token, SeqCst);
         w.word(0).store(MAGIC, SeqCst);
-        Ok(OwnTable { seg, token })
+        Ok(OwnTable { seg, token, timeout })
     }
 
     /// Marks `slot` live with generation `gen`; returns what the rkey carries.
@@ -105,7 +105,7 @@ impl OwnTable {
     }
 
     /// Revokes `slot` and waits for the transfers in flight on it. `Err` (`Busy`) when some
-    /// did not finish within [`DRAIN_TIMEOUT`]: the slot must not be reused, nor the memory
+    /// did not finish in time: the slot must not be reused, nor the memory
     /// freed.
     pub fn revoke(&self, slot: usize) -> Result<()> {
         let w = Words(&self.seg.map);
@@ -114,10 +114,12 @@ impl OwnTable {
         let start = Instant::now();
         let mut spins = 0u32;
         while w.inflight(slot).load(SeqCst) != 0 {
-            if start.elapsed() > DRAIN_TIMEOUT {
+            if start.elapsed() > self.timeout {
                 let msg = format!(
-                    "cma: a peer's transfer on a released region did not finish in {DRAIN_TIMEOUT:?} \
-                     (a peer killed or stopped inside process_vm_*): the memory is kept, never freed"
+                    "cma: a peer's transfer on a released region did not finish in {:?} \
+                     (a peer killed or stopped inside process_vm_*; RUCX_CMA_RELEASE_TIMEOUT): the memory is \
+                     kept, never freed",
+                    self.timeout
                 );
                 tracing::warn!("{msg}");
                 return Err(Error::new(Status::Busy, msg));
@@ -216,7 +218,7 @@ mod tests {
 
     #[test]
     fn released_slots_refuse_and_revoke_waits_for_transfers() {
-        let own = OwnTable::create().unwrap();
+        let own = OwnTable::create(Duration::from_millis(50)).unwrap();
         let r = own.publish(3, 7);
         let peer = PeerTable::attach(std::process::id(), &r).unwrap();
         assert!(peer.admit(&r).is_some());
@@ -228,7 +230,7 @@ mod tests {
         // A transfer in flight: revoke waits; here it is never finished, so revoke gives up.
         let t0 = Instant::now();
         assert_eq!(own.revoke(3), Err(Status::Busy.into()));
-        assert!(t0.elapsed() >= DRAIN_TIMEOUT);
+        assert!(t0.elapsed() >= Duration::from_millis(50));
         assert!(peer.admit(&r).is_none(), "released");
         drop(a);
         assert_eq!(own.revoke(3), Ok(()));
