@@ -191,6 +191,9 @@ fn rma_after_release(s: &Setup) {
     let probe = s.pair();
     let all = ops(&probe);
     if all.is_empty() {
+        let (mem, rkey) = register(&probe);
+        let r = probe.ep().put_short(&[0; 8], mem.addr(), &rkey);
+        assert_eq!(r, Err(Status::Unsupported.into()), "[{}] put_short", probe.name());
         probe.skip("stale keys: no put, get or atomic");
         return;
     }
