@@ -22,3 +22,4 @@ mod misuse_am;
 mod misuse_rma;
 mod pending;
 mod rma;
+mod stale_keys;

@@ -12,6 +12,7 @@ mod lifecycle;
 mod rma;
 mod rndv;
 mod sockaddr;
+mod stale_keys;
 mod stream;
 mod tag;
 mod wakeup;

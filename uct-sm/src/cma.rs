@@ -1,17 +1,21 @@
 //! `cma`: put and get zcopy between processes of one host with `process_vm_writev` /
 //! `process_vm_readv` (the rendezvous path of UCP between local processes).
 //!
-//! Registration records a region; its packed rkey carries the owner's pid, the range and the
-//! access granted. The initiator checks every put/get against the rkey before the system call:
+//! Registration records a region; its packed rkey carries the owner's pid, the range, the
+//! access granted and the region's slot in the owner's table of live registrations
+//! (`cma_table`). The initiator checks every put/get against the rkey before the system call:
 //! a range outside the registered region, another process than the endpoint's peer, or a
 //! missing access right is refused with `InvalidAddr`, as the software RMA of self and tcp
-//! refuses it. (The target takes no part in a cma transfer, so a region it deregistered after
-//! sending the rkey cannot be detected; the kernel still refuses unmapped memory.)
+//! refuses it. The target takes no part in a transfer, so a released region is caught through
+//! the table: the initiator admits each transfer there (refused with `InvalidAddr` once the
+//! region is deregistered), and deregistration waits for the admitted ones, so no access
+//! touches memory after `mem_dereg` returned.
 #![allow(unsafe_code)]
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::ffi::CStr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
 use slab::Slab;
 use ucs::config::Overrides;
@@ -25,11 +29,13 @@ use uct_transport::types::*;
 use uct_transport::worker_ref::WorkerRef;
 
 use crate::addr::{same_host, write_device_address, DEV_ADDR_LEN};
-use crate::config::cma_max_iov;
+use crate::cma_table::{OwnTable, PeerTable, SlotRef, SLOTS};
+use crate::config::{cma_max_iov, cma_release_timeout};
 use crate::mm::DEVICE;
 
-/// Packed rkey: pid (u32), access (u32), base (u64), length (u64).
-pub const CMA_RKEY_LEN: usize = 24;
+/// Packed rkey: pid (u32), access (u32), base (u64), length (u64), then the registration's
+/// slot: table fd (u32), slot (u32), table token (u64), generation (u64).
+pub const CMA_RKEY_LEN: usize = 48;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct RemoteKey {
@@ -37,18 +43,42 @@ struct RemoteKey {
     access: MemAccess,
     base: u64,
     len: u64,
+    slot: SlotRef,
+}
+
+/// An unpacked rkey: the key and the owner's table it is admitted through.
+struct Unpacked {
+    salt: u32,
+    key: RemoteKey,
+    table: Arc<PeerTable>,
 }
 
 /// Unpacked rkeys of the process (an rkey value is `index + 1` in the high half and a salt in
 /// the low half, so stale or guessed values do not match).
-static RKEYS: Mutex<Option<Slab<(u32, RemoteKey)>>> = Mutex::new(None);
+static RKEYS: Mutex<Option<Slab<Unpacked>>> = Mutex::new(None);
 static SALT: Mutex<u32> = Mutex::new(0x5bd1_e995);
+/// Peers' tables mapped by this process, by (pid, token): shared by the rkeys naming them.
+type Tables = HashMap<(u32, u64), Weak<PeerTable>>;
+static TABLES: Mutex<Option<Tables>> = Mutex::new(None);
 
-fn rkey_lookup(rkey: u64) -> Option<RemoteKey> {
+fn rkey_lookup(rkey: u64) -> Option<(RemoteKey, Arc<PeerTable>)> {
     let idx = (rkey >> 32).checked_sub(1)? as usize;
     let g = RKEYS.lock().ok()?;
-    let (salt, k) = g.as_ref()?.get(idx)?;
-    (*salt == rkey as u32).then_some(*k)
+    let u = g.as_ref()?.get(idx)?;
+    (u.salt == rkey as u32).then(|| (u.key, u.table.clone()))
+}
+
+/// The table of process `pid` that `r` names, mapped once per process.
+fn peer_table(pid: u32, r: &SlotRef) -> Result<Arc<PeerTable>> {
+    let mut g = TABLES.lock().map_err(|_| Status::IoError)?;
+    let map = g.get_or_insert_with(HashMap::new);
+    if let Some(t) = map.get(&(pid, r.token)).and_then(Weak::upgrade) {
+        return Ok(t);
+    }
+    map.retain(|_, w| w.strong_count() > 0);
+    let t = Arc::new(PeerTable::attach(pid, r)?);
+    map.insert((pid, r.token), Arc::downgrade(&t));
+    Ok(t)
 }
 
 pub struct CmaComponent;
@@ -70,6 +100,8 @@ impl TransportComponent for CmaComponent {
         }
         Ok(CmaMd {
             regions: RefCell::new(Slab::new()),
+            table: OwnTable::create(cma_release_timeout(config)?)?,
+            next_gen: Cell::new(1),
             config: config.clone(),
         })
     }
@@ -89,25 +121,38 @@ impl TransportComponent for CmaComponent {
             access: MemAccess(u32_at(4)),
             base: u64_at(8),
             len: u64_at(16),
+            slot: SlotRef {
+                fd: u32_at(24),
+                slot: u32_at(28),
+                token: u64_at(32),
+                gen: u64_at(40),
+            },
         };
         if k.base.checked_add(k.len).is_none() {
             tracing::error!("cma: packed rkey with a range past the address space");
             return Err(Status::InvalidParam.into());
         }
+        if k.slot.slot as usize >= SLOTS || k.slot.gen == 0 {
+            tracing::error!("cma: packed rkey with a malformed registration slot");
+            return Err(Status::InvalidParam.into());
+        }
+        let table = peer_table(k.pid, &k.slot)?;
         let salt = {
             let mut s = SALT.lock().map_err(|_| Status::IoError)?;
             *s = s.wrapping_mul(0x9E37_79B9).wrapping_add(1);
             *s
         };
         let mut g = RKEYS.lock().map_err(|_| Status::IoError)?;
-        let idx = g.get_or_insert_with(Slab::new).insert((salt, k));
+        let idx = g
+            .get_or_insert_with(Slab::new)
+            .insert(Unpacked { salt, key: k, table });
         Ok((((idx as u64 + 1) << 32) | salt as u64, idx))
     }
 
     fn rkey_release(rkey: u64, handle: usize) {
         if let Ok(mut g) = RKEYS.lock() {
             if let Some(s) = g.as_mut() {
-                if s.get(handle).is_some_and(|(salt, _)| *salt == rkey as u32) {
+                if s.get(handle).is_some_and(|u| u.salt == rkey as u32) {
                     s.remove(handle);
                 }
             }
@@ -115,9 +160,14 @@ impl TransportComponent for CmaComponent {
     }
 }
 
-/// The cma memory domain: registrations are ranges this process lets peers access.
+/// The cma memory domain: registrations are ranges this process lets peers access, each
+/// published in the table peers admit their transfers through.
 pub struct CmaMd {
-    regions: RefCell<Slab<RemoteKey>>,
+    /// By slot of the table; `None`: a slot retired because a transfer on it never ended.
+    regions: RefCell<Slab<Option<RemoteKey>>>,
+    table: OwnTable,
+    /// The next registration's generation (unique for the domain's life).
+    next_gen: Cell<u64>,
     config: Overrides,
 }
 
@@ -132,22 +182,43 @@ impl TransportMd for CmaMd {
     }
 
     fn mem_reg(&self, addr: *mut u8, len: usize, access: MemAccess) -> Result<usize> {
-        let k = RemoteKey {
+        let mut regions = self.regions.borrow_mut();
+        let entry = regions.vacant_entry();
+        let slot = entry.key();
+        if slot >= SLOTS {
+            let msg = format!("cma: {SLOTS} regions registered on this memory domain, no more");
+            tracing::error!("{msg}");
+            return Err(Error::new(Status::NoResource, msg));
+        }
+        let gen = self.next_gen.get();
+        self.next_gen.set(gen + 1);
+        entry.insert(Some(RemoteKey {
             pid: std::process::id(),
             access,
             base: addr as u64,
             len: len as u64,
-        };
-        Ok(self.regions.borrow_mut().insert(k) + 1)
+            slot: self.table.publish(slot, gen),
+        }));
+        Ok(slot + 1)
     }
 
+    /// Revokes the region in the table and waits for peers' transfers in flight on it; when
+    /// one does not end, the slot is retired and `Busy` tells the host to keep the memory.
     fn mem_dereg(&self, memh: usize) -> Result<()> {
         let idx = memh.checked_sub(1).ok_or(Status::InvalidParam)?;
-        match self.regions.borrow_mut().try_remove(idx) {
-            Some(_) => Ok(()),
-            None => {
-                tracing::error!(memh, "cma: deregistering unknown memory handle");
-                Err(Status::InvalidParam.into())
+        let live = self.regions.borrow().get(idx).is_some_and(Option::is_some);
+        if !live {
+            tracing::error!(memh, "cma: deregistering unknown memory handle");
+            return Err(Status::InvalidParam.into());
+        }
+        match self.table.revoke(idx) {
+            Ok(()) => {
+                self.regions.borrow_mut().remove(idx);
+                Ok(())
+            }
+            Err(e) => {
+                self.regions.borrow_mut()[idx] = None;
+                Err(e)
             }
         }
     }
@@ -157,12 +228,17 @@ impl TransportMd for CmaMd {
         let k = memh
             .checked_sub(1)
             .and_then(|i| regions.get(i))
+            .and_then(Option::as_ref)
             .ok_or(Status::InvalidParam)?;
         let out = buf.get_mut(..CMA_RKEY_LEN).ok_or(Status::BufferTooSmall)?;
         out[..4].copy_from_slice(&k.pid.to_le_bytes());
         out[4..8].copy_from_slice(&k.access.0.to_le_bytes());
         out[8..16].copy_from_slice(&k.base.to_le_bytes());
         out[16..24].copy_from_slice(&k.len.to_le_bytes());
+        out[24..28].copy_from_slice(&k.slot.fd.to_le_bytes());
+        out[28..32].copy_from_slice(&k.slot.slot.to_le_bytes());
+        out[32..40].copy_from_slice(&k.slot.token.to_le_bytes());
+        out[40..48].copy_from_slice(&k.slot.gen.to_le_bytes());
         Ok(())
     }
 }
@@ -293,7 +369,14 @@ pub struct CmaEp {
 }
 
 impl CmaEp {
-    fn check(&self, iov: &[Iov], raddr: u64, rkey: u64, need: MemAccess) -> Result<()> {
+    /// The rkey's region and the owner's table, when the access is allowed by the rkey.
+    fn check(
+        &self,
+        iov: &[Iov],
+        raddr: u64,
+        rkey: u64,
+        need: MemAccess,
+    ) -> Result<(RemoteKey, Arc<PeerTable>)> {
         if let Some(st) = self.failed.get() {
             return Err(st.into());
         }
@@ -308,7 +391,7 @@ impl CmaEp {
             ));
         }
         let len = total_len(iov) as u64;
-        let Some(k) = rkey_lookup(rkey) else {
+        let Some((k, table)) = rkey_lookup(rkey) else {
             return Err(refuse(format!(
                 "cma: unknown or released rkey {rkey:#x}: refused"
             )));
@@ -332,7 +415,7 @@ impl CmaEp {
                 k.access
             )));
         }
-        Ok(())
+        Ok((k, table))
     }
 
     fn transfer(&self, iov: &[Iov], raddr: u64, rkey: u64, write: bool) -> Result<Outcome> {
@@ -341,7 +424,7 @@ impl CmaEp {
         } else {
             MemAccess::REMOTE_GET
         };
-        self.check(iov, raddr, rkey, need)?;
+        let (k, table) = self.check(iov, raddr, rkey, need)?;
         let mut local: Vec<libc::iovec> = iov
             .iter()
             .filter(|v| !v.is_empty())
@@ -353,6 +436,15 @@ impl CmaEp {
         if local.is_empty() {
             return Ok(Outcome::Done);
         }
+        // Admitted until the copy is done: the target cannot finish deregistering meanwhile.
+        let Some(_admitted) = table.admit(&k.slot) else {
+            return Err(refuse(format!(
+                "cma: remote access [{raddr:#x}, +{}) with the rkey of a region process {} \
+                 released: refused",
+                total_len(iov),
+                self.pid
+            )));
+        };
         // SAFETY: the host keeps every iov's memory valid (and writable for a get) for the
         // duration of the operation, which completes within this call.
         match unsafe { crate::sys::cma_copy(self.pid, &mut local, raddr, write) } {
@@ -429,5 +521,42 @@ impl TransportEp for CmaEp {
             Some(st) => Err(st.into()),
             None => Ok(Outcome::Done),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn md() -> CmaMd {
+        let mut o = Overrides::default();
+        o.set("CMA_RELEASE_TIMEOUT", "50ms");
+        CmaComponent::md_open("cma", &o).unwrap()
+    }
+
+    fn unpack(md: &CmaMd, memh: usize) -> (u64, usize) {
+        let mut packed = [0u8; CMA_RKEY_LEN];
+        md.mkey_pack(memh, &mut packed).unwrap();
+        CmaComponent::rkey_unpack(&packed).unwrap()
+    }
+
+    #[test]
+    fn a_transfer_that_never_ends_retires_the_slot() {
+        let md = md();
+        let mut buf = [0u8; 64];
+        let h = md.mem_reg(buf.as_mut_ptr(), 64, MemAccess::ALL).unwrap();
+        let (rkey, handle) = unpack(&md, h);
+        let (k, table) = rkey_lookup(rkey).unwrap();
+        let inflight = table.admit(&k.slot).expect("live");
+        assert_eq!(md.mem_dereg(h), Err(Status::Busy.into()));
+        assert!(table.admit(&k.slot).is_none(), "released");
+        let mut out = [0u8; CMA_RKEY_LEN];
+        assert!(md.mkey_pack(h, &mut out).is_err(), "retired");
+        assert_eq!(md.mem_dereg(h), Err(Status::InvalidParam.into()), "twice");
+        let h2 = md.mem_reg(buf.as_mut_ptr(), 64, MemAccess::ALL).unwrap();
+        assert_ne!(h2, h, "a retired slot is not reused");
+        drop(inflight);
+        md.mem_dereg(h2).unwrap();
+        CmaComponent::rkey_release(rkey, handle);
     }
 }

@@ -65,12 +65,20 @@ pub static SYSV_CONFIG: ConfigTable = ConfigTable {
 pub static CMA_CONFIG: ConfigTable = ConfigTable {
     name: "cma",
     prefix: "CMA_",
-    fields: &[ConfigField::new(
-        "MAX_IOV",
-        "16",
-        ConfigKind::Uint,
-        "Most local iov entries in one cma put_zcopy/get_zcopy (1 to 1024).",
-    )],
+    fields: &[
+        ConfigField::new(
+            "MAX_IOV",
+            "16",
+            ConfigKind::Uint,
+            "Most local iov entries in one cma put_zcopy/get_zcopy (1 to 1024).",
+        ),
+        ConfigField::new(
+            "RELEASE_TIMEOUT",
+            "2s",
+            ConfigKind::Time,
+            "How long deregistering memory waits for a peer's copy still in flight on it (1ms to 1h); a copy that outlasts it (a peer killed or stopped inside process_vm_*) makes the deregistration fail with Busy, and the memory is kept, never freed.",
+        ),
+    ],
 };
 
 /// The FIFO settings of one interface, checked.
@@ -129,6 +137,15 @@ pub fn posix_proc_link(config: &Overrides) -> Result<bool> {
 /// `RUCX_SYSV_HUGETLB_MODE`.
 pub fn sysv_hugetlb(config: &Overrides) -> Result<Ternary> {
     SYSV_CONFIG.with(config).get_ternary("HUGETLB_MODE")
+}
+
+/// `RUCX_CMA_RELEASE_TIMEOUT` (`auto`: 2 s), clamped to 1 ms .. 1 h.
+pub fn cma_release_timeout(config: &Overrides) -> Result<Duration> {
+    Ok(CMA_CONFIG
+        .with(config)
+        .get_time("RELEASE_TIMEOUT")?
+        .duration_or(Duration::from_secs(2))
+        .clamp(Duration::from_millis(1), Duration::from_secs(3600)))
 }
 
 /// `RUCX_CMA_MAX_IOV`, checked.

@@ -19,6 +19,7 @@
 
 mod addr;
 mod cma;
+mod cma_table;
 pub mod config;
 mod ep;
 mod fifo;

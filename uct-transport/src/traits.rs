@@ -42,6 +42,9 @@ pub trait TransportMd: 'static {
         let _ = (addr, len, access);
         Err(Status::Unsupported.into())
     }
+    /// Deregisters: when it returns `Ok`, no peer reaches the memory any more through a key of
+    /// this registration (the host frees it next). `Err` when that cannot be made sure: the
+    /// host then never frees the memory.
     fn mem_dereg(&self, memh: usize) -> Result<()> {
         let _ = memh;
         Err(Status::Unsupported.into())

@@ -38,21 +38,43 @@ pub(crate) struct MemInner {
 }
 
 impl MemInner {
-    /// Deregisters (after this no transport may access the memory); idempotent.
-    fn deregister(&mut self) {
+    /// Deregisters (after this no transport may access the memory); idempotent. `false` when
+    /// the memory domain could not deregister: a peer may still reach the memory (cma, with a
+    /// transfer that never ended), so it must never be freed or reused.
+    fn deregister(&mut self) -> bool {
         if self.memh.is_null() {
-            return;
+            return true;
         }
-        if let Err(e) = self.md.mem_dereg_raw(self.memh) {
-            tracing::warn!("memory deregistration failed: {e}");
-        }
+        let ok = match self.md.mem_dereg_raw(self.memh) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(
+                    "memory deregistration failed: {e}; its {} bytes stay allocated (never freed)",
+                    self.len
+                );
+                false
+            }
+        };
         self.memh = std::ptr::null_mut();
+        ok
+    }
+
+    /// Keeps the bytes for the life of the process (after a failed deregistration).
+    fn leak(&mut self) {
+        match std::mem::replace(&mut self.storage, Storage::Vec(None)) {
+            Storage::Alloc(_) => {}
+            Storage::Vec(v) => std::mem::forget(v),
+            Storage::Alias(owner) => std::mem::forget(owner),
+        }
     }
 }
 
 impl Drop for MemInner {
     fn drop(&mut self) {
-        self.deregister();
+        if !self.deregister() {
+            self.leak();
+            return;
+        }
         if let Storage::Alloc(layout) = self.storage {
             // SAFETY: `ptr` was allocated with `layout` in `Mem::alloc` and is freed once.
             unsafe { dealloc(self.ptr, layout) };
@@ -61,7 +83,9 @@ impl Drop for MemInner {
 }
 
 /// A registered buffer. Clones share it; it is deregistered and freed when the last clone and
-/// the last operation using it are gone.
+/// the last operation using it are gone. Deregistration returns once no peer can reach the
+/// memory through a key it still holds; when the memory domain cannot deregister (a cma peer's
+/// copy that never ended), the memory is kept for the life of the process, never freed.
 #[derive(Clone)]
 pub struct Mem {
     pub(crate) inner: Rc<MemInner>,
@@ -164,7 +188,15 @@ impl Mem {
     pub fn into_vec(self) -> std::result::Result<Vec<u8>, Mem> {
         match Rc::try_unwrap(self.inner) {
             Ok(mut inner) => {
-                inner.deregister();
+                if !inner.deregister() {
+                    // Still reachable by a peer: hand out a copy, keep the original.
+                    let mut v = vec![0; inner.len];
+                    // SAFETY: `ptr` holds `len` live bytes (kept, never freed); bytes a peer
+                    // may still write are valid for `u8`.
+                    unsafe { std::ptr::copy_nonoverlapping(inner.ptr, v.as_mut_ptr(), inner.len) };
+                    inner.leak();
+                    return Ok(v);
+                }
                 match &mut inner.storage {
                     Storage::Vec(v) => Ok(v.take().expect("vector present until taken")),
                     Storage::Alloc(_) | Storage::Alias(_) => {

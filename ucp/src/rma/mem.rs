@@ -28,8 +28,12 @@ const RMA_AMO: IfaceFlags = IfaceFlags(
 );
 
 /// Memory mapped for remote access ([`Worker::mem_map`], [`Worker::mem_alloc`]). Cheap to
-/// clone; unmapped (deregistered, then freed) when the last clone is dropped: peers' later
-/// accesses fail.
+/// clone; unmapped (deregistered, then freed) when the last clone is dropped or
+/// [`MemHandle::into_vec`] takes it back: peers' later accesses through keys they still hold
+/// fail and never touch the memory (docs/architecture.md, "Released memory is never
+/// accessed"). Each transport's deregistration returns only once no peer can reach the memory
+/// (cma waits for peers' copies in flight); where one cannot make sure, the memory is kept
+/// allocated for the life of the process rather than freed.
 #[derive(Clone)]
 pub struct MemHandle {
     inner: Rc<MemInner>,

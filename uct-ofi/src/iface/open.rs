@@ -99,9 +99,13 @@ impl OfiIface {
             (None, None)
         };
 
-        let rma = info.caps() & bits::RMA != 0;
+        // shm does not refuse an access through the key of a deregistered region (a get reads
+        // the released memory; a put or an atomic never completes), so it offers neither RMA
+        // nor atomics: a remote access must never touch memory its owner released.
+        let keys_checked = info.prov_name() != "shm";
+        let rma = info.caps() & bits::RMA != 0 && keys_checked;
         let mut atomics = AtomicSupport::default();
-        if info.caps() & bits::ATOMIC != 0 {
+        if info.caps() & bits::ATOMIC != 0 && keys_checked {
             for (dt, caps) in [(atomic::U32, &mut atomics.a32), (atomic::U64, &mut atomics.a64)] {
                 for op in [AtomicOp::Add, AtomicOp::And, AtomicOp::Or, AtomicOp::Xor] {
                     // posts go out as fetching atomics (so flush can wait for them)
