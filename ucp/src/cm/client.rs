@@ -298,7 +298,7 @@ pub(super) fn connect(w: &Rc<WorkerInner>, to: SocketAddr, params: EpParams) -> 
 pub(super) fn connect_nb(w: &Rc<WorkerInner>, to: SocketAddr, params: EpParams) -> Result<Request<Ep>> {
     let s = sock::connect_nonblocking(to)?;
     let cm = cm(w);
-    let (req, done) = request();
+    let (req, done) = request(Rc::downgrade(w));
     let start = Box::new(Start {
         params,
         done,
