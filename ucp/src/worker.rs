@@ -239,7 +239,7 @@ impl Worker {
                 }
             };
             if ifaces.len() == crate::address::MAX_ENTRIES {
-                tracing::warn!(
+                ucs::warn!(
                     "ucp: {}/{} not used: a worker address holds at most {} interfaces; \
                      narrow RUCX_TLS or RUCX_NET_DEVICES",
                     r.tl_name,
@@ -259,12 +259,12 @@ impl Worker {
             let iface = match Iface::open(&md, &uct, params) {
                 Ok(i) => i,
                 Err(e) => {
-                    tracing::warn!("ucp: {}/{} not used: {e}", r.tl_name, r.dev_name);
+                    ucs::warn!("ucp: {}/{} not used: {e}", r.tl_name, r.dev_name);
                     continue;
                 }
             };
             if wakeup && !crate::wakeup::usable(&iface, r.dev_type) {
-                tracing::warn!(
+                ucs::warn!(
                     "ucp: {}/{} not used: it has no event fd, and Features::WAKEUP was asked for",
                     r.tl_name,
                     r.dev_name

@@ -76,7 +76,7 @@ impl TransportComponent for CmaComponent {
 
     fn rkey_unpack(packed: &[u8]) -> Result<(u64, usize)> {
         let Some(b) = packed.get(..CMA_RKEY_LEN) else {
-            tracing::error!(
+            ucs::error!(
                 len = packed.len(),
                 "cma: packed rkey too short (need {CMA_RKEY_LEN} bytes)"
             );
@@ -91,7 +91,7 @@ impl TransportComponent for CmaComponent {
             len: u64_at(16),
         };
         if k.base.checked_add(k.len).is_none() {
-            tracing::error!("cma: packed rkey with a range past the address space");
+            ucs::error!("cma: packed rkey with a range past the address space");
             return Err(Status::InvalidParam.into());
         }
         let salt = {
@@ -146,7 +146,7 @@ impl TransportMd for CmaMd {
         match self.regions.borrow_mut().try_remove(idx) {
             Some(_) => Ok(()),
             None => {
-                tracing::error!(memh, "cma: deregistering unknown memory handle");
+                ucs::error!(memh, "cma: deregistering unknown memory handle");
                 Err(Status::InvalidParam.into())
             }
         }
@@ -265,7 +265,7 @@ impl TransportIface for CmaIface {
     fn ep_create_connected(&self, dev: &[u8], iface: &[u8]) -> Result<CmaEp> {
         if !same_host(dev) {
             let msg = "cma: the peer is on another host (or in other namespaces)";
-            tracing::error!("{msg}");
+            ucs::error!("{msg}");
             return Err(Error::new(Status::Unreachable, msg));
         }
         let pid = iface
@@ -371,7 +371,7 @@ impl CmaEp {
                     self.pid,
                     std::io::Error::from_raw_os_error(e)
                 );
-                tracing::error!("{msg}");
+                ucs::error!("{msg}");
                 Err(Error::new(
                     if e == libc::EFAULT {
                         Status::InvalidAddr
@@ -392,7 +392,7 @@ impl CmaEp {
         let (err, handle, pid) = (self.err, self.handle.get(), self.pid);
         self.worker.oneshot_add(handle as u64, move || {
             if !err.report(EpHandle(handle), st) {
-                tracing::error!("cma: endpoint to process {pid} failed: {st} (no error handler took it)");
+                ucs::error!("cma: endpoint to process {pid} failed: {st} (no error handler took it)");
             }
         });
     }
@@ -400,7 +400,7 @@ impl CmaEp {
 
 #[cold]
 fn refuse(msg: String) -> Error {
-    tracing::error!("{msg}");
+    ucs::error!("{msg}");
     Error::new(Status::InvalidAddr, msg)
 }
 

@@ -44,7 +44,7 @@ impl MemInner {
             return;
         }
         if let Err(e) = self.md.mem_dereg_raw(self.memh) {
-            tracing::warn!("memory deregistration failed: {e}");
+            ucs::warn!("memory deregistration failed: {e}");
         }
         self.memh = std::ptr::null_mut();
     }
@@ -74,7 +74,7 @@ impl Mem {
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
-            tracing::error!(len, "cannot allocate {len} bytes for registered memory");
+            ucs::error!(len, "cannot allocate {len} bytes for registered memory");
             return Err(Status::NoMemory.into());
         }
         let memh = match md.mem_reg_raw(ptr, len, access) {
@@ -209,7 +209,7 @@ impl Mem {
         match offset.checked_add(len) {
             Some(end) if end <= self.inner.len => Ok(()),
             _ => {
-                tracing::error!(
+                ucs::error!(
                     offset,
                     len,
                     size = self.inner.len,

@@ -82,23 +82,23 @@ pub fn parse(args: &[String]) -> Result<Parsed> {
                     i += 1;
                     args[i - 1].clone()
                 } else {
-                    tracing::error!("option requires an argument -- '{c}'");
+                    ucs::error!("option requires an argument -- '{c}'");
                     return Err(Status::InvalidParam.into());
                 };
                 match c {
                     'p' => port = num(c, &val)?,
                     'c' => {
-                        tracing::error!(
+                        ucs::error!(
                             "-c (CPU affinity) is not supported; pin with `taskset -c <cpus>` instead"
                         );
                         return Err(Status::Unsupported.into());
                     }
                     'b' => {
-                        tracing::error!("-b (batch files) is not supported by rucx-perftest");
+                        ucs::error!("-b (batch files) is not supported by rucx-perftest");
                         return Err(Status::Unsupported.into());
                     }
                     'T' | 'r' | 'E' => {
-                        tracing::error!("-{c} is a UCP-only option; rucx-perftest runs UCT tests");
+                        ucs::error!("-{c} is a UCP-only option; rucx-perftest runs UCT tests");
                         return Err(Status::Unsupported.into());
                     }
                     _ => p.apply(c, &val)?,
@@ -114,20 +114,20 @@ pub fn parse(args: &[String]) -> Result<Parsed> {
                     'L' => threads_loopback = true,
                     'h' => return Ok(Parsed::Help),
                     'S' | 'C' | 'U' | 'e' | 'B' | 'z' => {
-                        tracing::error!("-{c} is a UCP-only option; rucx-perftest runs UCT tests");
+                        ucs::error!("-{c} is a UCP-only option; rucx-perftest runs UCT tests");
                         return Err(Status::Unsupported.into());
                     }
                     _ => p.apply(c, "")?,
                 }
             } else {
-                tracing::error!("invalid option -- '{c}' (see -h)");
+                ucs::error!("invalid option -- '{c}' (see -h)");
                 return Err(Status::InvalidParam.into());
             }
         }
     }
     let role = match (host, p.loopback || threads_loopback) {
         (Some(_), true) => {
-            tracing::error!(
+            ucs::error!(
                 "conflicting arguments: server hostname argument is not allowed in loopback (-l) mode"
             );
             return Err(Status::InvalidParam.into());

@@ -153,7 +153,7 @@ impl Cm {
     fn add_conn(&self, stream: TcpStream, peer: SocketAddr, side: Side) {
         let Some(w) = self.worker.upgrade() else { return };
         if let Err(e) = stream.set_nonblocking(true) {
-            tracing::warn!("ucp: connection manager: {peer}: {e}: connection dropped");
+            ucs::warn!("ucp: connection manager: {peer}: {e}: connection dropped");
             return;
         }
         match Watched::new(w.uct.async_context(), stream, Events::READ, &self.any) {
@@ -165,7 +165,7 @@ impl Cm {
                 if incoming_side(&side) && conns.iter().filter(|c| incoming(c)).count() >= MAX_INCOMING {
                     if let Some(i) = conns.iter().position(incoming) {
                         let old = conns.remove(i);
-                        tracing::warn!(
+                        ucs::warn!(
                             "ucp: connection manager: client {}: no REQUEST while {MAX_INCOMING} \
                              others waited: connection dropped",
                             old.peer
@@ -179,7 +179,7 @@ impl Cm {
                     side,
                 });
             }
-            Err(e) => tracing::warn!("ucp: connection manager: {peer}: {e}: connection dropped"),
+            Err(e) => ucs::warn!("ucp: connection manager: {peer}: {e}: connection dropped"),
         }
     }
 
@@ -187,7 +187,7 @@ impl Cm {
         match d {
             Done::Failed(c, e) => match c.side {
                 Side::Incoming { .. } => {
-                    tracing::warn!(
+                    ucs::warn!(
                         "ucp: connection manager: client {}: {e}: connection dropped",
                         c.peer
                     )
@@ -208,7 +208,7 @@ impl Cm {
                         // The listener is gone: the request drops, which rejects it.
                         None => drop(req),
                     },
-                    Err(e) => tracing::warn!(
+                    Err(e) => ucs::warn!(
                         "ucp: connection manager: client {}: {e}: connection dropped",
                         c.peer
                     ),
@@ -236,7 +236,7 @@ impl Cm {
                     };
                     if let Err(e) = r {
                         if e.status() != Status::Rejected {
-                            tracing::warn!("{e}");
+                            ucs::warn!("{e}");
                         }
                         ep.fail(e);
                     }
