@@ -560,7 +560,7 @@ pub static GLOBAL_TABLE: ConfigTable = ConfigTable {
             "LOG_LEVEL",
             "warn",
             ConfigKind::Enum(LOG_LEVELS),
-            "Logging level when rucx installs its own log output.",
+            "Level of rucx's stderr log when the application has no tracing subscriber.",
         ),
         ConfigField::new(
             "MODULE_DIR",
