@@ -21,7 +21,7 @@ pub mod cmd {
     pub const FADD: u8 = 4;
     pub const SWAP: u8 = 5;
     pub const CSWAP: u8 = 6;
-    /// UCP-only commands (not run by this tool).
+    /// The UCP tests (run by `ucp_bench`).
     pub const UCP: u8 = 7;
 }
 
@@ -207,7 +207,7 @@ impl Params {
         Ok(())
     }
 
-    /// UCX's `check_params`: UCT tests need `-d` and `-x`; UCP tests are not available here.
+    /// UCX's `check_params`: UCT tests need `-d` and `-x`; UCP tests must be implemented here.
     pub fn check(&self) -> Result<()> {
         if self.desc().api == Api::Ucp {
             if !super::ucp_bench::supported(self.desc().name) {
