@@ -58,6 +58,7 @@ fn level_filter_from_index(index: u8) -> LevelFilter {
 /// Optional: rucx's events reach stderr without it; it installs no subscriber, so the
 /// application can still install its own, before or after.
 pub fn init() -> LevelFilter {
+    route::stderr_level();
     max_level()
 }
 
@@ -76,8 +77,9 @@ pub fn init_forwarding(sink: LogSink, level: LevelFilter) -> bool {
     tracing::subscriber::set_global_default(ForwardingSubscriber::new(sink, level)).is_ok()
 }
 
-/// Emits a forwarded event into this process's subscriber (or stderr, as rucx's own events), with the origin as field `origin`
-/// (tracing targets must be static). Use it as the host side of [`init_forwarding`].
+/// Emits a forwarded event as one of rucx's own (to the application's subscriber, or stderr),
+/// with the origin as field `origin` (tracing targets must be static). Use it as the host side
+/// of [`init_forwarding`].
 pub fn emit(level: Level, target: &str, message: &str) {
     match level {
         Level::ERROR => crate::error!(origin = target, "{message}"),
