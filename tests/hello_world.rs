@@ -103,9 +103,11 @@ fn bad_command_lines_exit_2_with_usage() {
         assert_eq!(rc, 2, "{args:?}: {err}");
         assert!(err.contains("Usage:"), "{args:?}: {err}");
     }
-    let (rc, out, _) = run(&["-h"]);
-    assert_eq!(rc, 0);
-    assert!(out.contains("-z") && out.contains("am_zcopy"), "{out}");
+    for help in ["-h", "--help"] {
+        let (rc, out, _) = run(&[help]);
+        assert_eq!(rc, 0, "{help}");
+        assert!(out.contains("-z") && out.contains("am_zcopy"), "{help}: {out}");
+    }
 }
 
 #[test]

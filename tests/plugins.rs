@@ -186,13 +186,17 @@ fn probe_plugin_log() {
     if std::env::var("PLUGIN_TEST_PROBE").is_err() {
         return;
     }
+    // "stderr": the application sets no logging up; rucx writes the forwarded events itself.
+    let own_subscriber = std::env::var("PLUGIN_TEST_PROBE").as_deref() != Ok("stderr");
     let cap = Capture::default();
     let c2 = cap.clone();
-    tracing_subscriber::fmt()
-        .with_writer(move || c2.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .init();
+    if own_subscriber {
+        tracing_subscriber::fmt()
+            .with_writer(move || c2.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .init();
+    }
     let ctx = Context::builder().build();
     assert_eq!(
         ctx.modules()
@@ -220,6 +224,11 @@ fn probe_plugin_log() {
     ep.am_short(7, 0, b"nobody listens").unwrap();
     w.progress();
     let logs = cap.0.lock().unwrap().join("");
+    if !own_subscriber {
+        assert!(logs.is_empty(), "{logs}");
+        println!("PLUGIN-LOG-OK");
+        return;
+    }
     assert!(
         logs.contains("rucx::plugin") && logs.contains("no handler installed"),
         "plugin log not forwarded:\n{logs}"
@@ -240,6 +249,29 @@ fn plugin_logs_reach_host_subscriber() {
         .unwrap();
     let s = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && s.contains("PLUGIN-LOG-OK"), "{s}");
+}
+
+#[test]
+fn plugin_logs_reach_stderr_without_a_subscriber() {
+    let so = plugin_file("self");
+    let dir = scratch("log-stderr");
+    std::fs::copy(&so, dir.join("libuct_self.so")).unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "probe_plugin_log", "--nocapture", "--include-ignored"])
+        .env("RUCX_MODULE_DIR", &dir)
+        .env("PLUGIN_TEST_PROBE", "stderr")
+        .env_remove("RUCX_LOG_LEVEL")
+        .output()
+        .unwrap();
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success() && o.contains("PLUGIN-LOG-OK"), "{o}\n{e}");
+    assert!(
+        e.contains("WARN") && e.contains("rucx::plugin") && e.contains("no handler installed"),
+        "the plugin's warning is not on stderr:\n{e}"
+    );
 }
 
 #[test]

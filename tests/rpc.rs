@@ -105,3 +105,22 @@ fn bad_command_line() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("usage: rpc"));
 }
+
+#[test]
+fn help_prints_the_usage_and_exits_0() {
+    for flag in ["-h", "--help"] {
+        let out = Command::new(example()).arg(flag).output().expect("run rpc");
+        let o = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "rpc {flag}:\n{o}{}",
+            text(&out.stderr)
+        );
+        assert!(o.starts_with("usage: rpc ") && o.contains("--server"), "{o}");
+    }
+    // A wrong argument is still a usage error.
+    let out = Command::new(example()).arg("--bogus").output().expect("run rpc");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("usage: rpc "));
+}

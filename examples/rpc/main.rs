@@ -72,15 +72,17 @@ struct Args {
 }
 
 const USAGE: &str =
-    "usage: rpc [--local | --server | -n HOST] [-p PORT] [-m hot|warm] [-i ITERS] [-s SIZE,...]
+    "usage: rpc [--local | --server | -n HOST] [-p PORT] [-m hot|warm] [-i ITERS] [-s SIZE,...] [-h]
   --local        server and client as two threads of this process (the default)
   --server       serve one client on side-channel port PORT (default 13337; 0: any, printed)
   -n HOST        call the server on HOST
   -m hot|warm    hot: busy polling (default); warm: sleep on the event fd / in Worker::wait
   -i ITERS       measured calls per size (default 1000; a tenth from 256 KiB up)
-  -s SIZES       argument sizes in bytes (default 64,4096,65536,1048576)";
+  -s SIZES       argument sizes in bytes (default 64,4096,65536,1048576)
+  -h, --help     print this help";
 
-fn parse(argv: &[String]) -> Result<Args, String> {
+/// The arguments, or `None` for `-h`/`--help`.
+fn parse(argv: &[String]) -> Result<Option<Args>, String> {
     let mut a = Args {
         role: Role::Local,
         port: DEFAULT_PORT,
@@ -95,6 +97,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
     while let Some(arg) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
         match arg.as_str() {
+            "-h" | "--help" => return Ok(None),
             "--local" => a.role = Role::Local,
             "--server" => a.role = Role::Server,
             "-n" => a.role = Role::Client(value()?.clone()),
@@ -129,7 +132,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         }
     }
     a.opts.wake = a.mode.client_wake();
-    Ok(a)
+    Ok(Some(a))
 }
 
 fn context(mode: Mode) -> Result<Context, String> {
@@ -194,7 +197,11 @@ fn call(a: &Args, host: &str) -> Result<(), String> {
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let a = match parse(&argv) {
-        Ok(a) => a,
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             eprintln!("rpc: {e}\n{USAGE}");
             return ExitCode::from(2);

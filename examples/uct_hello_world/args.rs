@@ -110,6 +110,9 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
     };
     let mut it = argv.iter();
     while let Some(arg) = it.next() {
+        if arg == "--help" {
+            return Ok(Command::Help);
+        }
         let Some(flags) = arg.strip_prefix('-').filter(|f| !f.is_empty()) else {
             return Err(format!("unexpected argument {arg:?}"));
         };

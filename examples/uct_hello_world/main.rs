@@ -104,7 +104,6 @@ fn run_loopback(a: &Args) -> Res<()> {
 }
 
 fn main() -> ExitCode {
-    ucs::log::init();
     let argv: Vec<String> = std::env::args().collect();
     let prog = argv.first().map_or("uct_hello_world", String::as_str);
     let a = match args::parse(argv.get(1..).unwrap_or_default()) {

@@ -122,6 +122,8 @@ fn errors_exit_like_ucx_perftest() {
     let o = perftest("-h");
     assert!(o.status.success());
     assert!(stdout(&o).contains("am_lat - UCT active message latency"));
+    assert!(stdout(&o).contains("tag_lat - UCP tag match latency"));
+    assert!(stdout(&o).contains("ucp_cswap - UCP atomic compare-and-swap"));
 }
 
 /// The UCP tests, over tcp, in one process (`-l`) and as two threads with their own workers

@@ -278,7 +278,7 @@ fn try_sleep(w: &WorkerInner, i: usize) -> bool {
                 }
                 iface.progress_disable(ProgressFlags::SEND | ProgressFlags::RECV);
                 s.active.set(false);
-                tracing::trace!(
+                ucs::trace!(
                     "ucp: {}/{} sleeps (no endpoint uses it)",
                     wi.info.tl_name,
                     wi.info.dev_name
@@ -295,7 +295,7 @@ fn try_sleep(w: &WorkerInner, i: usize) -> bool {
 /// Interface `i` cannot sleep after all: it stays progressed.
 fn never_sleep(wi: &crate::worker::WIface, s: &IfaceState, e: &ucs::Error) -> bool {
     s.sleepable.set(false);
-    tracing::debug!(
+    ucs::debug!(
         "ucp: {}/{} stays progressed: arming it failed: {e}",
         wi.info.tl_name,
         wi.info.dev_name

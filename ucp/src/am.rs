@@ -284,7 +284,7 @@ fn deliver(w: &Rc<WorkerInner>, msg: &mut AmMsg<'_>) {
         let mut am = w.am.borrow_mut();
         if !am.warned.contains(&msg.id) {
             am.warned.push(msg.id);
-            tracing::warn!(
+            ucs::warn!(
                 "ucp: active message id {} has no handler (Worker::set_am_handler): dropped",
                 msg.id
             );
@@ -292,7 +292,7 @@ fn deliver(w: &Rc<WorkerInner>, msg: &mut AmMsg<'_>) {
         return;
     };
     let Ok(mut f) = h.try_borrow_mut() else {
-        tracing::error!(
+        ucs::error!(
             "ucp: active message id {} arrived while its handler runs (progress called from inside \
              the handler?): dropped",
             msg.id
@@ -300,7 +300,7 @@ fn deliver(w: &Rc<WorkerInner>, msg: &mut AmMsg<'_>) {
         return;
     };
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(msg))).is_err() {
-        tracing::error!(
+        ucs::error!(
             "ucp: panic in the handler of active message id {} (caught)",
             msg.id
         );
@@ -362,9 +362,9 @@ fn fetch_then_deliver(
                 deliver(&w, &mut msg);
             }
             Err(e) if e == Status::Canceled => {
-                tracing::debug!("ucp: active message id {id} ({n} bytes, rendezvous) dropped: {e}");
+                ucs::debug!("ucp: active message id {id} ({n} bytes, rendezvous) dropped: {e}");
             }
-            Err(e) => tracing::warn!(
+            Err(e) => ucs::warn!(
                 "ucp: active message id {id} ({n} bytes, rendezvous) dropped: fetching its data: {e}"
             ),
         }
@@ -382,7 +382,7 @@ fn reply_ep(w: &WorkerInner, worker: u64, ep: u64) -> Option<Ep> {
 }
 
 fn violation(what: &str, e: &Error) {
-    tracing::warn!("ucp: {what} dropped: {e}");
+    ucs::warn!("ucp: {what} dropped: {e}");
 }
 
 pub(crate) fn on_single(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {

@@ -245,7 +245,7 @@ fn invalid(table: &ConfigTable, code: &Overrides, name: &str, expected: &str) ->
         expected: expected.to_string(),
         source,
     };
-    tracing::error!("{e}");
+    ucs::error!("{e}");
     Error::from(e)
 }
 
@@ -285,7 +285,7 @@ fn lanes(r: &Reader<'_>, name: &str) -> Result<usize> {
 fn auto_count(r: &Reader<'_>, name: &str) -> Result<Option<usize>> {
     const EXPECTED: &str = "auto or a count of at least 1";
     let v = r.t().read(name).map_err(|e| {
-        tracing::error!("{e}");
+        ucs::error!("{e}");
         Error::from(e)
     })?;
     let s = match v {

@@ -117,7 +117,7 @@ impl ContextBuilder {
             let names = match c.md_resources() {
                 Ok(n) => n,
                 Err(e) => {
-                    tracing::debug!("ucp: component {}: {e}", c.name());
+                    ucs::debug!("ucp: component {}: {e}", c.name());
                     continue;
                 }
             };
@@ -125,7 +125,7 @@ impl ContextBuilder {
                 let md = match c.md_open_with(&md_name, &self.settings) {
                     Ok(md) => md,
                     Err(e) => {
-                        tracing::debug!("ucp: memory domain {md_name}: {e}");
+                        ucs::debug!("ucp: memory domain {md_name}: {e}");
                         continue;
                     }
                 };

@@ -48,7 +48,7 @@ pub(crate) fn start(w: &WorkerInner) {
         .add_timer(interval, move || due.store(true, Ordering::Relaxed))
     {
         Ok(id) => w.keepalive.timer.set(Some(id)),
-        Err(e) => tracing::warn!("ucp: keepalive timer not started: {e}; silent peers go unnoticed"),
+        Err(e) => ucs::warn!("ucp: keepalive timer not started: {e}; silent peers go unnoticed"),
     }
 }
 

@@ -366,7 +366,10 @@ pub fn select(
 
 impl LaneSet {
     /// One line per lane: index, local tl/dev → remote tl/dev, usages (multi-rail ones with
-    /// their rank), and the score of each usage. What `RUCX_PROTO_INFO=y` prints.
+    /// their rank), and what each usage's score estimates: the time of one message in µs
+    /// (`am=0.350us`; RMA for 4 KiB: `rma=1.200us@4KiB`) or a bandwidth in MB/s (10^6 B/s:
+    /// `am_bw=`, at the AM segment size; `rma_bw=..MB/s@256KiB`). What `RUCX_PROTO_INFO=y`
+    /// prints.
     pub fn describe(&self, local: &[TlInfo], remote: &[TlInfo]) -> String {
         self.display(local, remote).to_string()
     }
@@ -410,16 +413,38 @@ impl fmt::Display for DescribeLanes<'_> {
                     Some(r) => write!(roles, "{sep}{uname}#{r}")?,
                     None => write!(roles, "{sep}{uname}")?,
                 }
-                write!(scores, "{sep}{uname}={score:.2}")?;
+                write!(scores, "{sep}{uname}=")?;
+                write_estimate(&mut scores, u, score)?;
             }
             writeln!(
                 f,
-                "lane[{k}]: {} -> {}  {roles}  (score {scores})",
+                "lane[{k}]: {} -> {}  {roles}  (estimated {scores})",
                 name(self.local, lane.local),
                 name(self.remote, lane.remote)
             )?;
         }
         Ok(())
+    }
+}
+
+/// Writes what a lane's `score` for `usage` estimates (see [`Selector::score`]), with its unit:
+/// the time of one message (µs; for RMA of a [`RMA_SCORE_SIZE`] one) or the bandwidth (MB/s =
+/// 10^6 B/s; for RMA_BW at [`RMA_BW_SCORE_SIZE`] bytes, for AM_BW at the AM segment size).
+fn write_estimate(out: &mut String, usage: LaneUsage, score: f64) -> fmt::Result {
+    if !(score.is_finite() && score > 0.0) {
+        return write!(out, "?");
+    }
+    let kib = |size: f64| size / 1024.0;
+    match usage {
+        LaneUsage::AM_BW => write!(out, "{:.1}MB/s", score * 1e5 / 1e6),
+        LaneUsage::RMA => write!(out, "{:.3}us@{}KiB", 1e3 / score, kib(RMA_SCORE_SIZE)),
+        LaneUsage::RMA_BW => write!(
+            out,
+            "{:.1}MB/s@{}KiB",
+            score * RMA_BW_SCORE_SIZE / 1e6,
+            kib(RMA_BW_SCORE_SIZE)
+        ),
+        _ => write!(out, "{:.3}us", 1e3 / score),
     }
 }
 
@@ -1600,16 +1625,27 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "{text}");
         assert!(lines[0].starts_with(
-            "lane[0]: rc_verbs/rxe0:1 -> rc_verbs/rxe0:1  am am_bw#0 rma#0 rma_bw#1  (score am="
+            "lane[0]: rc_verbs/rxe0:1 -> rc_verbs/rxe0:1  am am_bw#0 rma#0 rma_bw#1  (estimated am="
         ));
         assert!(
-            lines[1].starts_with("lane[1]: tcp/lo -> tcp/lo  rma_bw#0 amo  (score rma_bw="),
+            lines[1].starts_with("lane[1]: tcp/lo -> tcp/lo  rma_bw#0 amo  (estimated rma_bw="),
             "{text}"
         );
-        assert!(lines[2].starts_with("lane[2]: ud_verbs/rxe0:1 -> ud_verbs/rxe0:1  wireup  (score wireup="));
+        assert!(
+            lines[2].starts_with("lane[2]: ud_verbs/rxe0:1 -> ud_verbs/rxe0:1  wireup  (estimated wireup=")
+        );
         assert_eq!(format!("{}", LaneUsage::AM | LaneUsage::WIREUP), "am|wireup");
         assert_eq!(s.lanes[0].score(LaneUsage::AMO), None);
         assert!(s.lanes[0].score(LaneUsage::AM).unwrap() > 900.0);
+        // Each number carries its unit, and is what the score estimates.
+        let am = 1e3 / s.lanes[0].score(LaneUsage::AM).unwrap();
+        assert!(lines[0].contains(&format!(" am={am:.3}us ")), "{text}");
+        assert!(
+            lines[0].contains("us@4KiB") && lines[0].contains("MB/s@256KiB"),
+            "{text}"
+        );
+        let am_bw = s.lanes[0].score(LaneUsage::AM_BW).unwrap() * 0.1;
+        assert!(lines[0].contains(&format!(" am_bw={am_bw:.1}MB/s ")), "{text}");
     }
 
     /// xorshift64*: a fixed sequence, so failures reproduce.

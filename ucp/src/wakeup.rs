@@ -197,7 +197,7 @@ impl Worker {
         if actx.mode() == AsyncMode::Poll && actx.num_handlers() > 0 {
             // Only progress polls such a context: its fds and timers raise nothing to sleep on.
             if !wk.warned_poll.replace(true) {
-                tracing::warn!(
+                ucs::warn!(
                     "ucp: the worker's async context is in poll mode and has handlers, whose \
                      events only progress finds: arm answers Busy (no sleeping); create the \
                      worker with Worker::new (thread mode) to sleep"

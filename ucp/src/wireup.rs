@@ -243,7 +243,7 @@ pub(crate) fn on_message(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) 
     let msg = match Msg::decode(m.data()) {
         Ok(msg) => msg,
         Err(e) => {
-            tracing::warn!("{e}: dropped");
+            ucs::warn!("{e}: dropped");
             return;
         }
     };
@@ -255,7 +255,7 @@ pub(crate) fn on_message(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) 
         _ => on_keepalive(w, &msg),
     };
     if let Err(e) = r {
-        tracing::warn!("ucp: wireup from worker {:#x}: {e}", msg.src_worker);
+        ucs::warn!("ucp: wireup from worker {:#x}: {e}", msg.src_worker);
     }
 }
 
@@ -395,7 +395,7 @@ fn on_keepalive(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
     };
     let Some(ep) = ep.filter(|e| e.id.get() == msg.dst_ep) else {
         // Closed here meanwhile, or not wired on our side yet: the prober's timeout decides.
-        tracing::debug!("ucp: keepalive from worker {:#x} for no endpoint", msg.src_worker);
+        ucs::debug!("ucp: keepalive from worker {:#x} for no endpoint", msg.src_worker);
         return Ok(());
     };
     ep.last_rx.set(std::time::Instant::now());

@@ -242,7 +242,7 @@ impl Worker {
                 }
             };
             if ifaces.len() == crate::address::MAX_ENTRIES {
-                tracing::warn!(
+                ucs::warn!(
                     "ucp: {}/{} not used: a worker address holds at most {} interfaces; \
                      narrow RUCX_TLS or RUCX_NET_DEVICES",
                     r.tl_name,
@@ -262,7 +262,7 @@ impl Worker {
             let iface = match Iface::open(&md, &uct, params) {
                 Ok(i) => i,
                 Err(e) => {
-                    tracing::warn!("ucp: {}/{} not used: {e}", r.tl_name, r.dev_name);
+                    ucs::warn!("ucp: {}/{} not used: {e}", r.tl_name, r.dev_name);
                     continue;
                 }
             };
@@ -270,7 +270,7 @@ impl Worker {
             // wakeup only an interface that never receives anything for the worker stays.
             let no_fd = wakeup && !crate::wakeup::usable(&iface, r.dev_type);
             if no_fd && !crate::wakeup::serves_without_fd(iface.attr().flags) {
-                tracing::warn!(
+                ucs::warn!(
                     "ucp: {}/{} not used: it has no event fd, and Features::WAKEUP was asked for",
                     r.tl_name,
                     r.dev_name

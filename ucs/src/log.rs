@@ -1,19 +1,24 @@
-//! Logging setup. rucx logs through `tracing`; the application's subscriber wins. [`init`] only
-//! installs a stderr subscriber (level from `RUCX_LOG_LEVEL`, default `warn`) when the
-//! application has none. Plugins, which carry their own copy of `tracing`, call
-//! [`init_forwarding`] with a sink from the host (e.g. [`emit`]) so their events reach the host's
-//! subscriber.
+//! Logging. rucx logs through `tracing`, with its own macros ([`crate::error!`],
+//! [`crate::warn!`], [`crate::info!`], [`crate::debug!`], [`crate::trace!`]; `tracing`'s syntax)
+//! so that nobody has to set logging up: when the application has a `tracing` subscriber
+//! (installed before or after rucx's first event, global or for the thread), rucx's events go
+//! there; when it has none, rucx writes them to stderr itself, at `RUCX_LOG_LEVEL` (default
+//! `warn`). rucx never installs a global subscriber, so an application's own always wins.
+//! Plugins, which carry their own copy of `tracing`, call [`init_forwarding`] with a sink from
+//! the host (e.g. [`emit`]) so their events reach the host's subscriber (or its stderr).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use once_cell::sync::OnceCell;
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
 
-use crate::config::{GLOBAL_TABLE, LOG_LEVELS};
+use crate::config::LOG_LEVELS;
+
+#[doc(hidden)]
+pub mod route;
 
 /// Function receiving forwarded events: level, target (module path) and formatted message.
 pub type LogSink = fn(Level, &str, &str);
@@ -49,39 +54,22 @@ fn level_filter_from_index(index: u8) -> LevelFilter {
     level_from_index(index).map_or(LevelFilter::OFF, LevelFilter::from_level)
 }
 
-/// Installs the stderr subscriber unless the application installed one; idempotent. Returns
-/// the effective maximum level.
+/// Reads `RUCX_LOG_LEVEL` now (reporting a bad value) and returns the effective maximum level.
+/// Optional: rucx's events reach stderr without it; it installs no subscriber, so the
+/// application can still install its own, before or after.
 pub fn init() -> LevelFilter {
-    static INIT: OnceCell<LevelFilter> = OnceCell::new();
-    *INIT.get_or_init(|| {
-        if tracing::dispatcher::has_been_set() {
-            return LevelFilter::current();
-        }
-        let (level, bad) = match GLOBAL_TABLE.read("LOG_LEVEL") {
-            Ok(crate::config::ConfigValue::Enum(i)) => (level_filter_from_index(i as u8), None),
-            Ok(_) => (LevelFilter::WARN, None),
-            Err(e) => (LevelFilter::WARN, Some(e)),
-        };
-        let installed = tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .with_max_level(level)
-            .try_init()
-            .is_ok();
-        if let Some(e) = bad {
-            tracing::error!("{e}; using warn");
-        }
-        if installed {
-            level
-        } else {
-            LevelFilter::current()
-        }
-    })
+    route::stderr_level();
+    max_level()
 }
 
-/// The highest level any subscriber currently wants (cheap; use it to skip costly formatting).
+/// The highest level rucx's events are currently wanted at: the application's subscribers'
+/// when it has one, else `RUCX_LOG_LEVEL` (use it to skip costly formatting).
 pub fn max_level() -> LevelFilter {
-    LevelFilter::current()
+    if route::app_has_subscriber() {
+        LevelFilter::current()
+    } else {
+        route::stderr_level()
+    }
 }
 
 /// Installs a global [`ForwardingSubscriber`]; false if a global subscriber already exists.
@@ -89,15 +77,16 @@ pub fn init_forwarding(sink: LogSink, level: LevelFilter) -> bool {
     tracing::subscriber::set_global_default(ForwardingSubscriber::new(sink, level)).is_ok()
 }
 
-/// Emits a forwarded event into this process's subscriber, with the origin as field `origin`
-/// (tracing targets must be static). Use it as the host side of [`init_forwarding`].
+/// Emits a forwarded event as one of rucx's own (to the application's subscriber, or stderr),
+/// with the origin as field `origin` (tracing targets must be static). Use it as the host side
+/// of [`init_forwarding`].
 pub fn emit(level: Level, target: &str, message: &str) {
     match level {
-        Level::ERROR => tracing::error!(origin = target, "{message}"),
-        Level::WARN => tracing::warn!(origin = target, "{message}"),
-        Level::INFO => tracing::info!(origin = target, "{message}"),
-        Level::DEBUG => tracing::debug!(origin = target, "{message}"),
-        Level::TRACE => tracing::trace!(origin = target, "{message}"),
+        Level::ERROR => crate::error!(origin = target, "{message}"),
+        Level::WARN => crate::warn!(origin = target, "{message}"),
+        Level::INFO => crate::info!(origin = target, "{message}"),
+        Level::DEBUG => crate::debug!(origin = target, "{message}"),
+        Level::TRACE => crate::trace!(origin = target, "{message}"),
     }
 }
 
@@ -242,11 +231,11 @@ mod tests {
 
     #[test]
     fn init_keeps_application_subscriber() {
-        // The "application" installs its subscriber first; init() must not replace it.
+        // The "application" installs its subscriber first; rucx's events go there.
         let _ = init_forwarding(record, LevelFilter::WARN);
         let first = init();
         assert_eq!(init(), first, "idempotent");
-        std::thread::spawn(|| tracing::warn!("fwd-marker-3 global"))
+        std::thread::spawn(|| crate::warn!("fwd-marker-3 global"))
             .join()
             .unwrap();
         assert_eq!(seen_with("fwd-marker-3").len(), 1);

@@ -62,7 +62,7 @@ pub fn find_in(dirs: &[PathBuf], prefix: &str, suffix: &str) -> Vec<(String, Pat
     let mut found: Vec<(String, PathBuf)> = Vec::new();
     for dir in dirs {
         let Ok(entries) = std::fs::read_dir(dir) else {
-            tracing::debug!(dir = %dir.display(), "cannot read plugin directory");
+            crate::debug!(dir = %dir.display(), "cannot read plugin directory");
             continue;
         };
         let mut files: Vec<(String, PathBuf)> = entries
@@ -224,7 +224,7 @@ pub fn open(path: &Path) -> Result<&'static Library, ModuleError> {
         Ok(lib) => {
             let lib: &'static Library = Box::leak(Box::new(Library::from(lib)));
             opened.push((key, lib));
-            tracing::debug!(path = %path.display(), "loaded plugin");
+            crate::debug!(path = %path.display(), "loaded plugin");
             Ok(lib)
         }
         Err(e) => {

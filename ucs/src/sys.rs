@@ -26,9 +26,10 @@ mod tests {
         };
         // Large against what other test threads allocate or free meanwhile (the count is
         // process-wide): 64 MiB, of which at least half must show.
-        let v = vec![1u8; 64 << 20];
+        // black_box: in release the optimizer would otherwise drop the unused vector.
+        let v = std::hint::black_box(vec![1u8; 64 << 20]);
         let after = super::heap_in_use().unwrap();
         assert!(after >= before + (32 << 20), "{before} -> {after}");
-        drop(v);
+        drop(std::hint::black_box(v));
     }
 }

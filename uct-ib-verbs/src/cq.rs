@@ -217,7 +217,7 @@ impl CompletionQueue {
 
     #[cold]
     fn poll_failed(&self, rc: i32) -> Error {
-        tracing::error!(
+        ucs::error!(
             "ibv_poll_cq({}) failed: returned {rc} -> {}",
             self.ctx.name(),
             Status::IoError.name()

@@ -31,7 +31,7 @@ impl DeviceList {
         if list.is_null() {
             let e = last_errno();
             if e == errno::ENOSYS {
-                tracing::debug!("ibv_get_device_list: no kernel RDMA support (ENOSYS); no devices");
+                ucs::debug!("ibv_get_device_list: no kernel RDMA support (ENOSYS); no devices");
                 return Ok(DeviceList { list, len: 0 });
             }
             return Err(fail(

@@ -60,7 +60,7 @@ pub(crate) fn rc_errno(rc: i32) -> i32 {
 #[cold]
 pub(crate) fn fail(call: &str, what: std::fmt::Arguments<'_>, err: i32, kind: CallKind) -> Error {
     let status = status_from_errno(err, kind);
-    tracing::error!(
+    ucs::error!(
         "{call}({what}) failed: {} (errno {err}) -> {}",
         std::io::Error::from_raw_os_error(err),
         status.name()
@@ -72,7 +72,7 @@ pub(crate) fn fail(call: &str, what: std::fmt::Arguments<'_>, err: i32, kind: Ca
 /// `{call}: {why}` as the context the caller gets (logged at debug level only).
 #[cold]
 pub(crate) fn invalid(call: &str, why: std::fmt::Arguments<'_>, status: Status) -> Error {
-    tracing::debug!("{call}: {why} -> {}", status.name());
+    ucs::debug!("{call}: {why} -> {}", status.name());
     Error::new(status, format!("{call}: {why}"))
 }
 
@@ -80,7 +80,7 @@ pub(crate) fn invalid(call: &str, why: std::fmt::Arguments<'_>, status: Status) 
 /// operator, and `status` with `{call}: {why}` as the context the caller gets.
 #[cold]
 pub(crate) fn unusable(call: &str, why: std::fmt::Arguments<'_>, status: Status) -> Error {
-    tracing::error!("{call}: {why} -> {}", status.name());
+    ucs::error!("{call}: {why} -> {}", status.name());
     Error::new(status, format!("{call}: {why}"))
 }
 

@@ -220,7 +220,7 @@ impl RegisteredBuffer {
         };
         // SAFETY: layout has non-zero size.
         let Some(ptr) = NonNull::new(unsafe { alloc_zeroed(layout) }) else {
-            tracing::error!(
+            ucs::error!(
                 "RegisteredBuffer::new: cannot allocate {len} bytes -> {}",
                 Status::NoMemory.name()
             );

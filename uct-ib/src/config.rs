@@ -224,7 +224,7 @@ pub struct IbConfig {
 #[cold]
 fn bad(var: &str, why: &str) -> Error {
     let msg = format!("RUCX_IB_{var}: {why}");
-    tracing::error!("{msg}");
+    ucs::error!("{msg}");
     Error::new(Status::InvalidParam, msg)
 }
 

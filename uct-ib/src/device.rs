@@ -90,7 +90,7 @@ impl PortInfo {
                 dev.name(),
                 attr.state
             );
-            tracing::error!("{msg}");
+            ucs::error!("{msg}");
             return Err(Error::new(Status::NoDevice, msg));
         }
         let gid = match gid_index {
@@ -102,7 +102,7 @@ impl PortInfo {
                         "{}:{port}: GID index {index} is empty; pick another RUCX_IB_GID_INDEX or auto",
                         dev.name()
                     );
-                    tracing::error!("{msg}");
+                    ucs::error!("{msg}");
                     return Err(Error::new(Status::InvalidParam, msg));
                 }
                 GidEntry {
@@ -262,7 +262,7 @@ impl DeviceAddr {
     /// Parses a packed address; `InvalidAddr` for a wrong length or version.
     pub fn unpack(buf: &[u8]) -> Result<DeviceAddr> {
         if buf.len() < DEV_ADDR_LEN || buf[0] != DEV_ADDR_VERSION {
-            tracing::debug!(
+            ucs::debug!(
                 len = buf.len(),
                 "not an ib device address (version {DEV_ADDR_VERSION})"
             );

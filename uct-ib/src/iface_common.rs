@@ -136,7 +136,7 @@ pub fn deliver_am(am: &AmTable, id: u8, buf: PoolBuf, off: usize, len: usize) ->
         Err(_) => return Err(Status::InvalidParam.into()),
     };
     let Some(data) = loan.bytes(off, len) else {
-        tracing::error!(off, len, "ib: received message exceeds its buffer; dropped");
+        ucs::error!(off, len, "ib: received message exceeds its buffer; dropped");
         return Err(Status::InvalidParam.into());
     };
     match am.invoke(id, data, Some(loan.desc())) {

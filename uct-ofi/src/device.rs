@@ -101,7 +101,7 @@ pub fn scan(filter: &AllowList) -> Result<Vec<Device>> {
             }
             match i.dup() {
                 Ok(info) => out.push(Device { name, info }),
-                Err(e) => tracing::warn!("ofi: copying the fi_info of {name}: {}", ffi::strerror(e as i64)),
+                Err(e) => ucs::warn!("ofi: copying the fi_info of {name}: {}", ffi::strerror(e as i64)),
             }
         }
     }

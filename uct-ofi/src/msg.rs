@@ -105,7 +105,7 @@ impl Msg {
     /// has none).
     pub(crate) fn watch(&self, s: &Rc<Shared>) {
         let Some(fd) = self.eq.wait_fd() else {
-            tracing::debug!("ofi {}: the EQ has no wait fd: polled from progress", self.dev);
+            ucs::debug!("ofi {}: the EQ has no wait fd: polled from progress", self.dev);
             self.always.set(true);
             return;
         };
@@ -120,7 +120,7 @@ impl Msg {
         match r {
             Ok(id) => self.handler.set(Some(id)),
             Err(e) => {
-                tracing::debug!(
+                ucs::debug!(
                     "ofi {}: watching the EQ's fd failed ({e}): polled from progress",
                     self.dev
                 );
@@ -189,7 +189,7 @@ impl Msg {
         });
         match r {
             Ok(ep) => self.accepted.borrow_mut().push(ep),
-            Err(e) => tracing::warn!(
+            Err(e) => ucs::warn!(
                 "ofi {}: accepting a connection failed: {}",
                 self.dev,
                 ffi::strerror(e as i64)
@@ -218,12 +218,12 @@ impl Msg {
             a.iter().position(|e| e.fid() == fid).map(|i| a.swap_remove(i))
         };
         if gone.is_some() {
-            tracing::debug!("ofi {}: accepted connection closed ({why})", self.dev);
+            ucs::debug!("ofi {}: accepted connection closed ({why})", self.dev);
             return;
         }
         let Some(st) = self.conn(fid) else { return };
         self.connected(&st);
-        tracing::debug!("ofi {}: connection lost ({why})", self.dev);
+        ucs::debug!("ofi {}: connection lost ({why})", self.dev);
         st.fail(s, status);
     }
 

@@ -187,7 +187,7 @@ impl TransportEp for SelfEp {
     fn get_bcopy(&self, unpack: UnpackCb, len: usize, raddr: u64, rkey: u64, _comp: Comp) -> Result<Outcome> {
         let t = self.target()?;
         if len > t.seg_size {
-            tracing::error!(
+            ucs::error!(
                 len,
                 max = t.seg_size,
                 "self: get_bcopy longer than the segment size (RUCX_SELF_SEG_SIZE)"
@@ -221,7 +221,7 @@ impl TransportEp for SelfEp {
 
     fn atomic_post(&self, size: AtomicSize, op: AtomicOp, value: u64, raddr: u64, rkey: u64) -> Result<()> {
         if matches!(op, AtomicOp::Swap | AtomicOp::Cswap) {
-            tracing::error!(
+            ucs::error!(
                 ?op,
                 "atomic_post supports add/and/or/xor; use atomic_fetch/atomic_cswap"
             );

@@ -102,7 +102,7 @@ impl Transport for SelfTransport {
             .bytes_or(8192);
         if !(16..=(1 << 30)).contains(&seg) {
             let msg = format!("RUCX_SELF_SEG_SIZE={seg} is invalid: expected between 16 bytes and 1g");
-            tracing::error!("{msg}");
+            ucs::error!("{msg}");
             return Err(Error::new(Status::InvalidParam, msg));
         }
         let shared = Rc::new(Shared {
@@ -245,7 +245,7 @@ impl TransportIface for SelfIface {
         match find(dev, iface) {
             Some(target) => Ok(SelfEp::new(target)),
             None => {
-                tracing::error!(
+                ucs::error!(
                     "self: the peer is not an interface of this thread; self only connects within a thread"
                 );
                 Err(Status::Unreachable.into())

@@ -108,7 +108,7 @@ impl TransportComponent for CmaComponent {
 
     fn rkey_unpack(packed: &[u8]) -> Result<(u64, usize)> {
         let Some(b) = packed.get(..CMA_RKEY_LEN) else {
-            tracing::error!(
+            ucs::error!(
                 len = packed.len(),
                 "cma: packed rkey too short (need {CMA_RKEY_LEN} bytes)"
             );
@@ -129,11 +129,11 @@ impl TransportComponent for CmaComponent {
             },
         };
         if k.base.checked_add(k.len).is_none() {
-            tracing::error!("cma: packed rkey with a range past the address space");
+            ucs::error!("cma: packed rkey with a range past the address space");
             return Err(Status::InvalidParam.into());
         }
         if k.slot.slot as usize >= SLOTS || k.slot.gen == 0 {
-            tracing::error!("cma: packed rkey with a malformed registration slot");
+            ucs::error!("cma: packed rkey with a malformed registration slot");
             return Err(Status::InvalidParam.into());
         }
         let table = peer_table(k.pid, &k.slot)?;
@@ -187,7 +187,7 @@ impl TransportMd for CmaMd {
         let slot = entry.key();
         if slot >= SLOTS {
             let msg = format!("cma: {SLOTS} regions registered on this memory domain, no more");
-            tracing::error!("{msg}");
+            ucs::error!("{msg}");
             return Err(Error::new(Status::NoResource, msg));
         }
         let gen = self.next_gen.get();
@@ -208,7 +208,7 @@ impl TransportMd for CmaMd {
         let idx = memh.checked_sub(1).ok_or(Status::InvalidParam)?;
         let live = self.regions.borrow().get(idx).is_some_and(Option::is_some);
         if !live {
-            tracing::error!(memh, "cma: deregistering unknown memory handle");
+            ucs::error!(memh, "cma: deregistering unknown memory handle");
             return Err(Status::InvalidParam.into());
         }
         match self.table.revoke(idx) {
@@ -341,7 +341,7 @@ impl TransportIface for CmaIface {
     fn ep_create_connected(&self, dev: &[u8], iface: &[u8]) -> Result<CmaEp> {
         if !same_host(dev) {
             let msg = "cma: the peer is on another host (or in other namespaces)";
-            tracing::error!("{msg}");
+            ucs::error!("{msg}");
             return Err(Error::new(Status::Unreachable, msg));
         }
         let pid = iface
@@ -463,7 +463,7 @@ impl CmaEp {
                     self.pid,
                     std::io::Error::from_raw_os_error(e)
                 );
-                tracing::error!("{msg}");
+                ucs::error!("{msg}");
                 Err(Error::new(
                     if e == libc::EFAULT {
                         Status::InvalidAddr
@@ -484,7 +484,7 @@ impl CmaEp {
         let (err, handle, pid) = (self.err, self.handle.get(), self.pid);
         self.worker.oneshot_add(handle as u64, move || {
             if !err.report(EpHandle(handle), st) {
-                tracing::error!("cma: endpoint to process {pid} failed: {st} (no error handler took it)");
+                ucs::error!("cma: endpoint to process {pid} failed: {st} (no error handler took it)");
             }
         });
     }
@@ -492,7 +492,7 @@ impl CmaEp {
 
 #[cold]
 fn refuse(msg: String) -> Error {
-    tracing::error!("{msg}");
+    ucs::error!("{msg}");
     Error::new(Status::InvalidAddr, msg)
 }
 

@@ -121,7 +121,7 @@ impl OwnTable {
                      kept, never freed",
                     self.timeout
                 );
-                tracing::warn!("{msg}");
+                ucs::warn!("{msg}");
                 return Err(Error::new(Status::Busy, msg));
             }
             spins += 1;

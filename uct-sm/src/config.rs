@@ -91,7 +91,7 @@ pub struct MmSettings {
 }
 
 fn invalid(msg: String) -> Error {
-    tracing::error!("{msg}");
+    ucs::error!("{msg}");
     Error::new(Status::InvalidParam, msg)
 }
 

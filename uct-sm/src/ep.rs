@@ -169,7 +169,7 @@ impl EpInner {
     pub(crate) fn check_peer(&self) {
         if self.peer_gone() {
             self.failed.set(Some(Status::ConnectionReset));
-            tracing::debug!(
+            ucs::debug!(
                 "{}: peer process {} or its interface is gone",
                 self.iface.name,
                 self.peer_pid

@@ -71,7 +71,7 @@ impl MmIface {
                 "{}: creating the {len}-byte receive FIFO (RUCX_MM_FIFO_SIZE x RUCX_MM_SEG_SIZE)",
                 M::STR
             ));
-            tracing::error!("{e}");
+            ucs::error!("{e}");
             e
         })?;
         let nonce = random_u64();
@@ -170,7 +170,7 @@ impl IfaceInner {
         let n = self.corrupt.get() + 1;
         self.corrupt.set(n);
         if n == 1 {
-            tracing::error!(
+            ucs::error!(
                 "{}: a process on this host corrupted the receive FIFO (element {idx}: {why}): element dropped; later corruptions are counted, not logged",
                 self.name
             );
@@ -223,7 +223,7 @@ impl IfaceInner {
 
     pub(crate) fn report(&self, handle: usize, st: Status) {
         if !self.err.report(EpHandle(handle), st) {
-            tracing::error!(
+            ucs::error!(
                 "{}: endpoint to a peer failed: {st} (no error handler took it)",
                 self.name
             );
@@ -355,15 +355,15 @@ impl TransportIface for MmIface {
             let msg = format!(
                 "{name}: the peer is on another host (or in other namespaces): shared memory cannot reach it"
             );
-            tracing::error!("{msg}");
+            ucs::error!("{msg}");
             return Err(Error::new(Status::Unreachable, msg));
         }
         let Some(addr) = MmAddr::unpack(iface) else {
             let msg = format!("{name}: malformed interface address ({} bytes)", iface.len());
-            tracing::error!("{msg}");
+            ucs::error!("{msg}");
             return Err(Error::new(Status::InvalidAddr, msg));
         };
-        let ep = EpInner::connect(&self.inner, addr).inspect_err(|e| tracing::error!("{e}"))?;
+        let ep = EpInner::connect(&self.inner, addr).inspect_err(|e| ucs::error!("{e}"))?;
         self.inner.eps.borrow_mut().push(Rc::downgrade(&ep));
         Ok(MmEp { inner: ep })
     }

@@ -231,7 +231,7 @@ pub struct TcpConfig {
 
 fn invalid(var: &str, value: &str, expected: &str) -> Error {
     let msg = format!("RUCX_{var}={value} is invalid: expected {expected}");
-    tracing::error!("{msg}");
+    ucs::error!("{msg}");
     Error::new(Status::InvalidParam, msg)
 }
 
@@ -303,7 +303,7 @@ impl TcpConfig {
                 "RUCX_TCP_RX_SEG_SIZE ({rx_seg}) is smaller than RUCX_TCP_TX_SEG_SIZE ({tx_seg}): \
                  a peer could send messages this side cannot receive; raise RX_SEG_SIZE"
             );
-            tracing::error!("{msg}");
+            ucs::error!("{msg}");
             return Err(Error::new(Status::InvalidParam, msg));
         }
         let max_iov = t.get_uint("MAX_IOV")?;

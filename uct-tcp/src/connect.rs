@@ -67,7 +67,7 @@ impl Shared {
                     && c.ep.borrow().upgrade().is_none()
                     && !c.peer_fin.get();
                 if free {
-                    tracing::debug!("tcp: endpoint {sn} to {target} adopts the connection the peer made");
+                    ucs::debug!("tcp: endpoint {sn} to {target} adopts the connection the peer made");
                     *c.ep.borrow_mut() = Rc::downgrade(&ep);
                     *ep.conn.borrow_mut() = Some(c);
                     return ep;
@@ -110,11 +110,11 @@ impl Shared {
     pub fn connect_to_ep(&self, ep: &Rc<EpInner>, dev: &[u8], ep_addr: &[u8]) -> Result<()> {
         let (Some(peer_dev), Some((port, peer_key))) = (DevAddr::decode(dev), addr::decode_ep_addr(ep_addr))
         else {
-            tracing::error!("tcp: connect_to_ep: malformed device or endpoint address");
+            ucs::error!("tcp: connect_to_ep: malformed device or endpoint address");
             return Err(Status::InvalidParam.into());
         };
         if !self.dev.reaches(&peer_dev) {
-            tracing::error!(
+            ucs::error!(
                 "tcp: {} is not reachable from device {} ({})",
                 peer_dev.ip,
                 self.dev_name,
@@ -126,7 +126,7 @@ impl Shared {
             return Err(st.into());
         }
         if ep.plan.get() != Plan::Unconnected {
-            tracing::error!("tcp: connect_to_ep called twice on one endpoint (or on a connected one)");
+            ucs::error!("tcp: connect_to_ep called twice on one endpoint (or on a connected one)");
             return Err(Status::InvalidParam.into());
         }
         let target = peer_dev.socket_addr(port, self.ifindex);
@@ -142,7 +142,7 @@ impl Shared {
         if let Some((from, key)) = ep.accepted_from.get() {
             // The peer got here first; it must be the one the user names.
             if !same_addr(from, target) || key != peer_key {
-                tracing::error!(
+                ucs::error!(
                     "tcp: connect_to_ep names {target} (ep {peer_key:#x}) but {from} (ep {key:#x}) already \
                      connected to this endpoint"
                 );
@@ -170,7 +170,7 @@ impl Shared {
     /// The connecting socket is writable (or failed): send CONN_REQ.
     pub fn connect_ready(&self, conn: &Rc<Conn>) -> u32 {
         if let Some(e) = sock::so_error(&conn.sock) {
-            tracing::debug!("tcp: connect to {} failed: {e}", conn.peer.get());
+            ucs::debug!("tcp: connect to {} failed: {e}", conn.peer.get());
             self.conn_failed(conn, sock::errno_status(e));
             return 1;
         }
@@ -213,7 +213,7 @@ impl Shared {
         let h = match r {
             Ok(h) => h,
             Err(e) => {
-                tracing::warn!("tcp: connecting to {peer}: {}", e.from_peer(peer));
+                ucs::warn!("tcp: connecting to {peer}: {}", e.from_peer(peer));
                 let ep = conn.ep.borrow().upgrade();
                 self.close_conn(conn);
                 if let Some(ep) = ep {
@@ -239,7 +239,7 @@ impl Shared {
                 let ep = conn.ep.borrow().upgrade();
                 if let Some(ep) = ep {
                     ep.attempts.set(0);
-                    tracing::debug!("tcp: connected to {peer} (protocol version {})", a.version);
+                    ucs::debug!("tcp: connected to {peer} (protocol version {})", a.version);
                     self.dispatch_pending(&ep);
                 }
                 conn.state.get() == State::Connected
@@ -247,7 +247,7 @@ impl Shared {
             HandshakeMsg::Reject(r) if r.reason == RejectReason::SimultaneousConnect => {
                 // The peer keeps the connection it started to us for this endpoint pair: wait
                 // for it (we accept it and attach it to the endpoint).
-                tracing::debug!("tcp: {peer} connected to us at the same time; using its connection");
+                ucs::debug!("tcp: {peer} connected to us at the same time; using its connection");
                 let ep = conn.ep.borrow().upgrade();
                 self.close_conn(conn);
                 if let Some(ep) = ep {
@@ -260,7 +260,7 @@ impl Shared {
                 false
             }
             HandshakeMsg::Reject(r) => {
-                tracing::error!(
+                ucs::error!(
                     "tcp: {peer} rejected the connection: {:?} (it speaks protocol versions {}..={})",
                     r.reason,
                     h.min_version,
@@ -289,7 +289,7 @@ impl Shared {
     /// A freshly accepted socket.
     pub fn on_accept(&self, sock: TcpStream, from: SocketAddr) {
         if let Err(st) = sock::configure(&sock, &self.cfg) {
-            tracing::warn!("tcp: dropping connection from {from}: {st}");
+            ucs::warn!("tcp: dropping connection from {from}: {st}");
             return;
         }
         loop {
@@ -300,7 +300,7 @@ impl Shared {
                 break;
             };
             if let Some(c) = self.conn_by_token(old) {
-                tracing::warn!(
+                ucs::warn!(
                     "tcp: {} connections in handshake (RUCX_TCP_MAX_HALF_OPEN); dropping the oldest, from {}",
                     self.cfg.max_half_open,
                     c.peer.get()
@@ -314,7 +314,7 @@ impl Shared {
                 self.timers
                     .add(self.cfg.handshake_timeout, Deadline::Handshake(conn.token()));
             }
-            Err(st) => tracing::warn!("tcp: dropping connection from {from}: {st}"),
+            Err(st) => ucs::warn!("tcp: dropping connection from {from}: {st}"),
         }
     }
 
@@ -333,7 +333,7 @@ impl Shared {
         let h = match r {
             Ok(h) => h,
             Err(e) => {
-                tracing::warn!("tcp: refusing connection: {}", e.from_peer(peer));
+                ucs::warn!("tcp: refusing connection: {}", e.from_peer(peer));
                 match e {
                     WireError::BadMagic { .. } => self.close_conn(conn),
                     WireError::BadVersion { .. } => self.reject(conn, 0, RejectReason::VersionUnsupported),
@@ -343,7 +343,7 @@ impl Shared {
             }
         };
         let HandshakeMsg::Req(req) = h.msg else {
-            tracing::warn!(
+            ucs::warn!(
                 "tcp: refusing connection from {peer}: it sent a handshake answer instead of a CONN_REQ"
             );
             self.close_conn(conn);
@@ -352,7 +352,7 @@ impl Shared {
         let version = match negotiate_version(h.min_version, h.max_version) {
             Ok(v) => v,
             Err(e) => {
-                tracing::warn!("tcp: refusing connection: {}", e.from_peer(peer));
+                ucs::warn!("tcp: refusing connection: {}", e.from_peer(peer));
                 self.reject(conn, req.conn_sn, RejectReason::VersionUnsupported);
                 return false;
             }
@@ -379,7 +379,7 @@ impl Shared {
             match self.attach_to_ep(conn, &req, ep_key) {
                 Ok(key) => ack_key = key,
                 Err(why) => {
-                    tracing::warn!(
+                    ucs::warn!(
                         "tcp: refusing connection from {} (ep {:#x}) to endpoint {ep_key:#x}: {why}",
                         req.listen_addr,
                         req.src_ep_key
@@ -410,7 +410,7 @@ impl Shared {
             self.conn_failed(conn, st);
             return false;
         }
-        tracing::debug!(
+        ucs::debug!(
             "tcp: accepted connection from {} ({:?})",
             req.listen_addr,
             req.mode
@@ -447,7 +447,7 @@ impl Shared {
             let attached = c.role == Role::Server || c.state.get() == State::Connected;
             if attached || ours < theirs {
                 // We keep the connection we have (ours wins, or one is already up).
-                tracing::debug!(
+                ucs::debug!(
                     "tcp: simultaneous connect with {} (endpoint pair {}): keeping our connection",
                     req.listen_addr,
                     req.conn_sn

@@ -561,7 +561,7 @@ impl uct_transport::traits::TransportEp for TcpEp {
         comp: Comp,
     ) -> Result<Outcome> {
         if op == uct_transport::types::AtomicOp::Cswap {
-            tracing::error!("tcp: atomic_fetch with Cswap: use atomic_cswap");
+            ucs::error!("tcp: atomic_fetch with Cswap: use atomic_cswap");
             return Err(Status::InvalidParam.into());
         }
         self.send_atomic(size, op, value, 0, Some(result), raddr, rkey, comp)

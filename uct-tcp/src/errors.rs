@@ -57,7 +57,7 @@ impl Shared {
         self.close_conn(conn);
         let ep = conn.ep.borrow().upgrade();
         let Some(ep) = ep else {
-            tracing::debug!("tcp: connection with {} ({prev:?}) closed: {st}", conn.peer.get());
+            ucs::debug!("tcp: connection with {} ({prev:?}) closed: {st}", conn.peer.get());
             return;
         };
         let connecting =
@@ -65,7 +65,7 @@ impl Shared {
         if connecting {
             self.connect_failed(&ep, st, conn.peer.get());
         } else {
-            tracing::debug!("tcp: connection to {} failed: {st}", conn.peer.get());
+            ucs::debug!("tcp: connection to {} failed: {st}", conn.peer.get());
             self.ep_failed(&ep, st);
         }
     }
@@ -84,18 +84,18 @@ impl Shared {
             Status::Rejected | Status::ConnectionReset | Status::NoMemory | Status::IoError
         );
         if retryable && n <= self.cfg.max_conn_retries {
-            tracing::debug!("tcp: connection attempt {n} to {target} failed ({st}); retrying");
+            ucs::debug!("tcp: connection attempt {n} to {target} failed ({st}); retrying");
             self.timers.add(backoff(n), Deadline::Retry(ep.key));
             return;
         }
         if retryable {
-            tracing::error!(
+            ucs::error!(
                 "tcp: cannot connect to {target}: {st} after {n} attempts; is the peer alive and listening? \
                  If it is overloaded, raise net.core.somaxconn and net.ipv4.tcp_max_syn_backlog, or \
                  RUCX_TCP_MAX_CONN_RETRIES"
             );
         } else {
-            tracing::error!("tcp: cannot connect to {target}: {st}");
+            ucs::error!("tcp: cannot connect to {target}: {st}");
         }
         self.ep_failed(
             ep,
@@ -142,7 +142,7 @@ impl Shared {
         let handled = self.err.report(EpHandle(ep.handle.get()), st);
         if !handled {
             let to = peer.map_or_else(|| "its peer".to_string(), |p| p.to_string());
-            tracing::error!(
+            ucs::error!(
                 "tcp: endpoint to {to} failed: {st} (no error handler took it; install one with \
                  IfaceOpenParams::err_handler to handle peer failures)"
             );

@@ -60,7 +60,7 @@ impl Transport for TcpTransport {
             .into_iter()
             .find(|d| d.name == params.dev_name)
         else {
-            tracing::error!(
+            ucs::error!(
                 "tcp: no usable network device '{}' (it must be up, have an IP address and pass \
                  RUCX_NET_DEVICES; see rucx-info -d)",
                 params.dev_name
@@ -74,7 +74,7 @@ impl Transport for TcpTransport {
             .copied()
             .find(|a| a.is_loopback() == dev.loopback && !a.is_unspecified());
         let Some(ip) = ip else {
-            tracing::error!("tcp: device {} has no usable address ({:?})", dev.name, dev.addrs);
+            ucs::error!("tcp: device {} has no usable address ({:?})", dev.name, dev.addrs);
             return Err(Status::NoDevice.into());
         };
         let loopback = ip.is_loopback();
@@ -86,11 +86,11 @@ impl Transport for TcpTransport {
         };
         let listener = sock::listen(ip, dev.ifindex, cfg.port_range)?;
         let listen_addr = listener.local_addr().map_err(|e| {
-            tracing::error!("tcp: getsockname of the listening socket failed: {e}");
+            ucs::error!("tcp: getsockname of the listening socket failed: {e}");
             Status::IoError
         })?;
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| {
-            tracing::error!("tcp: epoll_create failed: {e}");
+            ucs::error!("tcp: epoll_create failed: {e}");
             Status::IoError
         })?;
         let timers = Timers::new()?;
@@ -98,13 +98,13 @@ impl Transport for TcpTransport {
             epoll
                 .add(fd.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, token))
                 .map_err(|e| {
-                    tracing::error!("tcp: epoll_ctl failed: {e}");
+                    ucs::error!("tcp: epoll_ctl failed: {e}");
                     Status::IoError
                 })
         };
         reg(&listener, LISTEN_TOKEN)?;
         reg(&timers.fd, TIMER_TOKEN)?;
-        tracing::debug!("tcp: interface on {} listening at {listen_addr}", dev.name);
+        ucs::debug!("tcp: interface on {} listening at {listen_addr}", dev.name);
         let sh = Rc::new_cyclic(|me| Shared {
             perf: dev.perf(),
             dev_name: dev.name.clone(),
@@ -279,7 +279,7 @@ impl Shared {
         self.epoll
             .add(&conn.sock, EpollEvent::new(flags, conn.token()))
             .map_err(|e| {
-                tracing::error!("tcp: epoll_ctl(ADD) failed: {e}");
+                ucs::error!("tcp: epoll_ctl(ADD) failed: {e}");
                 Status::IoError
             })?;
         entry.insert(conn.clone());
@@ -328,7 +328,7 @@ impl Shared {
         let mut ev = EpollEvent::new(flags, conn.token());
         match self.epoll.modify(&conn.sock, &mut ev) {
             Ok(()) => conn.out_armed.set(want),
-            Err(e) => tracing::error!("tcp: epoll_ctl(MOD) failed: {e}"),
+            Err(e) => ucs::error!("tcp: epoll_ctl(MOD) failed: {e}"),
         }
     }
 
@@ -518,11 +518,11 @@ impl TransportIface for TcpIface {
 
     fn ep_create_connected(&self, dev: &[u8], iface: &[u8]) -> Result<TcpEp> {
         let (Some(peer), Some(port)) = (DevAddr::decode(dev), addr::decode_iface_addr(iface)) else {
-            tracing::error!("tcp: ep_create_connected: malformed device or interface address");
+            ucs::error!("tcp: ep_create_connected: malformed device or interface address");
             return Err(Status::InvalidParam.into());
         };
         if !self.sh.dev.reaches(&peer) {
-            tracing::error!(
+            ucs::error!(
                 "tcp: {} is not reachable from device {} ({})",
                 peer.ip,
                 self.sh.dev_name,

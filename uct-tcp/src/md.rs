@@ -42,7 +42,7 @@ impl TransportComponent for TcpComponent {
 
     fn rkey_unpack(packed: &[u8]) -> Result<(u64, usize)> {
         if packed.len() < PACKED_RKEY_LEN {
-            tracing::error!(
+            ucs::error!(
                 len = packed.len(),
                 "tcp: packed rkey of {} bytes (need {PACKED_RKEY_LEN})",
                 packed.len()

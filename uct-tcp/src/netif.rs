@@ -159,7 +159,7 @@ impl NetDevice {
 pub fn enumerate() -> Result<Vec<NetDevice>> {
     use nix::net::if_::InterfaceFlags;
     let ifaddrs = nix::ifaddrs::getifaddrs().map_err(|e| {
-        tracing::error!("tcp: getifaddrs() failed: {e}; no tcp devices (check /proc and /sys are mounted)");
+        ucs::error!("tcp: getifaddrs() failed: {e}; no tcp devices (check /proc and /sys are mounted)");
         Status::IoError
     })?;
     let default_routes = default_route_devices();
@@ -288,7 +288,7 @@ pub fn filter_devices(devs: Vec<NetDevice>, list: &[String], deny: bool) -> Vec<
             .filter(|p| !devs.iter().any(|d| pattern_matches(p, &d.name)))
         {
             let have: Vec<&str> = devs.iter().map(|d| d.name.as_str()).collect();
-            tracing::warn!(
+            ucs::warn!(
                 "tcp: device list entry '{p}' matches no network device (have: {}); fix RUCX_NET_DEVICES",
                 have.join(", ")
             );

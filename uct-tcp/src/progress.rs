@@ -231,7 +231,7 @@ impl Shared {
                         LAST_ACCEPT_WARN.with(|l| l.get().is_some_and(|t| now - t < Duration::from_secs(1)));
                     if !quiet {
                         LAST_ACCEPT_WARN.with(|l| l.set(Some(now)));
-                        tracing::warn!("tcp: accept on {} failed: {e}", self.listen_addr);
+                        ucs::warn!("tcp: accept on {} failed: {e}", self.listen_addr);
                     }
                     let old = self.half_open.borrow_mut().pop_front();
                     if let Some(c) = old.and_then(|t| self.conn_by_token(t)) {
@@ -252,7 +252,7 @@ impl Shared {
             match d {
                 Deadline::Handshake(t) => {
                     if let Some(c) = self.conn_by_token(t).filter(|c| c.state.get() == State::Accepted) {
-                        tracing::warn!(
+                        ucs::warn!(
                             "tcp: {} sent no handshake within {:?} (RUCX_TCP_HANDSHAKE_TIMEOUT); dropped",
                             c.peer.get(),
                             self.cfg.handshake_timeout
@@ -265,7 +265,7 @@ impl Shared {
                         .conn_by_token(t)
                         .filter(|c| matches!(c.state.get(), State::Connecting | State::WaitAck));
                     if let Some(c) = c {
-                        tracing::error!(
+                        ucs::error!(
                             "tcp: connecting to {} timed out after {:?} (RUCX_TCP_CONN_TIMEOUT)",
                             c.peer.get(),
                             self.cfg.conn_timeout
@@ -298,7 +298,7 @@ impl Shared {
                                 }
                                 _ => "the peer".into(),
                             };
-                            tracing::error!(
+                            ucs::error!(
                                 "tcp: the peer endpoint at {peer} did not connect within {:?} \
                                  (RUCX_TCP_CONN_TIMEOUT); did it call connect_to_ep, is it alive?",
                                 self.cfg.conn_timeout

@@ -146,11 +146,11 @@ impl ReadTuner {
         t.n = [0; 2];
         drop(t);
         let pick = direct <= epoll;
-        tracing::trace!(
+        ucs::trace!(
             "tcp: read trial: median wait {direct} ns reading directly, {epoll} ns asking epoll first"
         );
         if pick != self.chosen.get() {
-            tracing::debug!(
+            ucs::debug!(
                 "tcp: reads now {} (median wait {direct} ns reading directly, {epoll} ns asking epoll first)",
                 if pick { "directly" } else { "after epoll" }
             );

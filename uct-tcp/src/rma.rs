@@ -110,7 +110,7 @@ impl TcpEp {
     ) -> Result<Outcome> {
         if len > self.sh.cfg.rx_seg {
             unpack.cancel();
-            tracing::error!(
+            ucs::error!(
                 "tcp: get_bcopy of {len} bytes exceeds get.max_bcopy ({})",
                 self.sh.cfg.rx_seg
             );
@@ -148,7 +148,7 @@ impl TcpEp {
     ) -> Result<Outcome> {
         let post = result.is_none();
         if post && matches!(op, AtomicOp::Swap | AtomicOp::Cswap) {
-            tracing::error!(
+            ucs::error!(
                 "tcp: atomic_post supports add/and/or/xor; use atomic_fetch or atomic_cswap for {op:?}"
             );
             return Err(Status::InvalidParam.into());
@@ -158,7 +158,7 @@ impl TcpEp {
             AtomicSize::U64 => (wire::AtomicSize::Bits64, u64::MAX),
         };
         if !raddr.is_multiple_of(u64::from(wsize.bytes())) {
-            tracing::error!(
+            ucs::error!(
                 "tcp: atomic at unaligned address {raddr:#x} (needs {}-byte alignment)",
                 wsize.bytes()
             );
@@ -220,7 +220,7 @@ impl Shared {
 
     #[cold]
     fn refused(&self, conn: &Conn, what: &str, addr: u64, len: u64, key: u64, st: Status) {
-        tracing::warn!(
+        ucs::warn!(
             "tcp: refused {what} of [{addr:#x}, +{len}) with rkey {key:#x} from {}: {st} (outside the memory \
              this process registered for remote access)",
             conn.peer.get()
@@ -365,7 +365,7 @@ impl Shared {
     /// failed, not the endpoint. It has no completion of its own, so the next flush that
     /// reports (its completion, or the flush call once nothing is outstanding) fails with it.
     fn posted_failed(&self, conn: &Conn, what: &str, st: Status) {
-        tracing::warn!(
+        ucs::warn!(
             "tcp: a {what} posted to {} was refused by the target: {st}; the next flush reports it",
             conn.peer.get()
         );

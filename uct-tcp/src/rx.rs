@@ -265,7 +265,7 @@ impl Shared {
     fn peer_closed(&self, conn: &Conn) {
         match conn.state.get() {
             State::Accepted => {
-                tracing::info!(
+                ucs::info!(
                     "tcp: connection from {} closed before its handshake",
                     conn.peer.get()
                 );
@@ -277,7 +277,7 @@ impl Shared {
 
     /// A protocol violation: log it naming the peer and drop the connection.
     pub fn violation(&self, conn: &Conn, e: &WireError) {
-        tracing::warn!("tcp: {}", e.from_peer(conn.peer.get()));
+        ucs::warn!("tcp: {}", e.from_peer(conn.peer.get()));
         self.conn_failed(conn, e.status());
     }
 
@@ -339,7 +339,7 @@ impl Shared {
                 let has_ep = conn.ep.borrow().upgrade().is_some();
                 // (With FIN pending, fin_step closes once ours is out.)
                 if !has_ep && (!conn.fin_pending.get() || conn.fin_sent.get()) {
-                    tracing::debug!(
+                    ucs::debug!(
                         "tcp: {} finished with the connection; closing it",
                         conn.peer.get()
                     );
@@ -358,7 +358,7 @@ impl Shared {
 
     #[cold]
     fn am_refused(&self, conn: &Rc<Conn>, id: u8, st: Status) {
-        tracing::warn!(
+        ucs::warn!(
             "tcp: malformed active message (id {id}) from {}; dropping the connection",
             conn.peer.get()
         );

@@ -366,7 +366,7 @@ impl RxParser {
     /// data is now complete. `InvalidParam` if `n` exceeds [`bulk_direct_max`](Self::bulk_direct_max).
     pub fn bulk_direct_done(&mut self, n: u64) -> Result<bool, Status> {
         if n > self.bulk_direct_max() {
-            tracing::error!(
+            ucs::error!(
                 n,
                 allowed = self.bulk_direct_max(),
                 "tcp rx: direct bulk receive beyond the allowed size; drain next_frame() first"

@@ -57,7 +57,7 @@ fn set_congestion(sock: &TcpStream, name: &str) {
     let r = socket::setsockopt(sock, sockopt::TcpCongestion, &std::ffi::OsString::from(name));
     if let Err(e) = r {
         if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            tracing::warn!(
+            ucs::warn!(
                 "tcp: congestion control {name:?} refused ({e}); connections use the system's default. \
                  Pick one listed in /proc/sys/net/ipv4/tcp_allowed_congestion_control (or \
                  tcp_available_congestion_control, with CAP_NET_ADMIN) with RUCX_TCP_CONGESTION, \
@@ -98,12 +98,12 @@ pub fn so_error(sock: &TcpStream) -> Option<Errno> {
 /// connection works without them), except that of making it non-blocking.
 pub fn configure(sock: &TcpStream, cfg: &TcpConfig) -> Result<()> {
     sock.set_nonblocking(true).map_err(|e| {
-        tracing::error!("tcp: cannot make a socket non-blocking: {e}");
+        ucs::error!("tcp: cannot make a socket non-blocking: {e}");
         Status::IoError
     })?;
     let warn = |what: &str, r: nix::Result<()>| {
         if let Err(e) = r {
-            tracing::warn!("tcp: setsockopt({what}) failed: {e}; continuing without it");
+            ucs::warn!("tcp: setsockopt({what}) failed: {e}; continuing without it");
         }
     };
     if cfg.nodelay {
@@ -178,12 +178,12 @@ pub fn start_connect(
         None,
     )
     .map_err(|e| {
-        tracing::error!("tcp: socket() failed: {e} (out of file descriptors? raise `ulimit -n`)");
+        ucs::error!("tcp: socket() failed: {e} (out of file descriptors? raise `ulimit -n`)");
         errno_status(e)
     })?;
     if let Some(l) = local.filter(|l| l.is_ipv4() == target.is_ipv4()) {
         if let Err(e) = bind(&fd, l) {
-            tracing::debug!("tcp: binding the source address {l} failed ({e}); letting the kernel choose");
+            ucs::debug!("tcp: binding the source address {l} failed ({e}); letting the kernel choose");
         }
     }
     let r = match target {
@@ -196,7 +196,7 @@ pub fn start_connect(
         Ok(()) => Ok((sock, true)),
         Err(Errno::EINPROGRESS) | Err(Errno::EINTR) => Ok((sock, false)),
         Err(e) => {
-            tracing::debug!("tcp: connect to {target} failed at once: {e}");
+            ucs::debug!("tcp: connect to {target} failed at once: {e}");
             Err(errno_status(e).into())
         }
     }
@@ -218,10 +218,10 @@ pub fn listen(ip: IpAddr, scope_id: u32, range: Option<(u16, u16)>) -> Result<Tc
                 // endpoints created at once) loses SYNs, which the kernel retries only after
                 // a second. Ask for the system's maximum (net.core.somaxconn), as UCX does.
                 if let Err(e) = socket::listen(&l, socket::Backlog::MAXCONN) {
-                    tracing::warn!("tcp: listen(SOMAXCONN) failed: {e}; keeping a backlog of 128");
+                    ucs::warn!("tcp: listen(SOMAXCONN) failed: {e}; keeping a backlog of 128");
                 }
                 l.set_nonblocking(true).map_err(|e| {
-                    tracing::error!("tcp: cannot make the listening socket non-blocking: {e}");
+                    ucs::error!("tcp: cannot make the listening socket non-blocking: {e}");
                     Status::IoError
                 })?;
                 return Ok(l);
@@ -231,10 +231,10 @@ pub fn listen(ip: IpAddr, scope_id: u32, range: Option<(u16, u16)>) -> Result<Tc
     }
     let e = last_err.map_or_else(|| "empty range".to_string(), |e| e.to_string());
     match range {
-        Some((a, b)) => tracing::error!(
+        Some((a, b)) => ucs::error!(
             "tcp: cannot listen on {ip} in ports {a}-{b}: {e}; widen RUCX_TCP_PORT_RANGE or free a port"
         ),
-        None => tracing::error!("tcp: cannot listen on {ip}: {e}"),
+        None => ucs::error!("tcp: cannot listen on {ip}: {e}"),
     }
     Err(Status::IoError.into())
 }

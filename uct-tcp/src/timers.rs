@@ -37,7 +37,7 @@ impl Timers {
             TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
         )
         .map_err(|e| {
-            tracing::error!("tcp: timerfd_create failed: {e}");
+            ucs::error!("tcp: timerfd_create failed: {e}");
             Status::IoError
         })?;
         Ok(Timers {
@@ -67,7 +67,7 @@ impl Timers {
             .set(Expiration::OneShot(TimeSpec::from(d)), TimerSetTimeFlags::empty())
         {
             Ok(()) => self.armed.set(Some(at)),
-            Err(e) => tracing::error!("tcp: timerfd_settime failed: {e}; timeouts may fire late"),
+            Err(e) => ucs::error!("tcp: timerfd_settime failed: {e}; timeouts may fire late"),
         }
     }
 

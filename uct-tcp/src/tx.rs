@@ -76,7 +76,7 @@ fn stash(
         let rest = &p[sent..];
         sent = 0;
         let Some(dst) = tx.buf.get_mut(tx.tail..tx.tail + rest.len()) else {
-            tracing::error!("tcp: message header larger than the send buffer (internal error)");
+            ucs::error!("tcp: message header larger than the send buffer (internal error)");
             return Err(Status::IoError.into());
         };
         dst.copy_from_slice(rest);
@@ -228,7 +228,7 @@ impl Shared {
                         match r {
                             Ok(r) => r,
                             Err(_) => {
-                                tracing::error!(
+                                ucs::error!(
                                     "tcp: memory read by {}'s get was deregistered while being sent; \
                                      dropping the connection",
                                     conn.peer.get()
@@ -283,7 +283,7 @@ impl Shared {
                 match r {
                     Ok(r) => r,
                     Err(st) => {
-                        tracing::warn!(
+                        ucs::warn!(
                             "tcp: get of [{addr:#x}, +{len}) by {} refused at reply time (memory deregistered?)",
                             conn.peer.get()
                         );

@@ -135,7 +135,7 @@ impl AmTable {
         let bit = 1u32 << id;
         if self.warned.get() & bit == 0 {
             self.warned.set(self.warned.get() | bit);
-            tracing::warn!(
+            ucs::warn!(
                 id,
                 len,
                 "got active message id {id}, but no handler installed: dropped (set one with set_am_handler)"
@@ -152,14 +152,14 @@ fn id_out_of_range(id: u8) -> Error {
         "active message id {id} out of range 0..{}: dropped",
         AM_ID_MAX - 1
     );
-    tracing::error!("{msg}");
+    ucs::error!("{msg}");
     Error::new(Status::InvalidParam, msg)
 }
 
 #[cold]
 #[inline(never)]
 fn kept_without_desc(id: u8) {
-    tracing::error!(
+    ucs::error!(
         id,
         "AM handler returned InProgress for data it cannot keep; treated as consumed"
     );

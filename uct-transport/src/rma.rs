@@ -87,7 +87,7 @@ impl RegionTable {
         match self.regions.borrow_mut().try_remove(idx) {
             Some(_) => Ok(()),
             None => {
-                tracing::error!(memh, "deregistering unknown memory handle");
+                ucs::error!(memh, "deregistering unknown memory handle");
                 Err(Status::InvalidParam.into())
             }
         }
@@ -111,7 +111,7 @@ impl RegionTable {
     /// truncated or not ours).
     pub fn unpack(packed: &[u8]) -> Result<u64> {
         let b = packed.get(..PACKED_RKEY_LEN).ok_or_else(|| {
-            tracing::error!(
+            ucs::error!(
                 len = packed.len(),
                 "packed rkey too short (need {PACKED_RKEY_LEN} bytes)"
             );
@@ -166,7 +166,7 @@ impl RegionTable {
             }
             _ => format!("remote access with unknown or stale rkey {key:#x}: refused"),
         };
-        tracing::error!("{msg}");
+        ucs::error!("{msg}");
         Error::new(Status::InvalidAddr, msg)
     }
 
@@ -229,7 +229,7 @@ impl RegionTable {
             AtomicSize::U64 => 8,
         };
         if !addr.is_multiple_of(width as u64) {
-            tracing::error!("atomic at unaligned address {addr:#x} (needs {width}-byte alignment): refused");
+            ucs::error!("atomic at unaligned address {addr:#x} (needs {width}-byte alignment): refused");
             return Err(Status::InvalidAddr.into());
         }
         let p = self.check(key, addr, width, MemAccess::REMOTE_ATOMIC)?;

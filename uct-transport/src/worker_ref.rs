@@ -37,7 +37,7 @@ unsafe extern "C" fn call_boxed<F: FnMut() -> u32>(arg: *mut c_void) -> u32 {
     // because this is called across the boundary.
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*(arg as *mut F))() })).unwrap_or_else(
         |_| {
-            tracing::error!("panic in a transport progress/timer callback (caught)");
+            ucs::error!("panic in a transport progress/timer callback (caught)");
             0
         },
     )
@@ -50,7 +50,7 @@ unsafe extern "C" fn call_boxed_ev<F: FnMut(u32)>(arg: *mut c_void, ev: u32) {
     // SAFETY: as in `call_boxed`.
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*(arg as *mut F))(ev) }));
     if r.is_err() {
-        tracing::error!("panic in a transport fd handler (caught)");
+        ucs::error!("panic in a transport fd handler (caught)");
     }
 }
 

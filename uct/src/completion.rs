@@ -75,7 +75,7 @@ impl CompInner {
             let cb = self.cb.borrow_mut().take();
             if let Some(mut cb) = cb {
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(status))).is_err() {
-                    tracing::error!("panic in a completion callback (caught)");
+                    ucs::error!("panic in a completion callback (caught)");
                 }
                 let mut slot = self.cb.borrow_mut();
                 if slot.is_none() {

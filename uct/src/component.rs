@@ -185,7 +185,7 @@ impl Md {
                 let st =
                     unsafe { (t.query_devices)(self.inner.handle, buf.as_mut_ptr(), buf.len(), &mut count) };
                 if let Err(e) = check(st) {
-                    tracing::warn!(tl = super::component::cstr(t.name), "cannot query devices: {e}");
+                    ucs::warn!(tl = super::component::cstr(t.name), "cannot query devices: {e}");
                     break;
                 }
                 if count <= buf.len() {

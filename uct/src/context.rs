@@ -89,7 +89,7 @@ pub struct ContextBuilder {
 fn host_api() -> &'static RawHostApi {
     static API: OnceLock<RawHostApi> = OnceLock::new();
     API.get_or_init(|| {
-        let level = match tracing::level_filters::LevelFilter::current().into_level() {
+        let level = match ucs::log::max_level().into_level() {
             None => 0,
             Some(tracing::Level::ERROR) => 1,
             Some(tracing::Level::WARN) => 2,
@@ -174,7 +174,7 @@ impl ContextBuilder {
                     .iter()
                     .any(|i| i.name == name && i.status == ModuleStatus::Builtin)
                 {
-                    tracing::info!(module = %name, path = %path.display(), "plugin shadowed by the built-in module of the same name");
+                    ucs::info!(module = %name, path = %path.display(), "plugin shadowed by the built-in module of the same name");
                     ModuleStatus::Shadowed
                 } else if !ucs::module::allowed_with(&name, &ctx.settings) {
                     ModuleStatus::Denied
@@ -185,7 +185,7 @@ impl ContextBuilder {
                             continue;
                         }
                         Err(reason) => {
-                            tracing::warn!("skipping plugin {}: {reason}", path.display());
+                            ucs::warn!("skipping plugin {}: {reason}", path.display());
                             ModuleStatus::Failed(reason)
                         }
                     }
@@ -320,7 +320,7 @@ impl Context {
                 let md = match c.md_open_with(&md_name, &self.settings) {
                     Ok(md) => md,
                     Err(e) => {
-                        tracing::debug!("{}: memory domain {md_name} not used: {e}", c.name());
+                        ucs::debug!("{}: memory domain {md_name} not used: {e}", c.name());
                         continue;
                     }
                 };
@@ -357,7 +357,7 @@ impl Context {
                 let md = match c.md_open_with(&md_name, &self.settings) {
                     Ok(md) => md,
                     Err(e) => {
-                        tracing::debug!("{}: memory domain {md_name} not used: {e}", c.name());
+                        ucs::debug!("{}: memory domain {md_name} not used: {e}", c.name());
                         continue;
                     }
                 };

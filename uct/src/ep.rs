@@ -526,7 +526,7 @@ unsafe extern "C" fn pending_tramp(req: *mut RawPendingReq) -> RawStatus {
     };
     let ep = view.ep();
     let r = catch_unwind(AssertUnwindSafe(|| (b.f)(&ep))).unwrap_or_else(|_| {
-        tracing::error!("panic in a pending request (caught); request dropped");
+        ucs::error!("panic in a pending request (caught); request dropped");
         PendingResult::Done
     });
     drop(ep);
@@ -551,7 +551,7 @@ unsafe extern "C" fn purge_tramp(req: *mut RawPendingReq, arg: *mut c_void) {
     // SAFETY: as above.
     let f = unsafe { &mut *(arg as *mut &mut dyn FnMut(PendingRequest)) };
     if catch_unwind(AssertUnwindSafe(|| f(PendingRequest(b)))).is_err() {
-        tracing::error!("panic in a pending purge callback (caught)");
+        ucs::error!("panic in a pending purge callback (caught)");
     }
 }
 

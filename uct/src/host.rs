@@ -189,11 +189,11 @@ pub(crate) unsafe extern "C" fn host_log(
         let t = String::from_utf8_lossy(t);
         let m = String::from_utf8_lossy(m);
         match level {
-            1 => tracing::error!(target: "rucx::plugin", "[{t}] {m}"),
-            2 => tracing::warn!(target: "rucx::plugin", "[{t}] {m}"),
-            3 => tracing::info!(target: "rucx::plugin", "[{t}] {m}"),
-            4 => tracing::debug!(target: "rucx::plugin", "[{t}] {m}"),
-            _ => tracing::trace!(target: "rucx::plugin", "[{t}] {m}"),
+            1 => ucs::error!(target: "rucx::plugin", "[{t}] {m}"),
+            2 => ucs::warn!(target: "rucx::plugin", "[{t}] {m}"),
+            3 => ucs::info!(target: "rucx::plugin", "[{t}] {m}"),
+            4 => ucs::debug!(target: "rucx::plugin", "[{t}] {m}"),
+            _ => ucs::trace!(target: "rucx::plugin", "[{t}] {m}"),
         }
     });
 }
@@ -220,7 +220,7 @@ pub(crate) unsafe extern "C" fn pack_tramp<F: FnOnce(&mut [u8]) -> usize>(
         }
     }))
     .unwrap_or_else(|_| {
-        tracing::error!("panic in a bcopy pack callback (caught); nothing sent");
+        ucs::error!("panic in a bcopy pack callback (caught); nothing sent");
         usize::MAX
     })
 }
@@ -243,7 +243,7 @@ pub(crate) unsafe extern "C" fn unpack_tramp<F: FnOnce(&[u8])>(
     // SAFETY: `data` is valid for `len` bytes during the call.
     let d = unsafe { std::slice::from_raw_parts(data, len) };
     if catch_unwind(AssertUnwindSafe(|| f(d))).is_err() {
-        tracing::error!("panic in a get_bcopy unpack callback (caught)");
+        ucs::error!("panic in a get_bcopy unpack callback (caught)");
     }
 }
 

@@ -223,7 +223,7 @@ unsafe extern "C" fn am_tramp<F: FnMut(&AmMessage<'_>) + 'static>(
         iface: &h.iface,
     };
     if catch_unwind(AssertUnwindSafe(|| (h.f)(&msg))).is_err() {
-        tracing::error!("panic in an AM handler (caught); message dropped");
+        ucs::error!("panic in an AM handler (caught); message dropped");
     }
     if msg.kept.get() {
         Status::InProgress.as_raw()
@@ -259,7 +259,7 @@ unsafe extern "C" fn err_tramp(arg: *mut c_void, ep: *mut c_void, status: RawSta
     // SAFETY: `arg` is the boxed registry owned by the iface, which outlives its transport.
     let reg = unsafe { &*(arg as *const EpRegistry) };
     let Some(key) = reg.keys.borrow().get(&(ep as usize)).copied() else {
-        tracing::debug!("peer failure reported for an endpoint already destroyed: ignored");
+        ucs::debug!("peer failure reported for an endpoint already destroyed: ignored");
         return 0;
     };
     // Taken out while it runs, so the handler may drop endpoints (which touches `keys`).
@@ -271,7 +271,7 @@ unsafe extern "C" fn err_tramp(arg: *mut c_void, ep: *mut c_void, status: RawSta
     match r {
         Ok(()) => 0,
         Err(_) => {
-            tracing::error!("panic in an error handler (caught)");
+            ucs::error!("panic in an error handler (caught)");
             Status::IoError.as_raw()
         }
     }

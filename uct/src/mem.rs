@@ -48,7 +48,7 @@ impl MemInner {
         let ok = match self.md.mem_dereg_raw(self.memh) {
             Ok(()) => true,
             Err(e) => {
-                tracing::warn!(
+                ucs::warn!(
                     "memory deregistration failed: {e}; its {} bytes stay allocated (never freed)",
                     self.len
                 );
@@ -98,7 +98,7 @@ impl Mem {
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
-            tracing::error!(len, "cannot allocate {len} bytes for registered memory");
+            ucs::error!(len, "cannot allocate {len} bytes for registered memory");
             return Err(Status::NoMemory.into());
         }
         let memh = match md.mem_reg_raw(ptr, len, access) {
@@ -241,7 +241,7 @@ impl Mem {
         match offset.checked_add(len) {
             Some(end) if end <= self.inner.len => Ok(()),
             _ => {
-                tracing::error!(
+                ucs::error!(
                     offset,
                     len,
                     size = self.inner.len,

@@ -82,23 +82,23 @@ pub fn parse(args: &[String]) -> Result<Parsed> {
                     i += 1;
                     args[i - 1].clone()
                 } else {
-                    tracing::error!("option requires an argument -- '{c}'");
+                    ucs::error!("option requires an argument -- '{c}'");
                     return Err(Status::InvalidParam.into());
                 };
                 match c {
                     'p' => port = num(c, &val)?,
                     'c' => {
-                        tracing::error!(
+                        ucs::error!(
                             "-c (CPU affinity) is not supported; pin with `taskset -c <cpus>` instead"
                         );
                         return Err(Status::Unsupported.into());
                     }
                     'b' => {
-                        tracing::error!("-b (batch files) is not supported by rucx-perftest");
+                        ucs::error!("-b (batch files) is not supported by rucx-perftest");
                         return Err(Status::Unsupported.into());
                     }
                     'T' | 'r' | 'E' => {
-                        tracing::error!("-{c} is a UCP-only option; rucx-perftest runs UCT tests");
+                        ucs::error!("-{c} (a UCP option of ucx_perftest) is not supported by rucx-perftest");
                         return Err(Status::Unsupported.into());
                     }
                     _ => p.apply(c, &val)?,
@@ -114,20 +114,20 @@ pub fn parse(args: &[String]) -> Result<Parsed> {
                     'L' => threads_loopback = true,
                     'h' => return Ok(Parsed::Help),
                     'S' | 'C' | 'U' | 'e' | 'B' | 'z' => {
-                        tracing::error!("-{c} is a UCP-only option; rucx-perftest runs UCT tests");
+                        ucs::error!("-{c} (a UCP option of ucx_perftest) is not supported by rucx-perftest");
                         return Err(Status::Unsupported.into());
                     }
                     _ => p.apply(c, "")?,
                 }
             } else {
-                tracing::error!("invalid option -- '{c}' (see -h)");
+                ucs::error!("invalid option -- '{c}' (see -h)");
                 return Err(Status::InvalidParam.into());
             }
         }
     }
     let role = match (host, p.loopback || threads_loopback) {
         (Some(_), true) => {
-            tracing::error!(
+            ucs::error!(
                 "conflicting arguments: server hostname argument is not allowed in loopback (-l) mode"
             );
             return Err(Status::InvalidParam.into());
@@ -149,17 +149,25 @@ pub fn parse(args: &[String]) -> Result<Parsed> {
     })))
 }
 
-/// The help text (UCX's layout, limited to what rucx-perftest runs).
+/// The help text (UCX's layout, limited to what rucx-perftest runs: every UCT test and the UCP
+/// tests [`super::ucp_bench`] implements).
 pub fn usage(program: &str) -> String {
     let d = Params::default();
     let mut s = String::new();
     let _ = writeln!(s, "  Usage: {program} [ server-hostname ] [ options ]\n");
     let _ = writeln!(s, "  Common options:");
     let _ = writeln!(s, "     -t <test>      test to run:");
-    for t in TESTS.iter().filter(|t| t.api == Api::Uct) {
-        let _ = writeln!(s, "    {:>13} - UCT {}", t.name, t.desc);
+    for t in TESTS
+        .iter()
+        .filter(|t| t.api == Api::Uct || super::ucp_bench::supported(t.name))
+    {
+        let api = if t.api == Api::Uct { "UCT" } else { "UCP" };
+        let _ = writeln!(s, "    {:>13} - {api} {}", t.name, t.desc);
     }
-    let _ = writeln!(s, "                    (UCP tests are not implemented yet)\n");
+    let _ = writeln!(
+        s,
+        "                    (UCP tests use the transports RUCX_TLS selects; -x and -d are for UCT)\n"
+    );
     let _ = writeln!(
         s,
         "     -s <size>      list of scatter-gather sizes for single message ({})",
@@ -340,5 +348,26 @@ mod tests {
         assert!(parse(&args("-s 8,x")).is_err());
         assert!(parse(&args("-n")).is_err());
         assert!(parse(&args("-k")).is_err());
+    }
+
+    #[test]
+    fn help_lists_every_test_that_runs() {
+        let u = usage("rucx-perftest");
+        let listed: Vec<&str> = u
+            .lines()
+            .filter_map(|l| l.split_once(" - UC").map(|(name, _)| name.trim()))
+            .collect();
+        // Every UCP test listed is implemented, and every implemented one is listed.
+        for t in TESTS {
+            let runs = t.api == Api::Uct || crate::perftest::ucp_bench::supported(t.name);
+            assert_eq!(listed.contains(&t.name), runs, "{}:\n{u}", t.name);
+        }
+        assert_eq!(u.matches(" - UCP ").count(), 15, "{u}");
+        assert!(u.contains("      tag_lat - UCP tag match latency"), "{u}");
+        assert!(
+            u.contains("    ucp_am_bw - UCP am bandwidth / message rate"),
+            "{u}"
+        );
+        assert!(!u.contains("not implemented"), "{u}");
     }
 }

@@ -89,7 +89,7 @@ fn run(opts: Options) -> Result<()> {
         }
         Role::LoopbackThreads => {
             let (a, b) = UnixStream::pair().map_err(|e| {
-                tracing::error!("socketpair() failed: {e}");
+                ucs::error!("socketpair() failed: {e}");
                 Status::IoError
             })?;
             let server = std::thread::Builder::new()
@@ -126,7 +126,7 @@ fn run_test(mut p: Params, print: PrintFlags, mut rte: Rte) -> Result<()> {
     }
     let r = p.check().and_then(|()| perf_run(&p, print, &mut rte));
     if let Err(e) = &r {
-        tracing::error!("Failed to run test: {e}");
+        ucs::error!("Failed to run test: {e}");
     }
     r
 }

@@ -21,7 +21,7 @@ pub mod cmd {
     pub const FADD: u8 = 4;
     pub const SWAP: u8 = 5;
     pub const CSWAP: u8 = 6;
-    /// UCP-only commands (not run by this tool).
+    /// The UCP tests (run by `ucp_bench`).
     pub const UCP: u8 = 7;
 }
 
@@ -198,7 +198,7 @@ impl Params {
     /// UCX's `adjust_test_params`: a test is required; `-O 0` means the test's default window.
     pub fn adjust(&mut self) -> Result<()> {
         let Some(i) = self.test else {
-            tracing::error!("command line: missing test name (give one with -t, e.g. -t am_lat)");
+            ucs::error!("command line: missing test name (give one with -t, e.g. -t am_lat)");
             return Err(Status::InvalidParam.into());
         };
         if self.max_outstanding == 0 {
@@ -207,18 +207,18 @@ impl Params {
         Ok(())
     }
 
-    /// UCX's `check_params`: UCT tests need `-d` and `-x`; UCP tests are not available here.
+    /// UCX's `check_params`: UCT tests need `-d` and `-x`; UCP tests must be implemented here.
     pub fn check(&self) -> Result<()> {
         if self.desc().api == Api::Ucp {
             if !super::ucp_bench::supported(self.desc().name) {
-                tracing::error!(
+                ucs::error!(
                     test = self.desc().name,
                     "this UCP test is not implemented by rucx-perftest yet"
                 );
                 return Err(Status::Unsupported.into());
             }
             if self.ucp_iov {
-                tracing::error!(
+                ucs::error!(
                     test = self.desc().name,
                     "-D iov: rucx's UCP API sends and receives contiguous buffers only (no \
                      scatter-gather datatype); use -D contig (the default)"
@@ -229,11 +229,11 @@ impl Params {
             return Ok(());
         }
         if self.dev == NONE {
-            tracing::error!("A device must be specified with -d flag for UCT test");
+            ucs::error!("A device must be specified with -d flag for UCT test");
             return Err(Status::InvalidParam.into());
         }
         if self.tl == NONE {
-            tracing::error!("A transport must be specified with -x flag for UCT test");
+            ucs::error!("A transport must be specified with -x flag for UCT test");
             return Err(Status::InvalidParam.into());
         }
         Ok(())
@@ -400,20 +400,18 @@ impl Params {
 }
 
 fn proto(what: &str) -> Error {
-    tracing::error!(
-        "out-of-band parameters from the client: {what}; use the same rucx-perftest on both sides"
-    );
+    ucs::error!("out-of-band parameters from the client: {what}; use the same rucx-perftest on both sides");
     Status::InvalidParam.into()
 }
 
 fn bad<T>(msg: &str) -> Result<T> {
-    tracing::error!("{msg}");
+    ucs::error!("{msg}");
     Err(Status::InvalidParam.into())
 }
 
 pub fn num<T: std::str::FromStr>(opt: char, arg: &str) -> Result<T> {
     arg.trim().parse().map_err(|_| {
-        tracing::error!("Invalid option argument for -{opt}: {arg:?} is not a non-negative number");
+        ucs::error!("Invalid option argument for -{opt}: {arg:?} is not a non-negative number");
         Error::from(Status::InvalidParam)
     })
 }
@@ -423,7 +421,7 @@ fn sizes(arg: &str) -> Result<Vec<usize>> {
         .enumerate()
         .map(|(i, s)| {
             s.trim().parse().map_err(|_| {
-                tracing::error!("Invalid option substring argument at position {i} of -s {arg:?}");
+                ucs::error!("Invalid option substring argument at position {i} of -s {arg:?}");
                 Error::from(Status::InvalidParam)
             })
         })

@@ -61,7 +61,7 @@ pub enum Rte {
 }
 
 fn io_err(what: &str, e: std::io::Error) -> Error {
-    tracing::error!("out-of-band connection: {what} failed: {e}");
+    ucs::error!("out-of-band connection: {what} failed: {e}");
     if matches!(
         e.kind(),
         ErrorKind::UnexpectedEof | ErrorKind::BrokenPipe | ErrorKind::ConnectionReset
@@ -99,7 +99,7 @@ pub fn accept(port: u16, ipv6: bool) -> Result<(TcpStream, SocketAddr)> {
     };
     // std sets SO_REUSEADDR on listeners, as UCX does.
     let l = TcpListener::bind(any).map_err(|e| {
-        tracing::error!("server failed. bind() failed: {e} (is another server on port {port}? use -p)");
+        ucs::error!("server failed. bind() failed: {e} (is another server on port {port}? use -p)");
         Status::IoError
     })?;
     println!("Waiting for connection...");
@@ -114,7 +114,7 @@ pub fn connect(host: &str, port: u16, ipv6: bool) -> Result<TcpStream> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .map_err(|e| {
-            tracing::error!("getaddrinfo(server:{host}, port:{port}) error: [{e}]");
+            ucs::error!("getaddrinfo(server:{host}, port:{port}) error: [{e}]");
             Status::IoError
         })?
         .filter(|a| a.is_ipv6() == ipv6)
@@ -128,9 +128,9 @@ pub fn connect(host: &str, port: u16, ipv6: bool) -> Result<TcpStream> {
     }
     match last {
         Some(e) => {
-            tracing::error!("client failed. connect() failed: {e} (is the server running on {host}:{port}?)")
+            ucs::error!("client failed. connect() failed: {e} (is the server running on {host}:{port}?)")
         }
-        None => tracing::error!(
+        None => ucs::error!(
             "client failed. no {} address for {host}",
             if ipv6 { "IPv6" } else { "IPv4" }
         ),
@@ -210,7 +210,7 @@ impl Rte {
             if link.poll_readable(1).map_err(|e| io_err("poll()", e))? {
                 match link.read(&mut buf[off..]) {
                     Ok(0) => {
-                        tracing::error!(
+                        ucs::error!(
                             "out-of-band connection closed by the peer (did it fail? see its output)"
                         );
                         return Err(Status::ConnectionReset.into());
@@ -248,7 +248,7 @@ impl Rte {
                 Self::read_exact(link, &mut len, progress)?;
                 let len = u64::from_le_bytes(len);
                 if len > max as u64 {
-                    tracing::error!(
+                    ucs::error!(
                         len,
                         max,
                         "out-of-band message too long: the peer is not a matching rucx-perftest"
@@ -272,7 +272,7 @@ impl Rte {
                 let mut b = [0u8; 4];
                 Self::read_exact(link, &mut b, progress)?;
                 if u32::from_le_bytes(b) != MAGIC {
-                    tracing::error!("out-of-band barrier out of step with the peer");
+                    ucs::error!("out-of-band barrier out of step with the peer");
                     return Err(Status::IoError.into());
                 }
                 Ok(())

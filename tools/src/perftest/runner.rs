@@ -122,12 +122,12 @@ impl<'s> Bench<'s> {
     /// Prepares the buffers and I/O vectors of `setup` for the test in `p`.
     pub fn new(p: &Params, setup: &'s Setup) -> Result<Bench<'s>> {
         let Some(peer) = setup.peer.as_ref() else {
-            tracing::error!("not connected");
+            ucs::error!("not connected");
             return Err(Status::NotConnected.into());
         };
         let t = p.desc();
         if t.cmd != cmd::AM && peer.rkey.is_none() {
-            tracing::error!("the peer sent no remote key; this test needs one");
+            ucs::error!("the peer sent no remote key; this test needs one");
             return Err(Status::Unsupported.into());
         }
         let size = buffer_size(p);
@@ -144,7 +144,7 @@ impl<'s> Bench<'s> {
             skip = 0;
         }
         if ranges.len() > MAX_IOV && matches!(p.layout, layout::ZCOPY | layout::SHORT_IOV) {
-            tracing::error!("at most {MAX_IOV} scatter-gather entries");
+            ucs::error!("at most {MAX_IOV} scatter-gather entries");
             return Err(Status::Unsupported.into());
         }
         let mut iov = Vec::new();
@@ -512,7 +512,7 @@ impl<'s> Bench<'s> {
             cmd::ADD => SnSrc::Recv(0),
             cmd::PUT => SnSrc::Recv(self.length - 1),
             _ => {
-                tracing::error!("Cannot run this test in ping-pong mode");
+                ucs::error!("Cannot run this test in ping-pong mode");
                 return Err(Status::InvalidParam.into());
             }
         };
@@ -692,7 +692,7 @@ impl<'s> Bench<'s> {
     pub fn validation_status(&self, my_index: usize) -> Status {
         let bad_am = self.setup.am_bad.get();
         if bad_am > 0 {
-            tracing::error!(
+            ucs::error!(
                 bad_am,
                 "data validation failed: {bad_am} active messages with a wrong length or payload"
             );
@@ -702,7 +702,7 @@ impl<'s> Bench<'s> {
         let check = |got: &[u8], want: fn(usize) -> u8, what: &str| {
             let wrong = inner.clone().filter(|&i| got.get(i) != Some(&want(i))).count();
             if wrong > 0 {
-                tracing::error!(wrong, "data validation failed: {wrong} wrong bytes in the {what}");
+                ucs::error!(wrong, "data validation failed: {wrong} wrong bytes in the {what}");
                 Status::IoError
             } else {
                 Status::Ok
@@ -731,7 +731,7 @@ impl<'s> Bench<'s> {
 
 #[cold]
 fn send_failed(e: Error) -> Error {
-    tracing::error!("Failed to send: {e}");
+    ucs::error!("Failed to send: {e}");
     e
 }
 

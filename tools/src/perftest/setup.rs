@@ -143,15 +143,15 @@ pub fn check_capabilities(p: &Params, attr: &IfaceAttr, md: &Md) -> Status {
         _ => (IfaceFlags::EMPTY, 0, 8, 1),
     };
     if size < 1 {
-        tracing::error!("Message size too small, need to be at least 1");
+        ucs::error!("Message size too small, need to be at least 1");
         return Status::InvalidParam;
     }
     if p.max_outstanding < 1 {
-        tracing::error!("max_outstanding, need to be at least 1");
+        ucs::error!("max_outstanding, need to be at least 1");
         return Status::InvalidParam;
     }
     if p.iov_stride > 0 && p.sizes.iter().any(|&s| s > p.iov_stride) {
-        tracing::error!(stride = p.iov_stride, "Buffer size bigger than stride");
+        ucs::error!(stride = p.iov_stride, "Buffer size bigger than stride");
         return Status::InvalidParam;
     }
     if matches!(t.cmd, cmd::ADD | cmd::FADD | cmd::SWAP | cmd::CSWAP) {
@@ -164,7 +164,7 @@ pub fn check_capabilities(p: &Params, attr: &IfaceAttr, md: &Md) -> Status {
             4 => &attr.atomic32,
             8 => &attr.atomic64,
             _ => {
-                tracing::error!(
+                ucs::error!(
                     size,
                     "atomic tests need a message size of 4 or 8 bytes (-s 4 or -s 8)"
                 );
@@ -177,7 +177,7 @@ pub fn check_capabilities(p: &Params, attr: &IfaceAttr, md: &Md) -> Status {
             caps.fop_flags
         };
         if !ops.contains(op.flag()) {
-            tracing::error!(
+            ucs::error!(
                 "{}/{} does not support {}-bit atomic {:?}",
                 p.tl,
                 p.dev,
@@ -187,7 +187,7 @@ pub fn check_capabilities(p: &Params, attr: &IfaceAttr, md: &Md) -> Status {
             return Status::Unsupported;
         }
     } else if !attr.flags.contains(required) {
-        tracing::error!(
+        ucs::error!(
             "{}/{} does not support operation {}",
             p.tl,
             p.dev,
@@ -196,20 +196,20 @@ pub fn check_capabilities(p: &Params, attr: &IfaceAttr, md: &Md) -> Status {
         return Status::Unsupported;
     }
     if size < min {
-        tracing::error!("Message size ({size}) is smaller than min supported ({min})");
+        ucs::error!("Message size ({size}) is smaller than min supported ({min})");
         return Status::Unsupported;
     }
     if size > max {
-        tracing::error!("Message size ({size}) is larger than max supported ({max})");
+        ucs::error!("Message size ({size}) is larger than max supported ({max})");
         return Status::Unsupported;
     }
     if t.cmd == cmd::AM {
         if p.layout == layout::SHORT && p.am_hdr_size != 8 {
-            tracing::error!("Short AM header size must be 8 bytes");
+            ucs::error!("Short AM header size must be 8 bytes");
             return Status::InvalidParam;
         }
         if p.layout == layout::ZCOPY && p.am_hdr_size > attr.am.max_hdr {
-            tracing::error!(
+            ucs::error!(
                 "AM header size ({}) is larger than max supported ({})",
                 p.am_hdr_size,
                 attr.am.max_hdr
@@ -217,38 +217,38 @@ pub fn check_capabilities(p: &Params, attr: &IfaceAttr, md: &Md) -> Status {
             return Status::Unsupported;
         }
         if p.am_hdr_size > size {
-            tracing::error!(
+            ucs::error!(
                 "AM header size ({}) is larger than message size ({size})",
                 p.am_hdr_size
             );
             return Status::InvalidParam;
         }
         if p.fc_window > MAX_FC_WINDOW {
-            tracing::error!(
+            ucs::error!(
                 "AM flow-control window ({}) too large (should be <= {MAX_FC_WINDOW})",
                 p.fc_window
             );
             return Status::InvalidParam;
         }
         if p.layout == layout::ZCOPY && p.sizes.len() > 1 && p.am_hdr_size > p.sizes[0] {
-            tracing::error!("AM header size larger than the first IOV message size");
+            ucs::error!("AM header size larger than the first IOV message size");
             return Status::InvalidParam;
         }
     }
     if matches!(p.layout, layout::ZCOPY | layout::SHORT_IOV) && p.sizes.len() > max_iov.max(1) {
-        tracing::error!(
+        ucs::error!(
             "Wrong number of IOV entries. Requested is {}, should be in the range 1...{max_iov}",
             p.sizes.len()
         );
         return Status::Unsupported;
     }
     if p.layout == layout::SHORT_IOV && t.cmd != cmd::AM {
-        tracing::error!("-D shortiov is only for active messages");
+        ucs::error!("-D shortiov is only for active messages");
         return Status::Unsupported;
     }
     let needs_mem = t.cmd != cmd::AM || p.layout == layout::ZCOPY;
     if needs_mem && !md.attr().flags.contains(MdFlags::REG) {
-        tracing::error!(
+        ucs::error!(
             "memory domain {} cannot register memory, which this test needs",
             md.name()
         );
@@ -276,7 +276,7 @@ fn open(ctx: &Context, p: &Params, watch: &PeerWatch) -> Result<(Worker, Md, Ifa
     };
     let worker = Worker::with_async_mode(mode)?;
     let (md, _) = ctx.find_resource(&p.tl, &p.dev).inspect_err(|_| {
-        tracing::error!(
+        ucs::error!(
             "Cannot use {}/{} (list transports and devices with rucx-info -d)",
             p.tl,
             p.dev
@@ -291,7 +291,7 @@ fn open(ctx: &Context, p: &Params, watch: &PeerWatch) -> Result<(Worker, Md, Ifa
         )
     });
     let iface = Iface::open(&md, &worker, params).inspect_err(|e| {
-        tracing::error!("Failed to open iface: {e}");
+        ucs::error!("Failed to open iface: {e}");
     })?;
     Ok((worker, md, iface))
 }
@@ -303,7 +303,7 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 
 fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8]> {
     if b.len() < n {
-        tracing::error!("peer address blob is truncated: the peer is not a matching rucx-perftest");
+        ucs::error!("peer address blob is truncated: the peer is not a matching rucx-perftest");
         return Err(Status::InvalidParam.into());
     }
     let (h, t) = b.split_at(n);
@@ -370,7 +370,7 @@ impl Setup {
     fn connect(&mut self, rte: &mut Rte) -> Result<()> {
         let to_ep = self.attr.flags.contains(IfaceFlags::CONNECT_TO_EP);
         if !to_ep && !self.attr.flags.contains(IfaceFlags::CONNECT_TO_IFACE) {
-            tracing::error!(
+            ucs::error!(
                 "{}: the transport connects neither to an iface nor to an ep",
                 self.iface.tl_name()
             );
@@ -403,12 +403,12 @@ impl Setup {
         let iface_addr = take_bytes(&mut r)?;
         let ep_addr = take_bytes(&mut r)?;
         if !self.iface.is_reachable(dev, iface_addr) {
-            tracing::error!("Destination is unreachable");
+            ucs::error!("Destination is unreachable");
             return Err(Status::Unreachable.into());
         }
         let rkey = if !rkey.is_empty() && self.md.attr().flags.contains(MdFlags::REG) {
             Some(self.md.component().rkey_unpack(rkey).inspect_err(|e| {
-                tracing::error!("Failed to uct_rkey_unpack: {e}");
+                ucs::error!("Failed to uct_rkey_unpack: {e}");
             })?)
         } else {
             None
@@ -416,12 +416,12 @@ impl Setup {
         let ep = match ep {
             Some(ep) => {
                 ep.connect_to_ep(dev, ep_addr).inspect_err(|e| {
-                    tracing::error!("Failed to connect endpoint: {e}");
+                    ucs::error!("Failed to connect endpoint: {e}");
                 })?;
                 ep
             }
             None => self.iface.ep_create_connected(dev, iface_addr).inspect_err(|e| {
-                tracing::error!("Failed to connect endpoint: {e}");
+                ucs::error!("Failed to connect endpoint: {e}");
             })?,
         };
         self.peer = Some(Peer {
@@ -444,7 +444,7 @@ impl Setup {
                 Err(e) if e == Status::NoResource => {}
                 Ok(Outcome::Done) => return Ok(()),
                 Err(e) => {
-                    tracing::error!("uct_iface_flush() failed: {e}");
+                    ucs::error!("uct_iface_flush() failed: {e}");
                     return Ok(());
                 }
             }

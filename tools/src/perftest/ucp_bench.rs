@@ -213,7 +213,7 @@ impl UcpBench {
         if self.bad.get() == 0 {
             Status::Ok
         } else {
-            tracing::error!(bad = self.bad.get(), "received data differs from what was sent");
+            ucs::error!(bad = self.bad.get(), "received data differs from what was sent");
             Status::IoError
         }
     }
@@ -561,7 +561,7 @@ fn install_am_handler(w: &Worker, len: usize, validate: bool, count: &Rc<Cell<u6
                             *spare.borrow_mut() = v;
                         }
                         Err(e) => {
-                            tracing::error!("am_recv_data: {e}");
+                            ucs::error!("am_recv_data: {e}");
                             b.set(b.get() + 1);
                         }
                     }

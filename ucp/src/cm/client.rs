@@ -73,7 +73,7 @@ impl Cm {
                     .add_timer(every, move || any.store(true, Ordering::Release))
                 {
                     Ok(id) => self.tick.set(Some(id)),
-                    Err(e) => tracing::warn!(
+                    Err(e) => ucs::warn!(
                         "ucp: connection manager: no timer ({e}): handshake deadlines are checked \
                          only when something else happens"
                     ),

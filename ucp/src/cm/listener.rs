@@ -212,7 +212,7 @@ pub(crate) fn start(
                 format!("ucp: listen on {addr}: a thread: {e}"),
             )
         })?;
-    tracing::debug!("ucp: listening on {local}");
+    ucs::debug!("ucp: listening on {local}");
     Ok(Listener {
         inner: Rc::new(Inner {
             addr: local,
@@ -246,7 +246,7 @@ fn accept_loop(
                     .set_write_timeout(Some(ANNOUNCE_TIMEOUT))
                     .and_then(|()| s.write_all(announce));
                 if let Err(e) = sent {
-                    tracing::debug!("ucp: connection manager: client {peer}: announcing: {e}");
+                    ucs::debug!("ucp: connection manager: client {peer}: announcing: {e}");
                     continue;
                 }
                 if tx.send((s, peer)).is_err() {
@@ -258,7 +258,7 @@ fn accept_loop(
                 }
             }
             Err(e) => {
-                tracing::warn!("ucp: connection manager: accept: {e}");
+                ucs::warn!("ucp: connection manager: accept: {e}");
                 // Out of file descriptors, for one: give the others time to close some.
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -395,7 +395,7 @@ impl ConnRequest {
             address: Vec::new(),
         };
         if let Err(e) = self.answer(&m) {
-            tracing::debug!("{e}");
+            ucs::debug!("{e}");
         }
     }
 

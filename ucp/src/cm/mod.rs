@@ -239,7 +239,7 @@ impl Cm {
     /// Adds a handshake connection; what it already received is read on the next progress.
     fn add_conn(&self, stream: TcpStream, peer: SocketAddr, side: Side) {
         if let Err(e) = self.try_add_conn(stream, peer, side) {
-            tracing::warn!("{e}: connection dropped");
+            ucs::warn!("{e}: connection dropped");
         }
     }
 
@@ -261,7 +261,7 @@ impl Cm {
             if incoming_side(&side) && conns.iter().filter(|c| incoming(c)).count() >= MAX_INCOMING {
                 if let Some(i) = conns.iter().position(incoming) {
                     let old = conns.remove(i);
-                    tracing::warn!(
+                    ucs::warn!(
                         "ucp: connection manager: client {}: no REQUEST while {MAX_INCOMING} \
                          others waited: connection dropped",
                         old.peer
@@ -283,7 +283,7 @@ impl Cm {
         match d {
             Done::Failed(c, e) => match c.side {
                 Side::Incoming { .. } => {
-                    tracing::warn!(
+                    ucs::warn!(
                         "ucp: connection manager: client {}: {e}: connection dropped",
                         c.peer
                     )
@@ -350,7 +350,7 @@ impl Cm {
                         // The listener is gone: the request drops, which rejects it.
                         None => drop(req),
                     },
-                    Err(e) => tracing::warn!(
+                    Err(e) => ucs::warn!(
                         "ucp: connection manager: client {}: {e}: connection dropped",
                         c.peer
                     ),
@@ -380,7 +380,7 @@ impl Cm {
                     };
                     if let Err(e) = r {
                         if e.status() != Status::Rejected {
-                            tracing::warn!("{e}");
+                            ucs::warn!("{e}");
                         }
                         ep.fail(e);
                     }

@@ -129,7 +129,7 @@ impl TlsSpec for String {
 
 fn invalid(spec: &str, expected: &str) -> Error {
     let msg = format!("RUCX_TLS={spec} is invalid: expected {expected}");
-    tracing::error!("{msg}");
+    ucs::error!("{msg}");
     Error::new(Status::InvalidParam, msg)
 }
 

@@ -84,7 +84,7 @@ impl EpInner {
         if matches!(self.wired.get(), Wired::Failed(_) | Wired::Closed) {
             return;
         }
-        tracing::debug!("ucp: endpoint to {:#x} failed: {e}", self.remote.uuid);
+        ucs::debug!("ucp: endpoint to {:#x} failed: {e}", self.remote.uuid);
         self.wired.set(Wired::Failed(e.status()));
         *self.error.borrow_mut() = Some(e);
         if let Some(w) = self.worker.upgrade() {
@@ -165,13 +165,13 @@ pub(crate) fn run_failures(w: &Rc<WorkerInner>) {
             Some(mut h) => {
                 let handle = Ep { inner: ep.clone() };
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(&handle, &e))).is_err() {
-                    tracing::error!(
+                    ucs::error!(
                         "ucp: panic in the error handler of the endpoint to {:#x} (caught)",
                         ep.remote.uuid
                     );
                 }
             }
-            None => tracing::warn!(
+            None => ucs::warn!(
                 "ucp: endpoint to worker {:#x} failed: {e} (set an error handler with Ep::set_error_handler)",
                 ep.remote.uuid
             ),

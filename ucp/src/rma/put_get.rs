@@ -189,7 +189,7 @@ impl Xfer {
                     if !wi.iface.attr().flags.contains(bcopy) || caps.max_bcopy == 0 {
                         return Err(e.context_with(format_args!("ucp: {what}: registering the buffer")));
                     }
-                    tracing::debug!("ucp: {what} by bcopy: registering the buffer failed: {e}");
+                    ucs::debug!("ucp: {what} by bcopy: registering the buffer failed: {e}");
                     (mode, chunk) = (Mode::Bcopy, caps.max_bcopy);
                     Buf::Vec(data)
                 }

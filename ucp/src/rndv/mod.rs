@@ -144,7 +144,7 @@ pub(crate) fn start(
                 },
                 // Registration failed: the pipeline needs none.
                 Err((e, data)) => {
-                    tracing::debug!("ucp: rendezvous without get_zcopy: {e}");
+                    ucs::debug!("ucp: rendezvous without get_zcopy: {e}");
                     SendBuf::Vec(data)
                 }
             }
@@ -205,7 +205,7 @@ pub(crate) fn finish_send(w: &WorkerInner, rndv_id: u64, r: Result<()>) {
 }
 
 fn violation(what: &str, e: &Error) {
-    tracing::warn!("ucp: {what} dropped: {e}");
+    ucs::warn!("ucp: {what} dropped: {e}");
 }
 
 /// ATS: the receiver is done with our buffer.

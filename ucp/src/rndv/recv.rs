@@ -71,7 +71,7 @@ fn send_ats(ep: &Rc<EpInner>, rndv_id: u64, status: Status) {
 }
 
 fn violation(what: &str, e: &Error) {
-    tracing::warn!("ucp: {what} dropped: {e}");
+    ucs::warn!("ucp: {what} dropped: {e}");
 }
 
 /// Our endpoint toward `(worker, ep)`: the one wireup paired with it, else (wireup not done on
@@ -199,7 +199,7 @@ pub(crate) fn recv_data(
                     return Ok(Issued::Pending(req));
                 }
                 Err((e, buf)) => {
-                    tracing::debug!("ucp: rendezvous receive without get_zcopy: {e}");
+                    ucs::debug!("ucp: rendezvous receive without get_zcopy: {e}");
                     buf
                 }
             }
@@ -250,7 +250,7 @@ fn get_plan(w: &WorkerInner, d: &Desc) -> Option<(usize, uct::Rkey)> {
     match md.component().rkey_unpack(&d.rkey) {
         Ok(k) => Some((lane, k)),
         Err(e) => {
-            tracing::warn!("ucp: rendezvous: the sender's rkey is unusable ({e}): fetching by RTR instead");
+            ucs::warn!("ucp: rendezvous: the sender's rkey is unusable ({e}): fetching by RTR instead");
             None
         }
     }
@@ -295,7 +295,7 @@ pub(crate) fn on_data(w: &Rc<WorkerInner>, _iface: usize, m: &uct::AmMessage<'_>
     };
     match outcome {
         Some(Err(e)) => {
-            tracing::warn!("ucp: {e}: the receive fails");
+            ucs::warn!("ucp: {e}: the receive fails");
             finish_recv(w, d.recv_id, Err(e));
         }
         Some(Ok(())) => finish_recv(w, d.recv_id, Ok(())),

@@ -14,13 +14,13 @@ use crate::request::{request, Issued};
 use crate::worker::{Worker, WorkerInner};
 
 fn violation(what: &str, e: &Error) {
-    tracing::warn!("ucp: {what} dropped: {e}");
+    ucs::warn!("ucp: {what} dropped: {e}");
 }
 
 /// Tells a synchronous sender its message matched.
 fn ack(w: &WorkerInner, from: SyncFrom) {
     let Some(ep) = crate::rndv::find_ep(w, from.worker, from.ep) else {
-        tracing::warn!(
+        ucs::warn!(
             "ucp: synchronous tag message from worker {:#x}: no endpoint back to acknowledge it",
             from.worker
         );

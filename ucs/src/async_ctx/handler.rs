@@ -147,7 +147,7 @@ pub(super) struct EventSink {
 impl EventSink {
     pub fn new() -> Result<Self> {
         let efd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).map_err(|e| {
-            tracing::error!("async: eventfd() failed: {e}; raise the open-files limit (ulimit -n)");
+            crate::error!("async: eventfd() failed: {e}; raise the open-files limit (ulimit -n)");
             errno_status(e)
         })?;
         Ok(Self {
@@ -184,7 +184,7 @@ impl EventSink {
         }
         if !self.signaled.swap(true, Ordering::AcqRel) {
             if let Err(e) = self.efd.write(1) {
-                tracing::warn!("async: eventfd write failed: {e}");
+                crate::warn!("async: eventfd write failed: {e}");
             }
         }
     }
@@ -230,7 +230,7 @@ impl EventSink {
     fn drain_fd(&self) {
         match self.efd.read() {
             Ok(_) | Err(nix::errno::Errno::EAGAIN) => {}
-            Err(e) => tracing::warn!("async: eventfd read failed: {e}"),
+            Err(e) => crate::warn!("async: eventfd read failed: {e}"),
         }
     }
 

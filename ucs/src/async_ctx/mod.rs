@@ -111,7 +111,7 @@ impl AsyncContext {
             }
             AsyncMode::Poll => (Arc::new(Reactor::new(false)?), None),
         };
-        tracing::debug!(?mode, event_fd = sink.fd(), "async: context created");
+        crate::debug!(?mode, event_fd = sink.fd(), "async: context created");
         Ok(Self {
             inner: Arc::new(Inner {
                 mode,
@@ -210,7 +210,7 @@ impl AsyncContext {
         handler: impl FnMut(Events) + Send + 'static,
     ) -> Result<HandlerId> {
         if fd < 0 {
-            tracing::warn!(fd, "async: add_fd_handler with a negative fd; pass an open fd");
+            crate::warn!(fd, "async: add_fd_handler with a negative fd; pass an open fd");
             return Err(Status::InvalidParam.into());
         }
         let kind = Kind::Fd {
@@ -222,7 +222,7 @@ impl AsyncContext {
             self.handlers().remove(&h.id);
             return Err(e);
         }
-        tracing::debug!(id = h.id, fd, ?events, "async: fd handler added");
+        crate::debug!(id = h.id, fd, ?events, "async: fd handler added");
         Ok(HandlerId(h.id))
     }
 
@@ -233,7 +233,7 @@ impl AsyncContext {
             events: ref interest, ..
         } = h.kind
         else {
-            tracing::warn!(
+            crate::warn!(
                 id = id.0,
                 "async: modify_fd_handler on a timer; pass an fd handler id"
             );
@@ -251,12 +251,12 @@ impl AsyncContext {
         mut handler: impl FnMut() + Send + 'static,
     ) -> Result<HandlerId> {
         if interval.is_zero() || Instant::now().checked_add(interval).is_none() {
-            tracing::warn!(?interval, "async: add_timer interval must be non-zero and finite");
+            crate::warn!(?interval, "async: add_timer interval must be non-zero and finite");
             return Err(Status::InvalidParam.into());
         }
         let h = self.register(Kind::Timer, Box::new(move |_| handler()));
         self.inner.reactor.add_timer(&h, interval);
-        tracing::debug!(id = h.id, ?interval, "async: timer added");
+        crate::debug!(id = h.id, ?interval, "async: timer added");
         Ok(HandlerId(h.id))
     }
 
@@ -264,7 +264,7 @@ impl AsyncContext {
     /// it is not running (unless called from inside it). `Err(NoElem)` if `id` is not registered.
     pub fn remove_handler(&self, id: HandlerId, sync: bool) -> Result<()> {
         let Some(h) = self.handlers().remove(&id.0) else {
-            tracing::warn!(
+            crate::warn!(
                 id = id.0,
                 "async: remove_handler of an unknown handler (removed twice?)"
             );
@@ -279,7 +279,7 @@ impl AsyncContext {
         if sync {
             h.wait_idle();
         }
-        tracing::debug!(id = id.0, "async: handler removed");
+        crate::debug!(id = id.0, "async: handler removed");
         Ok(())
     }
 
@@ -325,7 +325,7 @@ impl Drop for Inner {
         while self.sink.pop().is_some() {}
         drop(unregistered);
         drop(handlers);
-        tracing::debug!(mode = ?self.mode, "async: context destroyed");
+        crate::debug!(mode = ?self.mode, "async: context destroyed");
     }
 }
 

@@ -89,7 +89,7 @@ fn fd_of(h: &Handler) -> RawFd {
 impl Reactor {
     pub fn new(with_wake: bool) -> Result<Self> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| {
-            tracing::error!("async: epoll_create failed: {e}; raise the open-files limit (ulimit -n)");
+            crate::error!("async: epoll_create failed: {e}; raise the open-files limit (ulimit -n)");
             Error::from(errno_status(e))
         })?;
         let wake = if with_wake {
@@ -99,7 +99,7 @@ impl Reactor {
                     Ok(efd)
                 })
                 .map_err(|e| {
-                    tracing::error!("async: wake-up eventfd setup failed: {e}");
+                    crate::error!("async: wake-up eventfd setup failed: {e}");
                     errno_status(e)
                 })?;
             Some(efd)
@@ -127,12 +127,12 @@ impl Reactor {
         let mut fds = lock(&self.fds);
         self.epoll.add(borrow_fd(fd), interest(h)).map_err(|e| {
             match e {
-                Errno::EEXIST => tracing::warn!(
+                Errno::EEXIST => crate::warn!(
                     fd,
                     "async: fd already has a handler (one handler per fd in the process for thread \
                      mode); remove it first or use modify_fd_handler"
                 ),
-                _ => tracing::warn!(fd, "async: cannot watch fd: {e}; pass an open, pollable fd"),
+                _ => crate::warn!(fd, "async: cannot watch fd: {e}; pass an open, pollable fd"),
             }
             errno_status(e)
         })?;
@@ -167,7 +167,7 @@ impl Reactor {
             return;
         }
         if let Err(e) = self.epoll.modify(borrow_fd(fd_of(h)), &mut interest(h)) {
-            tracing::warn!(
+            crate::warn!(
                 fd = fd_of(h),
                 "async: cannot re-arm fd handler: {e}; close fds only after removing their handler"
             );
@@ -180,7 +180,7 @@ impl Reactor {
         self.nfds.fetch_sub(1, Ordering::Relaxed);
         if let Err(e) = self.epoll.delete(borrow_fd(fd_of(&h))) {
             // The fd was closed already: the kernel dropped the registration with it.
-            tracing::debug!(fd = fd_of(&h), "async: epoll delete: {e}");
+            crate::debug!(fd = fd_of(&h), "async: epoll delete: {e}");
         }
         drop(fds);
         Some(h)
@@ -204,7 +204,7 @@ impl Reactor {
     pub fn wake(&self) {
         if let Some(efd) = &self.wake {
             if let Err(e) = efd.write(1) {
-                tracing::warn!("async: wake-up write failed: {e}");
+                crate::warn!("async: wake-up write failed: {e}");
             }
         }
     }
@@ -217,7 +217,7 @@ impl Reactor {
             Ok(n) => n,
             Err(Errno::EINTR) => 0,
             Err(e) => {
-                tracing::warn!("async: epoll_wait failed: {e}");
+                crate::warn!("async: epoll_wait failed: {e}");
                 0
             }
         };

@@ -46,10 +46,10 @@ impl ThreadRef {
             .name("rucx-async".into())
             .spawn(move || run(&t))
             .map_err(|e| {
-                tracing::error!("async: cannot start the async thread: {e}; check the process/thread limits");
+                crate::error!("async: cannot start the async thread: {e}; check the process/thread limits");
                 Status::NoResource
             })?;
-        tracing::debug!("async: global thread started");
+        crate::debug!("async: global thread started");
         let reactor = thread.reactor.clone();
         *global = Some(Global {
             refs: 1,
@@ -81,14 +81,14 @@ impl Drop for ThreadRef {
         g.thread.reactor.wake();
         if g.join.thread().id() == thread::current().id() {
             // Dropped from the async thread itself: it exits on its own after this iteration.
-            tracing::debug!("async: global thread stopping (detached)");
+            crate::debug!("async: global thread stopping (detached)");
             return;
         }
         // Joined outside the lock: a context created meanwhile starts a fresh thread.
         if g.join.join().is_err() {
-            tracing::error!("async: the async thread panicked");
+            crate::error!("async: the async thread panicked");
         }
-        tracing::debug!("async: global thread stopped");
+        crate::debug!("async: global thread stopped");
     }
 }
 

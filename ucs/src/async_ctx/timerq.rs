@@ -61,7 +61,7 @@ impl TimerQueue {
                 .or_else(|| now.checked_add(*interval));
             match next {
                 Some(next) => self.heap.push(Reverse((next, id))),
-                None => tracing::warn!(id, "async: timer deadline overflows; timer stopped"),
+                None => crate::warn!(id, "async: timer deadline overflows; timer stopped"),
             }
         }
     }

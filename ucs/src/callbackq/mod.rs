@@ -104,7 +104,7 @@ impl Shared {
 
     fn push(&self, op: RemoteOp) {
         if self.closed.load(Ordering::Acquire) {
-            tracing::warn!("callback queue is destroyed; dropping a *_safe request (keep the queue alive)");
+            crate::warn!("callback queue is destroyed; dropping a *_safe request (keep the queue alive)");
             return;
         }
         self.ops().push(op);
@@ -200,7 +200,7 @@ impl CallbackQueue {
         let found = !removed.is_empty();
         drop(removed);
         if !found {
-            tracing::debug!(?id, "callbackq: remove of a callback that is not in the queue");
+            crate::debug!(?id, "callbackq: remove of a callback that is not in the queue");
         }
         found
     }

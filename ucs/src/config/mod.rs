@@ -444,7 +444,7 @@ impl ConfigReader<'_> {
             })
         });
         res.map_err(|e| {
-            tracing::error!("{e}");
+            crate::error!("{e}");
             Error::from(e)
         })
     }
@@ -508,7 +508,7 @@ impl ConfigReader<'_> {
     /// The raw string of any field.
     pub fn get_str(&self, name: &str) -> Result<String> {
         self.raw(name).map(|r| r.value).map_err(|e| {
-            tracing::error!("{e}");
+            crate::error!("{e}");
             Error::from(e)
         })
     }
@@ -560,7 +560,7 @@ pub static GLOBAL_TABLE: ConfigTable = ConfigTable {
             "LOG_LEVEL",
             "warn",
             ConfigKind::Enum(LOG_LEVELS),
-            "Logging level when rucx installs its own log output.",
+            "Level of rucx's stderr log when the application has no tracing subscriber.",
         ),
         ConfigField::new(
             "MODULE_DIR",

@@ -109,7 +109,7 @@ pub fn register_dynamic(name: &str, prefix: &str, fields: Vec<DynField>) -> Resu
         match kind_from_spec(&f.kind) {
             Some(k) => kinds.push(k),
             None => {
-                tracing::error!(
+                crate::error!(
                     table = name,
                     "configuration field {} has unknown kind '{}'; expected memunits, time, \
                      bool, ternary, uint, int, float, string, list, pathlist, allowlist, \
@@ -249,8 +249,8 @@ pub fn warn_unknown_env_vars() {
     DONE.get_or_init(|| {
         for u in unknown_env_vars() {
             match &u.suggestion {
-                Some(s) => tracing::warn!("unknown environment variable {}; did you mean {s}?", u.name),
-                None => tracing::warn!(
+                Some(s) => crate::warn!("unknown environment variable {}; did you mean {s}?", u.name),
+                None => crate::warn!(
                     "unknown environment variable {}; `rucx-info -c` lists the valid ones",
                     u.name
                 ),

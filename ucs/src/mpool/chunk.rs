@@ -41,7 +41,7 @@ impl RawChunk {
         let layout = match Layout::from_size_align(size.max(1), HEAP_ALIGN) {
             Ok(l) => l,
             Err(_) => {
-                tracing::error!(size, "memory pool chunk size is too large for the allocator");
+                crate::error!(size, "memory pool chunk size is too large for the allocator");
                 return Err(Status::NoMemory.into());
             }
         };
@@ -55,7 +55,7 @@ impl RawChunk {
                 owner: Owner::Heap(layout),
             }),
             None => {
-                tracing::error!(size, "out of memory allocating a memory pool chunk");
+                crate::error!(size, "out of memory allocating a memory pool chunk");
                 Err(Status::NoMemory.into())
             }
         }
@@ -88,7 +88,7 @@ impl RawChunk {
         } {
             Ok(p) => p,
             Err(e) => {
-                tracing::debug!(size, error = %e, "huge-page chunk mapping failed; using the heap");
+                crate::debug!(size, error = %e, "huge-page chunk mapping failed; using the heap");
                 return RawChunk::heap(size);
             }
         };
@@ -111,7 +111,7 @@ impl RawChunk {
         // pages otherwise; the memory is valid either way.
         // SAFETY: [aligned, aligned + len) is mapped and owned by this chunk.
         if let Err(e) = unsafe { madvise(ptr.cast::<c_void>(), len, MmapAdvise::MADV_HUGEPAGE) } {
-            tracing::debug!(len, error = %e, "madvise(MADV_HUGEPAGE) failed; small pages");
+            crate::debug!(len, error = %e, "madvise(MADV_HUGEPAGE) failed; small pages");
         }
         Ok(RawChunk {
             ptr,
@@ -170,7 +170,7 @@ impl Drop for RawChunk {
             Owner::Mapped => {
                 // SAFETY: `huge()` mapped exactly [ptr, ptr + len); it is unmapped once.
                 if let Err(e) = unsafe { munmap(self.ptr.cast::<c_void>(), self.len) } {
-                    tracing::warn!(len = self.len, error = %e, "munmap of a pool chunk failed");
+                    crate::warn!(len = self.len, error = %e, "munmap of a pool chunk failed");
                 }
             }
             Owner::External => {}

@@ -230,7 +230,7 @@ impl MemPool {
         }
         let leaked = self.inner.in_use();
         if leaked > 0 {
-            tracing::warn!(
+            crate::warn!(
                 pool = %self.inner.name,
                 leaked,
                 "leak report: memory pool '{}' destroyed with {} buffer(s) still in use; its memory \

@@ -124,7 +124,7 @@ impl PoolInner {
         let first = first_data - HDR - base as usize;
         let n = (chunk.len().saturating_sub(first) / s.stride).min(quota);
         if n == 0 {
-            tracing::error!(pool = %self.name, size, got = chunk.len(),
+            crate::error!(pool = %self.name, size, got = chunk.len(),
                 "memory pool chunk allocator returned a chunk too small for one element");
             s.allocator.release(chunk);
             return Err(Status::NoMemory.into());
@@ -161,7 +161,7 @@ impl PoolInner {
         s.allocated += n;
         let next = (s.elems_per_chunk.min(n) as f64 * s.grow_factor + 0.5) as usize;
         s.elems_per_chunk = next.max(1);
-        tracing::trace!(pool = %self.name, elems = n, total = s.allocated, "memory pool grew");
+        crate::trace!(pool = %self.name, elems = n, total = s.allocated, "memory pool grew");
         Ok(n)
     }
 }

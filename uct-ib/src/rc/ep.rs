@@ -122,7 +122,7 @@ impl EpState {
         }
         let remote = DeviceAddr::unpack(dev)?;
         if !s.port.can_reach(&remote) {
-            tracing::error!(
+            ucs::error!(
                 ?remote,
                 "rc_verbs connect_to_ep: peer device unreachable from this port"
             );
@@ -152,7 +152,7 @@ impl EpState {
             max_rd_atomic: s.caps.max_rd_atomic,
         })?;
         self.conn.set(Conn::Connected);
-        tracing::debug!(qp = self.qp.qp_num(), dest_qp_num, "rc_verbs endpoint connected");
+        ucs::debug!(qp = self.qp.qp_num(), dest_qp_num, "rc_verbs endpoint connected");
         Ok(())
     }
 }

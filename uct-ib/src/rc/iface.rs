@@ -105,7 +105,7 @@ pub(crate) fn local_path_mtu(
 fn retry_count(dev: &IbDevice, configured: u8) -> u8 {
     let rxe = is_soft_roce(dev);
     if rxe && configured == 7 {
-        tracing::debug!(
+        ucs::debug!(
             "rc_verbs: {}: RUCX_IB_RETRY_COUNT 7 means infinite on Soft-RoCE; using 6",
             dev.name()
         );
@@ -151,7 +151,7 @@ impl IfaceShared {
         let tx_qlen = cfg.tx_queue_len.min(a.max_qp_wr.max(1) as u32);
         let rx_len = cfg.rx_queue_len.min(a.max_srq_wr.max(1) as u32);
         if rx_len < cfg.rx_queue_len {
-            tracing::debug!(
+            ucs::debug!(
                 rx_len,
                 "rc_verbs: RUCX_IB_RX_QUEUE_LEN clamped to the device maximum"
             );
@@ -233,7 +233,7 @@ impl IfaceShared {
             next_serial: Cell::new(1),
         });
         shared.refill_rx()?;
-        tracing::debug!(
+        ucs::debug!(
             dev = %params.dev_name,
             gid_index = shared.port.gid.index,
             ?caps,

@@ -66,7 +66,7 @@ impl IfaceShared {
             };
             if !ok || len < AM_HDR_LEN {
                 if !ok {
-                    tracing::debug!(qp = wc.qp_num(), status = %wc.status_str(), "rc_verbs: receive failed");
+                    ucs::debug!(qp = wc.qp_num(), status = %wc.status_str(), "rc_verbs: receive failed");
                 }
                 continue;
             }

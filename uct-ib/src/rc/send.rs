@@ -434,7 +434,7 @@ impl EpState {
             _ => false,
         };
         if !s.caps.atomics || size != AtomicSize::U64 || !ok_op {
-            tracing::debug!(
+            ucs::debug!(
                 ?size,
                 ?op,
                 "rc_verbs atomics: 64-bit add (post, fetch) and cswap only"

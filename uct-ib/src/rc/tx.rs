@@ -132,7 +132,7 @@ impl EpState {
         };
         self.cancel_all(failed);
         if first && !self.canceled.get() && !self.destroyed.get() {
-            tracing::debug!(
+            ucs::debug!(
                 qp = self.qp.qp_num(),
                 wc = %wc.status_str(),
                 vendor_err = wc.vendor_err(),
@@ -140,7 +140,7 @@ impl EpState {
                 failed.name()
             );
             if !self.iface.err.report(self.handle.get(), failed) {
-                tracing::error!(
+                ucs::error!(
                     "rc_verbs: endpoint (qp {:#x}) failed: {} ({}); no error handler took it",
                     self.qp.qp_num(),
                     failed.name(),
@@ -287,7 +287,7 @@ impl EpState {
         self.cancel_all(status);
         if first && !self.canceled.get() && !self.destroyed.get() && !s.err.report(self.handle.get(), status)
         {
-            tracing::error!(
+            ucs::error!(
                 "rc_verbs: endpoint (qp {:#x}) failed: posting its sends failed: {}; no error \
                  handler took it",
                 self.qp.qp_num(),

@@ -90,7 +90,7 @@ pub struct UdConfig {
 #[cold]
 fn bad(var: &str, why: &str) -> Error {
     let msg = format!("RUCX_UD_{var}: {why}");
-    tracing::error!("{msg}");
+    ucs::error!("{msg}");
     Error::new(Status::InvalidParam, msg)
 }
 

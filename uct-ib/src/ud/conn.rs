@@ -25,7 +25,7 @@ impl UdShared {
             ))
         })?;
         if !self.port.can_reach(&d) {
-            tracing::error!(
+            ucs::error!(
                 ?d,
                 "ud_verbs: peer unreachable from this port (other link layer or address family)"
             );
@@ -66,7 +66,7 @@ impl UdShared {
                 "ud_verbs: too many endpoints on this interface (max {})",
                 super::ep_table::MAX_EPS
             );
-            tracing::error!("{msg}");
+            ucs::error!("{msg}");
             return Err(Error::new(Status::ExceedsLimit, msg));
         };
         ep.st.borrow_mut().id = id;
@@ -155,7 +155,7 @@ impl UdShared {
     pub(crate) fn ep_destroyed(&self, ep: &Rc<EpCell>) {
         let dropped = std::mem::take(&mut *ep.pending.borrow_mut());
         if !dropped.is_empty() {
-            tracing::warn!(
+            ucs::warn!(
                 n = dropped.len(),
                 "ud_verbs: endpoint destroyed with pending requests (purge them first)"
             );
@@ -219,7 +219,7 @@ impl UdShared {
         self.pending_list.borrow_mut().clear();
         self.passive.borrow_mut().clear();
         if let Some(f) = &self.faults {
-            tracing::info!(stats = ?f.stats(), "ud_verbs: test hook (RUCX_UD_TEST_*) totals");
+            ucs::info!(stats = ?f.stats(), "ud_verbs: test hook (RUCX_UD_TEST_*) totals");
         }
     }
 }

@@ -178,7 +178,7 @@ impl UdShared {
         port.device_address().pack(&mut dev_addr)?;
         let faults = if cfg.faults.is_active() {
             let f = cfg.faults;
-            tracing::warn!(
+            ucs::warn!(
                 "ud_verbs test hook active on {}: dropping {:.1}%, duplicating {:.1}%, reordering {:.1}% of \
                  received packets (RUCX_UD_TEST_*)",
                 params.dev_name,
@@ -191,7 +191,7 @@ impl UdShared {
             None
         };
         let tick = u64::try_from(cfg.timer_tick.as_nanos()).unwrap_or(u64::MAX);
-        tracing::debug!(
+        ucs::debug!(
             dev = %params.dev_name, qpn = qp.qp_num(), seg, rx = rx.posted(), tx_len,
             inline = granted.max_inline_data, heads = rx.head_size(), "ud_verbs: interface open"
         );
@@ -314,7 +314,7 @@ impl UdShared {
                 let mut done = self.completions.borrow_mut();
                 for wc in wcs {
                     if !wc.is_success() {
-                        tracing::debug!("ud_verbs: send completion with error: {}", wc.status_str());
+                        ucs::debug!("ud_verbs: send completion with error: {}", wc.status_str());
                     }
                     tx.completed(wc.wr_id(), &mut done);
                 }
@@ -346,7 +346,7 @@ impl UdShared {
                 continue;
             };
             if !ok {
-                tracing::debug!("ud_verbs: receive completion with error: {}", wc.status_str());
+                ucs::debug!("ud_verbs: receive completion with error: {}", wc.status_str());
                 continue;
             }
             let len = (wc.byte_len() as usize).saturating_sub(GRH_LEN);
@@ -358,7 +358,7 @@ impl UdShared {
         }
         if self.rx.needs_refill(n > 0) {
             if let Err(e) = self.rx.refill(|chain| self.qp.post_recv_chain(chain)) {
-                tracing::warn!("ud_verbs: cannot repost receive buffers: {e}");
+                ucs::warn!("ud_verbs: cannot repost receive buffers: {e}");
             }
         }
         if held > 0 {

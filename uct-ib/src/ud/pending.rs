@@ -242,7 +242,7 @@ impl UdShared {
             let r = self.reports.borrow_mut().pop_front();
             let Some((h, status)) = r else { break };
             if !self.err.report(h, status) {
-                tracing::error!(
+                ucs::error!(
                     %status,
                     "ud_verbs: an endpoint failed (peer unreachable for RUCX_UD_TIMEOUT) and no error handler took it"
                 );

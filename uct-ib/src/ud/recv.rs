@@ -174,7 +174,7 @@ impl UdShared {
         }
         let ep = self.eps.borrow().get(hdr.dest_ep).cloned();
         let Some(ep) = ep else {
-            tracing::trace!(dest = hdr.dest_ep, src_qp, kind = ?hdr.kind, "ud_verbs: packet for no endpoint, dropped");
+            ucs::trace!(dest = hdr.dest_ep, src_qp, kind = ?hdr.kind, "ud_verbs: packet for no endpoint, dropped");
             return None;
         };
         self.on_ep_packet(&ep, &hdr, body, src_qp).then_some(hdr.am_id)
@@ -190,7 +190,7 @@ impl UdShared {
             return false;
         }
         if st.peer.as_ref().is_some_and(|p| p.qpn != src_qp) {
-            tracing::trace!(
+            ucs::trace!(
                 ep = st.id,
                 src_qp,
                 "ud_verbs: packet from another QP than the peer's, dropped"
@@ -347,7 +347,7 @@ impl UdShared {
                 let ah = match self.get_ah(&dev) {
                     Ok(ah) => ah,
                     Err(e) => {
-                        tracing::warn!(
+                        ucs::warn!(
                             src_qp,
                             "ud_verbs: connection request from an unreachable peer: {e}"
                         );
@@ -368,7 +368,7 @@ impl UdShared {
                     st.id
                 };
                 self.passive.borrow_mut().insert(key, id);
-                tracing::debug!(
+                ucs::debug!(
                     ep = id,
                     peer_qpn = creq.src_qpn,
                     peer_ep = creq.src_ep,
@@ -394,7 +394,7 @@ impl UdShared {
         peer.ep_id = crep.src_ep;
         st.rel.set_connecting(false);
         st.ctl &= !ctl::CREQ;
-        tracing::debug!(ep = st.id, peer_ep = crep.src_ep, "ud_verbs: connected");
+        ucs::debug!(ep = st.id, peer_ep = crep.src_ep, "ud_verbs: connected");
         if ep.has_pending() {
             self.schedule_pending_locked(ep, st);
         }
@@ -403,5 +403,5 @@ impl UdShared {
 
 #[cold]
 fn bad_packet(e: WireError, src_qp: u32) {
-    tracing::debug!(src_qp, "ud_verbs: malformed packet dropped: {e:?}");
+    ucs::debug!(src_qp, "ud_verbs: malformed packet dropped: {e:?}");
 }

@@ -215,7 +215,7 @@ impl TxPool {
         if let Err(refused) = self.batch.post(qp) {
             self.post_errors += 1;
             if self.post_errors.is_power_of_two() {
-                tracing::warn!(
+                ucs::warn!(
                     errors = self.post_errors,
                     unposted = refused.unposted,
                     "ud_verbs: posting a chain of sends failed: {}",
@@ -517,7 +517,7 @@ impl TxPool {
     fn post_failed(&mut self, e: Error) -> Error {
         self.post_errors += 1;
         if self.post_errors.is_power_of_two() {
-            tracing::warn!(errors = self.post_errors, "ud_verbs: posting a send failed: {e}");
+            ucs::warn!(errors = self.post_errors, "ud_verbs: posting a send failed: {e}");
         }
         e
     }

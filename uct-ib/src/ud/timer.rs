@@ -78,7 +78,7 @@ impl UdShared {
     /// complete with `status`, later operations return it, and the error handler hears of it
     /// (at the end of this progress round). Endpoints the host no longer owns just go.
     pub(crate) fn fail(&self, st: &mut EpState, status: Status) {
-        tracing::debug!(ep = st.id, %status, outstanding = st.rel.outstanding(), "ud_verbs: endpoint failed");
+        ucs::debug!(ep = st.id, %status, outstanding = st.rel.outstanding(), "ud_verbs: endpoint failed");
         st.failed = Some(status);
         self.drain_window(st, status);
         st.ctl = 0;

@@ -181,7 +181,7 @@ fn failed(st: Status) -> Error {
 #[inline(never)]
 fn post_failed(dev: &str, what: &str, r: isize) -> Error {
     let msg = format!("ofi {dev}: {what} failed: {}", ffi::strerror(r as i64));
-    tracing::error!("{msg}");
+    ucs::error!("{msg}");
     Error::new(Status::IoError, msg)
 }
 

@@ -70,7 +70,7 @@ impl EpState {
         }
         self.failed.set(Some(status));
         if !self.destroyed.get() {
-            tracing::debug!("ofi {}: endpoint failed: {status:?}", s.md.name);
+            ucs::debug!("ofi {}: endpoint failed: {status:?}", s.md.name);
             s.err_handler.report(self.handle.get(), status);
         }
     }

@@ -74,7 +74,7 @@ impl Eq {
                 return self.readerr();
             }
             if -r as i32 != errno::EAGAIN {
-                tracing::warn!("ofi: fi_eq_read failed: {}", strerror(r as i64));
+                ucs::warn!("ofi: fi_eq_read failed: {}", strerror(r as i64));
             }
             return None;
         }

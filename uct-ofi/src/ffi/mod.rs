@@ -321,7 +321,7 @@ fn close(fid: *mut fid, what: &str) {
     // SAFETY: called once per object from its Drop, with the fid it opened.
     let r = unsafe { rucx_fi_close(fid) };
     if r != 0 {
-        tracing::warn!("ofi: closing the {what} failed: {}", strerror(r as i64));
+        ucs::warn!("ofi: closing the {what} failed: {}", strerror(r as i64));
     }
 }
 

@@ -285,7 +285,7 @@ impl Drop for OfiIface {
         if self.s.outstanding.get() > 0 && self.s.md.info.get().prov_name().contains("ofi_rxm") {
             // Still in flight (the peer went away or stopped progressing): libfabric 1.17's RxM
             // may crash closing the endpoint now, so its objects and buffers are left open.
-            tracing::debug!(
+            ucs::debug!(
                 "ofi {}: closing with {} operations in flight: endpoint left open",
                 self.s.md.name,
                 self.s.outstanding.get()

@@ -25,7 +25,7 @@ fn host_id() -> u64 {
 
 fn ioerr(dev: &str, what: &str, e: i32) -> Error {
     let msg = format!("ofi {dev}: {what} failed: {}", ffi::strerror(e as i64));
-    tracing::error!("{msg}");
+    ucs::error!("{msg}");
     Error::new(Status::IoError, msg)
 }
 

@@ -16,7 +16,7 @@ impl Shared {
         self.free.borrow_mut().push(i as u32);
         let (ep, comp) = match op {
             Op::Free => {
-                tracing::warn!("ofi: completion for idle operation slot {i}: ignored");
+                ucs::warn!("ofi: completion for idle operation slot {i}: ignored");
                 return;
             }
             Op::Plain { ep, comp } => (ep, comp),
@@ -64,7 +64,7 @@ impl Shared {
     /// be posted again with the next batch.
     fn receive(&self, j: usize, len: usize) {
         if len > self.seg {
-            tracing::warn!(
+            ucs::warn!(
                 "ofi: received {len} bytes into a {}-byte buffer: dropped",
                 self.seg
             );
@@ -75,7 +75,7 @@ impl Shared {
                 Ok((id, data)) => {
                     let _ = self.am.invoke(id, data, None);
                 }
-                Err(bad) => tracing::warn!("ofi {}: dropped a received message: {bad}", self.md.name),
+                Err(bad) => ucs::warn!("ofi {}: dropped a received message: {bad}", self.md.name),
             }
         }
         let full = {
@@ -96,7 +96,7 @@ impl Shared {
                 return;
             };
             if let Err(e) = self.post_recv(j as usize) {
-                tracing::error!(
+                ucs::error!(
                     "ofi {}: reposting a receive buffer failed: {} (one fewer receive buffer)",
                     self.md.name,
                     ffi::strerror(e as i64)
@@ -127,7 +127,7 @@ impl Shared {
         match self.slot_of(e.context()) {
             Some(Ok(i)) => self.complete(i, Status::Ok),
             Some(Err(j)) => self.receive(j, e.len()),
-            None => tracing::warn!(
+            None => ucs::warn!(
                 "ofi: completion with a foreign context {:#x}: ignored",
                 e.context()
             ),
@@ -140,7 +140,7 @@ impl Shared {
         };
         match self.slot_of(err.context) {
             Some(Ok(i)) => {
-                tracing::debug!("ofi {}: operation failed: {}", self.md.name, err.message);
+                ucs::debug!("ofi {}: operation failed: {}", self.md.name, err.message);
                 let st = if err.err == ffi::errno::ECANCELED {
                     Status::Canceled
                 } else {
@@ -150,17 +150,17 @@ impl Shared {
             }
             Some(Err(j)) => {
                 if err.err != ffi::errno::ECANCELED {
-                    tracing::warn!(
+                    ucs::warn!(
                         "ofi {}: receive failed ({}): message dropped",
                         self.md.name,
                         err.message
                     );
                     if let Err(e) = self.post_recv(j) {
-                        tracing::error!("ofi: reposting a receive failed: {}", ffi::strerror(e as i64));
+                        ucs::error!("ofi: reposting a receive failed: {}", ffi::strerror(e as i64));
                     }
                 }
             }
-            None => tracing::warn!("ofi {}: error completion: {}", self.md.name, err.message),
+            None => ucs::warn!("ofi {}: error completion: {}", self.md.name, err.message),
         }
     }
 
@@ -229,7 +229,7 @@ impl Shared {
                 done = 1;
             }
             Err(n) if -n as i32 == ffi::errno::EAGAIN => self.repost(),
-            Err(n) if n < 0 && !self.warned_cq.replace(true) => tracing::error!(
+            Err(n) if n < 0 && !self.warned_cq.replace(true) => ucs::error!(
                 "ofi {}: fi_cq_read failed: {}",
                 self.md.name,
                 ffi::strerror(n as i64)
@@ -274,7 +274,7 @@ impl Shared {
             keep
         });
         for ep in gone {
-            tracing::warn!(
+            ucs::warn!(
                 "ofi {}: sends found the provider full for {:?}: peer counted as gone (RUCX_OFI_PEER_TIMEOUT)",
                 self.md.name,
                 self.peer_timeout

@@ -188,7 +188,7 @@ unsafe extern "C" fn iface_progress_enable<I: TransportIface>(iface: *mut c_void
             let id = b.worker.progress_add(move || unsafe { (*ptr).inner.progress() });
             match id {
                 Ok(id) => b.progress_id.set(Some(id)),
-                Err(e) => tracing::error!("cannot register iface progress: {e}"),
+                Err(e) => ucs::error!("cannot register iface progress: {e}"),
             }
         }
     }));

@@ -58,7 +58,7 @@ const PANIC: RawStatus = Status::IoError.as_raw();
 #[inline(always)]
 fn guard(f: impl FnOnce() -> RawStatus) -> RawStatus {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        tracing::error!("panic inside a transport (caught at the plugin boundary)");
+        ucs::error!("panic inside a transport (caught at the plugin boundary)");
         PANIC
     })
 }
