@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
 
-use ucp::{AmFlags, Features, Issued, Status, Worker};
+use ucp::{AmFlags, AmHandlerFlags, Features, Issued, Status, Worker};
 use uct::AsyncMode;
 
 use crate::harness::{pattern, Setup, DEADLINE};
@@ -56,7 +56,7 @@ fn am_recv_data_on_other_worker(s: &Setup) {
     let other = Worker::with_async_mode(&ctx, AsyncMode::Poll).unwrap();
     let got = Rc::new(RefCell::new(Vec::new()));
     let g = got.clone();
-    p.b.set_am_handler(3, move |m| {
+    p.b.set_am_handler_with(3, AmHandlerFlags::RNDV_DESC, move |m| {
         let desc = m.take_data_desc().expect("a rendezvous message");
         g.borrow_mut()
             .push(other.am_recv_data(desc, Vec::new()).map(|_| ()));
