@@ -4,6 +4,7 @@
 
 mod am;
 mod atomic;
+mod features;
 mod harness;
 mod hostile;
 mod keepalive;

@@ -767,6 +767,7 @@ impl Ep {
     /// messages larger than the lane's segment go in fragments.
     pub fn am_send(&self, id: u16, header: &[u8], data: &[u8], flags: AmFlags) -> Result<Issued<()>> {
         let ep = &self.inner;
+        ep.features.require(crate::Features::AM, "Ep::am_send")?;
         ep.check_usable()?;
         check_flags(flags)?;
         if wants_rndv(&ep.limits, header.len(), data.len(), flags) {
@@ -821,6 +822,7 @@ impl Ep {
         flags: AmFlags,
     ) -> Result<Issued<Vec<u8>>> {
         let ep = &self.inner;
+        ep.features.require(crate::Features::AM, "Ep::am_send_owned")?;
         ep.check_usable()?;
         check_flags(flags)?;
         let data = if wants_rndv(&ep.limits, header.len(), data.len(), flags) {

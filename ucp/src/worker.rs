@@ -417,6 +417,10 @@ impl Worker {
     /// completes (the sender's buffer is released then). The fetch uses `get_zcopy` where the
     /// lanes have it, else the sender sends the data in pieces on the AM lane.
     pub fn am_recv_data(&self, desc: crate::AmDataDesc, buf: Vec<u8>) -> Result<crate::Issued<Vec<u8>>> {
+        self.inner
+            .ctx
+            .features()
+            .require(Features::AM, "Worker::am_recv_data")?;
         crate::rndv::recv_data(&self.inner, desc, buf)
     }
 

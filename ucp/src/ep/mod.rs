@@ -74,6 +74,8 @@ pub(crate) struct EpInner {
     /// The interfaces this endpoint keeps progressed, as a bit per interface index (a
     /// wireup-only lane's is not among them).
     pub used_ifaces: u64,
+    /// The context's features (checked by the operations of each).
+    pub features: crate::Features,
 }
 
 impl EpInner {
@@ -273,6 +275,7 @@ pub(crate) fn create(
     crate::activation::add_users(w, used_ifaces);
     let inner = Rc::new(EpInner {
         used_ifaces,
+        features: w.ctx.features(),
         worker: Rc::downgrade(w),
         id: Cell::new(0),
         remote,

@@ -304,6 +304,9 @@ impl Worker {
     /// else the receive waits for one (`Request::cancel` withdraws it until then).
     pub fn tag_recv(&self, tag: u64, mask: u64, buf: Vec<u8>) -> Result<Issued<TagRecvd>> {
         let w = &self.inner;
+        w.ctx
+            .features()
+            .require(crate::Features::TAG, "Worker::tag_recv")?;
         if w.tag.borrow().matcher.unexpected_len() == 0 {
             // Nothing arrived unasked (the usual case): post at once.
             return Ok(Issued::Pending(post(w, tag, mask, buf)));
@@ -357,6 +360,10 @@ impl Worker {
 
     /// Receives a message a probe removed into `buf` (as [`Worker::tag_recv`]).
     pub fn tag_msg_recv(&self, msg: TagMsg, buf: Vec<u8>) -> Result<Issued<TagRecvd>> {
+        self.inner
+            .ctx
+            .features()
+            .require(crate::Features::TAG, "Worker::tag_msg_recv")?;
         let (mut req, c) = request();
         bind(&self.inner, msg.info.tag, msg.msg, Posted { buf, done: c });
         Ok(match req.take() {
