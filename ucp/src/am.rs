@@ -76,6 +76,7 @@ impl AmFlags {
     /// ([`crate::Worker::am_recv_data`]). Not together with `EAGER`.
     pub const RNDV: AmFlags = AmFlags(4);
 
+    /// True when every flag of `o` is set in `self`.
     pub fn contains(self, o: AmFlags) -> bool {
         self.0 & o.0 == o.0
     }

@@ -8,6 +8,7 @@
 //! the protocol (short, bcopy, zcopy, fragmented) is picked by size and lane. Without a side
 //! channel for the addresses: [`Worker::listen`] and [`Worker::connect_sockaddr`]. Memory
 //! access: [`Worker::mem_map`], [`Ep::rkey_unpack`], [`Ep::put`], [`Ep::get`], atomics ([`rma`]).
+#![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod activation;
@@ -31,7 +32,7 @@ pub mod tl;
 #[cfg(feature = "tokio")]
 pub mod tokio;
 mod wakeup;
-pub mod wire;
+pub(crate) mod wire;
 mod wireup;
 mod worker;
 

@@ -31,6 +31,8 @@ pub struct ListenerParams {
 }
 
 impl ListenerParams {
+    /// Parameters without a connection handler: clients' requests wait for
+    /// [`Listener::accept`] (add one with [`ListenerParams::on_conn_request`]).
     pub fn new() -> ListenerParams {
         ListenerParams::default()
     }
