@@ -155,7 +155,39 @@ pub(crate) struct ContextInner {
     pub resources: Vec<Resource>,
 }
 
-/// A UCP context. Cheap to clone; `Send + Sync`.
+/// A UCP context: the features the application uses and the transport resources its workers
+/// open. Cheap to clone; `Send + Sync` (one context serves the workers of every thread).
+///
+/// Built over a uct context, which holds the transport modules: `rucx::context()` (the umbrella
+/// crate) has every built-in transport and the plugins found on disk. `RUCX_TLS`,
+/// `RUCX_NET_DEVICES` and `RUCX_SHM_DEVICES` (or [`ContextBuilder::config`]) choose among
+/// their resources; [`ContextBuilder::build`] fails with `NoDevice` when none is left, and
+/// with `InvalidParam` for a configuration value that does not parse.
+///
+/// ```
+/// use ucp::{Context, Features, Status};
+///
+/// // The self (loopback) and tcp transports, linked in; `rucx::context()` in an application.
+/// let uct = uct::Context::builder()
+///     .builtin(uct_self::module())
+///     .builtin(uct_tcp::module())
+///     .plugins(false)
+///     .build();
+/// let ctx = Context::builder(uct.clone())
+///     .features(Features::AM | Features::TAG)
+///     .config("TLS", "self,tcp") // RUCX_TLS, for this context only
+///     .config("NET_DEVICES", "lo")
+///     .build()?;
+/// assert!(ctx.features().contains(Features::TAG));
+/// assert!(ctx.resource_names().iter().any(|r| r == "tcp/lo"));
+///
+/// // Nothing left to use: NoDevice, and the message lists what there was.
+/// let Err(e) = Context::builder(uct).config("TLS", "posix").build() else {
+///     panic!("posix is not among the modules")
+/// };
+/// assert_eq!(e, Status::NoDevice);
+/// # Ok::<(), ucp::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<ContextInner>,
