@@ -57,6 +57,7 @@ command -v bc >/dev/null || apt-get install -y -qq bc >/dev/null
 step build cargo build --workspace --all-targets
 # rust-version is the real minimum: no std API newer than it (clippy's incompatible_msrv)
 step msrv cargo clippy --workspace --all-targets -- -A clippy::all -D clippy::incompatible_msrv
+# every crate's unit, integration and doc tests (the API examples of ucs, uct and ucp)
 step test cargo test --workspace --no-fail-fast
 # the optional tokio integration (ucp::tokio, the ucp_async example and its test): not in the
 # default features, so the steps above leave it out
@@ -64,6 +65,11 @@ step tokio bash -c 'cargo clippy -p ucp -p rucx --features ucp/tokio,rucx/tokio 
   cargo build -p rucx --features tokio --example ucp_async &&
   cargo test -p rucx --features tokio --test ucp_async &&
   cargo test -p ucp --features tokio --doc'
+# the API docs with every feature: missing docs and broken intra-doc links are errors; with a
+# nightly toolchain also as docs.rs builds them (`--cfg docsrs` marks feature-gated items)
+step docs bash -c 'RUSTDOCFLAGS="-D warnings" cargo doc -p ucs -p uct -p ucp --no-deps --all-features &&
+  if rustup toolchain list 2>/dev/null | grep -q "^nightly"; then
+    RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo +nightly doc -p ucs -p uct -p ucp --no-deps --all-features; fi'
 # the testbed's TCG plugins (diagnostics, not run here) must keep compiling
 step plugins bash -c 'for f in bench/vm/tcg-count.c bench/vm/tcg-syscall-times.c; do
   cc -O2 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden -o /dev/null "$f" -lpthread || exit 1; done'

@@ -5,6 +5,7 @@
 mod am;
 mod am_handler;
 mod atomic;
+mod features;
 mod harness;
 mod hostile;
 mod keepalive;

@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use ucp::{CloseMode, Ep, Issued};
+use ucp::{CloseMode, Ep, Features, Issued};
 
 use crate::harness::{pattern, Pair, Setup};
 use crate::ucp_test;
@@ -74,7 +74,9 @@ fn back_ep(p: &Pair) -> Ep {
 }
 
 fn stream_random_splits(s: &Setup) {
-    let Some(p) = s.pair() else { return };
+    let Some(p) = s.pair_with(Features::AM | Features::STREAM) else {
+        return;
+    };
     if p.a.id() == p.b.id() {
         // self: one worker, the endpoint streams to itself
         let ep = p.ep.clone();
@@ -89,7 +91,9 @@ fn stream_random_splits(s: &Setup) {
 /// A receive posted before the peer sent anything (on a fresh endpoint, before wireup
 /// finished) gets the first bytes.
 fn stream_recv_first(s: &Setup) {
-    let Some(p) = s.pair() else { return };
+    let Some(p) = s.pair_with(Features::AM | Features::STREAM) else {
+        return;
+    };
     if p.a.id() == p.b.id() {
         return;
     }
@@ -117,7 +121,9 @@ fn stream_recv_first(s: &Setup) {
 /// The sender closes right after its last send: every byte that arrived is still read on the
 /// receiver, then the endpoint's end is reported (as a socket's end of file).
 fn stream_close_keeps_arrived_bytes(s: &Setup) {
-    let Some(p) = s.pair() else { return };
+    let Some(p) = s.pair_with(Features::AM | Features::STREAM) else {
+        return;
+    };
     if p.a.id() == p.b.id() {
         return;
     }

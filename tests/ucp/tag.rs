@@ -1,7 +1,7 @@
 //! Tag matching: every size class expected and unexpected, order across eager and
 //! rendezvous mixes, wildcard masks, truncation, probe, synchronous sends, cancel.
 
-use ucp::{Issued, Status, TagRecvd};
+use ucp::{Features, Issued, Status, TagRecvd};
 
 use crate::harness::{pattern, Pair, Setup};
 use crate::ucp_test;
@@ -43,7 +43,7 @@ fn send_done(p: &Pair, r: ucp::Result<Issued<()>>) {
 /// sends; with the default thresholds and with rendezvous from 4 KiB.
 fn tag_sizes(s: &Setup) {
     for rndv in ["auto", "4096"] {
-        let Some(p) = s.with("RNDV_THRESH", rndv).pair() else {
+        let Some(p) = s.with("RNDV_THRESH", rndv).pair_with(Features::TAG) else {
             return;
         };
         for (i, &n) in SIZES.iter().enumerate() {
@@ -78,7 +78,7 @@ fn tag_sizes(s: &Setup) {
 /// One endpoint's messages match in send order, rendezvous and eager mixed (a small message
 /// right behind a large one), for receives posted before and after.
 fn tag_order(s: &Setup) {
-    let Some(p) = s.with("RNDV_THRESH", "10000").pair() else {
+    let Some(p) = s.with("RNDV_THRESH", "10000").pair_with(Features::TAG) else {
         return;
     };
     let sizes = [200_000usize, 10, 30_000, 0, 5000, 100_000, 1];
@@ -118,7 +118,9 @@ fn tag_order(s: &Setup) {
 
 /// Masks pick bits: a receive for high half 0xab takes only such tags, the oldest first.
 fn tag_wildcards(s: &Setup) {
-    let Some(p) = s.pair() else { return };
+    let Some(p) = s.pair_with(Features::TAG) else {
+        return;
+    };
     let mask = 0xffff_0000_0000_0000;
     for (i, tag) in [
         0xac00_0000_0000_0001u64,
@@ -150,7 +152,7 @@ fn tag_wildcards(s: &Setup) {
 
 /// A message longer than the buffer: `MessageTruncated`, the next message is fine.
 fn tag_truncation(s: &Setup) {
-    let Some(p) = s.with("RNDV_THRESH", "50000").pair() else {
+    let Some(p) = s.with("RNDV_THRESH", "50000").pair_with(Features::TAG) else {
         return;
     };
     for n in [100usize, 20_000, 100_000] {
@@ -177,7 +179,7 @@ fn tag_truncation(s: &Setup) {
 
 /// Probe reports tag and length; with remove, `tag_msg_recv` receives the message.
 fn tag_probe(s: &Setup) {
-    let Some(p) = s.with("RNDV_THRESH", "50000").pair() else {
+    let Some(p) = s.with("RNDV_THRESH", "50000").pair_with(Features::TAG) else {
         return;
     };
     assert!(p.b.tag_probe(0, 0, false).is_none());
@@ -200,7 +202,7 @@ fn tag_probe(s: &Setup) {
 
 /// A synchronous send completes only after the receiver matched it (eager and rendezvous).
 fn tag_sync(s: &Setup) {
-    let Some(p) = s.with("RNDV_THRESH", "50000").pair() else {
+    let Some(p) = s.with("RNDV_THRESH", "50000").pair_with(Features::TAG) else {
         return;
     };
     for n in [8usize, 20_000, 100_000] {
@@ -226,7 +228,9 @@ fn tag_sync(s: &Setup) {
 
 /// A posted receive can be canceled until a message matches it; the message then waits.
 fn tag_cancel(s: &Setup) {
-    let Some(p) = s.pair() else { return };
+    let Some(p) = s.pair_with(Features::TAG) else {
+        return;
+    };
     let Issued::Pending(mut r) = p.b.tag_recv(9, FULL, vec![0; 8]).unwrap() else {
         panic!("[{}] nothing to receive yet", p.name)
     };

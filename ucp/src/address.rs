@@ -39,6 +39,7 @@ const ENTRY_FIXED_LEN: usize = 1 + 5 * 8 + 1 + 8 + 7 * 8 + 4;
 /// addresses a peer connects to.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AddressEntry {
+    /// The transport's names, device type and performance attributes.
     pub tl: TlInfo,
     /// `uct::Iface::device_address`.
     pub dev_addr: Vec<u8>,

@@ -108,6 +108,7 @@ impl AmFlags {
     /// ([`crate::Worker::am_recv_data`]). Not together with `EAGER`.
     pub const RNDV: AmFlags = AmFlags(4);
 
+    /// True when every flag of `o` is set in `self`.
     pub fn contains(self, o: AmFlags) -> bool {
         self.0 & o.0 == o.0
     }
@@ -854,6 +855,7 @@ impl Ep {
     /// messages larger than the lane's segment go in fragments.
     pub fn am_send(&self, id: u16, header: &[u8], data: &[u8], flags: AmFlags) -> Result<Issued<()>> {
         let ep = &self.inner;
+        ep.features.require(crate::Features::AM, "Ep::am_send")?;
         ep.check_usable()?;
         check_flags(flags)?;
         if wants_rndv(&ep.limits, header.len(), data.len(), flags) {
@@ -908,6 +910,7 @@ impl Ep {
         flags: AmFlags,
     ) -> Result<Issued<Vec<u8>>> {
         let ep = &self.inner;
+        ep.features.require(crate::Features::AM, "Ep::am_send_owned")?;
         ep.check_usable()?;
         check_flags(flags)?;
         let data = if wants_rndv(&ep.limits, header.len(), data.len(), flags) {

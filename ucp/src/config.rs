@@ -189,9 +189,14 @@ impl Threshold {
 /// `RUCX_RNDV_SCHEME`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RndvScheme {
+    /// `get_zcopy` where a lane can, else `am` (the default).
     Auto,
+    /// The receiver reads the data with `get_zcopy` where a lane can.
     GetZcopy,
+    /// The sender writes the data with `put_zcopy` (not implemented: a context asking for
+    /// it fails with `Unsupported`).
     PutZcopy,
+    /// The data comes in active messages (no RMA).
     Am,
 }
 
@@ -204,9 +209,14 @@ pub struct UcpConfig {
     pub tls_spec: String,
     /// `RUCX_SHM_DEVICES`.
     pub shm_devices: AllowList,
+    /// `RUCX_BCOPY_THRESH`: from this size messages are copied into a transport buffer
+    /// (bcopy) instead of sent inline (short).
     pub bcopy_thresh: Threshold,
+    /// `RUCX_ZCOPY_THRESH`: from this size messages go zero-copy from the user's buffer.
     pub zcopy_thresh: Threshold,
+    /// `RUCX_RNDV_THRESH`: from this size messages go by rendezvous.
     pub rndv_thresh: Threshold,
+    /// `RUCX_RNDV_SCHEME`: how rendezvous data moves.
     pub rndv_scheme: RndvScheme,
     /// Percent, `0.0..100.0`.
     pub rndv_perf_diff: f64,
@@ -220,6 +230,7 @@ pub struct UcpConfig {
     pub num_eps: Option<usize>,
     /// `None`: auto; else at least 1.
     pub num_ppn: Option<usize>,
+    /// `RUCX_PROTO_INFO`: print each new endpoint configuration (lanes, protocol per size).
     pub proto_info: bool,
     /// Idle interfaces sleep on their event fd instead of being progressed.
     pub adaptive_progress: bool,

@@ -13,16 +13,46 @@ use uct::DeviceType;
 
 use crate::config::{self, Allowed, TlsFilter, UcpConfig};
 
-/// What the application will use (`UCP_FEATURE_*`). Resources that cannot serve a wanted
-/// feature are still opened; lane selection picks the ones that can.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// The features an application will use (UCX's `UCP_FEATURE_*`), combined with `|` and given
+/// to [`ContextBuilder::features`] (default: [`Features::AM`]).
+///
+/// They choose what lane selection looks for (RMA and atomic lanes are only selected when
+/// asked for) and which operations a worker of the context accepts: an operation of a feature
+/// the context was built without fails with [`Status::Unsupported`] and a message naming the
+/// missing feature (UCX's parameter checks answer `UCS_ERR_INVALID_PARAM` there; rucx treats it
+/// as an operation the context does not support, as it does for transports without it).
+/// Resources that cannot serve a wanted feature are still opened; lane selection picks the
+/// ones that can.
+///
+/// ```
+/// use ucp::Features;
+///
+/// let f = Features::AM | Features::TAG;
+/// assert!(f.contains(Features::TAG));
+/// assert!(!f.contains(Features::TAG | Features::RMA));
+/// assert_eq!(format!("{f:?}"), "Features(AM | TAG)");
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct Features(u32);
 
 impl Features {
+    /// Active messages: [`Ep::am_send`](crate::Ep::am_send) /
+    /// [`am_send_owned`](crate::Ep::am_send_owned) and
+    /// [`Worker::am_recv_data`](crate::Worker::am_recv_data). Handlers
+    /// ([`Worker::set_am_handler`](crate::Worker::set_am_handler)) can be installed either way;
+    /// they run for messages peers send.
     pub const AM: Features = Features(1);
+    /// Tag matching: [`Ep::tag_send`](crate::Ep::tag_send) and its variants,
+    /// [`Worker::tag_recv`](crate::Worker::tag_recv) and
+    /// [`tag_msg_recv`](crate::Worker::tag_msg_recv).
     pub const TAG: Features = Features(2);
+    /// Remote memory access: [`Ep::put`](crate::Ep::put) / [`Ep::get`](crate::Ep::get);
+    /// lanes for put/get are selected. [`Worker::mem_map`](crate::Worker::mem_map) and
+    /// [`Ep::rkey_unpack`](crate::Ep::rkey_unpack) need this or one of the atomic features.
     pub const RMA: Features = Features(4);
+    /// 32-bit atomic operations ([`crate::rma`]); an atomic lane is selected.
     pub const AMO32: Features = Features(8);
+    /// 64-bit atomic operations ([`crate::rma`]); an atomic lane is selected.
     pub const AMO64: Features = Features(16);
     /// Sleeping until the worker has work: `Worker::{event_fd, arm, wait, waker}`. Interfaces
     /// without an event fd are then not opened (a warning names them), except those without
@@ -30,11 +60,72 @@ impl Features {
     /// rendezvous data and RMA, whose announcements and completions travel on lanes with an
     /// event fd. Self needs none.
     pub const WAKEUP: Features = Features(32);
+    /// Byte streams: [`Ep::stream_send`](crate::Ep::stream_send) and
+    /// [`Ep::stream_recv`](crate::Ep::stream_recv).
     pub const STREAM: Features = Features(64);
+
+    /// Every feature with its name, in bit order.
+    const NAMED: [(&'static str, Features); 7] = [
+        ("AM", Features::AM),
+        ("TAG", Features::TAG),
+        ("RMA", Features::RMA),
+        ("AMO32", Features::AMO32),
+        ("AMO64", Features::AMO64),
+        ("WAKEUP", Features::WAKEUP),
+        ("STREAM", Features::STREAM),
+    ];
 
     /// True when every feature of `other` is in `self`.
     pub fn contains(self, other: Features) -> bool {
         self.0 & other.0 == other.0
+    }
+
+    /// `Ok` when `self` has `want`, else the `Unsupported` error of operation `what`: the check
+    /// an operation of feature `want` makes first (a bit test; the message is built only on
+    /// failure).
+    #[inline]
+    pub(crate) fn require(self, want: Features, what: &str) -> Result<()> {
+        if self.contains(want) {
+            Ok(())
+        } else {
+            Err(self.missing(want, what))
+        }
+    }
+
+    /// The names of the features, `AM | TAG` (`none` for the empty set).
+    fn names(self) -> String {
+        let mut names: Vec<String> = Features::NAMED
+            .iter()
+            .filter(|(_, x)| self.contains(*x))
+            .map(|(n, _)| n.to_string())
+            .collect();
+        let rest = self.0 & !Features::NAMED.iter().fold(0, |a, (_, x)| a | x.0);
+        if rest != 0 {
+            names.push(format!("{rest:#x}"));
+        }
+        if names.is_empty() {
+            return "none".into();
+        }
+        names.join(" | ")
+    }
+
+    #[cold]
+    fn missing(self, want: Features, what: &str) -> Error {
+        Error::new(
+            Status::Unsupported,
+            format!(
+                "ucp: {what} needs Features::{}, and the context was built with {} \
+                 (ContextBuilder::features)",
+                want.names(),
+                self.names()
+            ),
+        )
+    }
+}
+
+impl std::fmt::Debug for Features {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Features({})", self.names())
     }
 }
 
@@ -67,7 +158,39 @@ pub(crate) struct ContextInner {
     pub resources: Vec<Resource>,
 }
 
-/// A UCP context. Cheap to clone; `Send + Sync`.
+/// A UCP context: the features the application uses and the transport resources its workers
+/// open. Cheap to clone; `Send + Sync` (one context serves the workers of every thread).
+///
+/// Built over a uct context, which holds the transport modules: `rucx::context()` (the umbrella
+/// crate) has every built-in transport and the plugins found on disk. `RUCX_TLS`,
+/// `RUCX_NET_DEVICES` and `RUCX_SHM_DEVICES` (or [`ContextBuilder::config`]) choose among
+/// their resources; [`ContextBuilder::build`] fails with `NoDevice` when none is left, and
+/// with `InvalidParam` for a configuration value that does not parse.
+///
+/// ```
+/// use ucp::{Context, Features, Status};
+///
+/// // The self (loopback) and tcp transports, linked in; `rucx::context()` in an application.
+/// let uct = uct::Context::builder()
+///     .builtin(uct_self::module())
+///     .builtin(uct_tcp::module())
+///     .plugins(false)
+///     .build();
+/// let ctx = Context::builder(uct.clone())
+///     .features(Features::AM | Features::TAG)
+///     .config("TLS", "self,tcp") // RUCX_TLS, for this context only
+///     .config("NET_DEVICES", "lo")
+///     .build()?;
+/// assert!(ctx.features().contains(Features::TAG));
+/// assert!(ctx.resource_names().iter().any(|r| r == "tcp/lo"));
+///
+/// // Nothing left to use: NoDevice, and the message lists what there was.
+/// let Err(e) = Context::builder(uct).config("TLS", "posix").build() else {
+///     panic!("posix is not among the modules")
+/// };
+/// assert_eq!(e, Status::NoDevice);
+/// # Ok::<(), ucp::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<ContextInner>,

@@ -68,6 +68,7 @@ const RMA_BW_SCORE_SIZE: f64 = 262144.0;
 pub struct LaneUsage(u8);
 
 impl LaneUsage {
+    /// No role.
     pub const EMPTY: LaneUsage = LaneUsage(0);
     /// Active messages: short, bcopy and zcopy sends, and the first fragment of long ones.
     pub const AM: LaneUsage = LaneUsage(1 << 0);
@@ -96,14 +97,17 @@ impl LaneUsage {
         ("keepalive", LaneUsage::KEEPALIVE),
     ];
 
+    /// True when every role of `other` is in `self`.
     pub const fn contains(self, other: LaneUsage) -> bool {
         self.0 & other.0 == other.0
     }
 
+    /// The roles as bits (bit `i` is [`LaneUsage::NAMED`]`[i]`).
     pub const fn bits(self) -> u8 {
         self.0
     }
 
+    /// True when the lane has no role.
     pub const fn is_empty(self) -> bool {
         self.0 == 0
     }
@@ -158,6 +162,7 @@ pub struct Lane {
     pub local: usize,
     /// Index into the peer's address entries.
     pub remote: usize,
+    /// The roles the lane won.
     pub usage: LaneUsage,
     /// The score with which the lane won each usage (bigger is better; 0 where unused),
     /// indexed like [`LaneUsage::NAMED`].
@@ -175,6 +180,7 @@ impl Lane {
 /// multi-rail lists are ordered best first.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LaneSet {
+    /// Every lane, each with its roles; the indices below point here.
     pub lanes: Vec<Lane>,
     /// The active-message lane.
     pub am: usize,
@@ -199,10 +205,12 @@ pub struct SelectParams {
     pub rma: bool,
     /// 32-bit / 64-bit atomics wanted (AMO32, AMO64).
     pub amo32: bool,
+    /// 64-bit atomics wanted (AMO64).
     pub amo64: bool,
     /// Atomic ops an AMO lane must post without a result, and with one (per wanted width).
     /// Default: UCP's full sets, add/and/or/xor and those plus swap/cswap.
     pub amo_post_ops: AtomicOps,
+    /// Atomic ops an AMO lane must do with a result (fetching).
     pub amo_fetch_ops: AtomicOps,
     /// A lane whose 64-bit fetch ops include `amo_fetch_ops` also serves AMO32 (UCP emulates
     /// 32-bit atomics with 64-bit compare-and-swap on the enclosing word).
@@ -222,9 +230,11 @@ pub struct SelectParams {
     pub multi_lane_max_ratio: f64,
     /// Expected endpoints per worker and processes per node (latency and bandwidth models).
     pub est_num_eps: usize,
+    /// Expected processes per node.
     pub est_num_ppn: usize,
     /// Both workers' uuids: the last symmetric tie-break (see the module doc).
     pub local_uuid: u64,
+    /// The peer worker's uuid.
     pub remote_uuid: u64,
     /// Per local resource: allowed by `RUCX_TLS` only as an auxiliary transport, so it may
     /// carry wireup and keepalive only (missing entries: false).

@@ -8,7 +8,10 @@
 //! the protocol (short, bcopy, zcopy, fragmented) is picked by size and lane. Without a side
 //! channel for the addresses: [`Worker::listen`] and [`Worker::connect_sockaddr`]. Memory
 //! access: [`Worker::mem_map`], [`Ep::rkey_unpack`], [`Ep::put`], [`Ep::get`], atomics ([`rma`]).
+#![deny(missing_docs)]
 #![forbid(unsafe_code)]
+// docs.rs (and `RUSTDOCFLAGS=--cfg docsrs` on nightly) marks feature-gated items.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod activation;
 pub mod address;
@@ -18,7 +21,9 @@ mod cm;
 pub mod config;
 mod context;
 mod ep;
+// Fuzz bodies for the cargo-fuzz crate (`fuzz/`), not API: hidden from the docs.
 #[cfg(any(test, feature = "fuzz"))]
+#[doc(hidden)]
 pub mod fuzz;
 mod keepalive;
 pub mod lanes;
@@ -30,9 +35,10 @@ pub mod stream;
 pub mod tag;
 pub mod tl;
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod tokio;
 mod wakeup;
-pub mod wire;
+pub(crate) mod wire;
 mod wireup;
 mod worker;
 
@@ -47,5 +53,7 @@ pub use rma::{AtomicOp, AtomicWidth, MemHandle, RemoteKey, RmaProto};
 pub use rndv::AmDataDesc;
 pub use tag::{TagInfo, TagMsg, TagProbe, TagRecvd};
 pub use ucs::{Error, Outcome, Result, Status};
+/// How a worker's async events are handled (see [`Worker::with_async_mode`]).
+pub use uct::AsyncMode;
 pub use wakeup::WorkerWaker;
 pub use worker::{WeakWorker, Worker};

@@ -89,7 +89,42 @@ fn finish<T>(s: &Rc<RefCell<Shared<T>>>, r: Result<T>) {
     }
 }
 
-/// An operation that completes later (from `Worker::progress`).
+/// An operation that completes later (from [`Worker::progress`]): the `Pending` side of
+/// [`Issued`]. Follow it by polling ([`Request::is_done`], [`Request::take`]), with a callback
+/// ([`Request::on_complete`]), by progressing its worker until it is done
+/// ([`Request::wait`]), or as a future (`.await`, with the worker progressed by another task:
+/// `ucp::tokio`). Dropped, it detaches: the operation still completes.
+///
+/// ```
+/// use std::{cell::RefCell, rc::Rc};
+/// use ucp::{Context, Features, Issued, Status, Worker};
+///
+/// let uct = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
+/// let ctx = Context::builder(uct).features(Features::TAG).build()?;
+/// let worker = Worker::new(&ctx)?;
+/// let ep = worker.connect(worker.address())?;
+///
+/// // A receive no message matched yet is pending; it can still be withdrawn.
+/// let Issued::Pending(mut req) = worker.tag_recv(1, u64::MAX, vec![0; 8])? else {
+///     unreachable!("nothing was sent")
+/// };
+/// assert!(!req.is_done());
+/// assert!(req.cancel());
+/// assert_eq!(req.take().unwrap().unwrap_err(), Status::Canceled);
+///
+/// // A callback, run from progress once the message is in.
+/// let got = Rc::new(RefCell::new(None));
+/// let g = got.clone();
+/// worker.tag_recv(2, u64::MAX, vec![0; 8])?.on_complete(move |r| {
+///     *g.borrow_mut() = Some(r.map(|m| m.data));
+/// });
+/// ep.tag_send(2, b"hi")?.wait(&worker)?;
+/// while got.borrow().is_none() {
+///     worker.progress();
+/// }
+/// assert_eq!(got.borrow_mut().take().unwrap()?, b"hi");
+/// # Ok::<(), ucp::Error>(())
+/// ```
 #[must_use = "dropping a request detaches it: the operation completes, its result is lost"]
 pub struct Request<T>(Rc<RefCell<Shared<T>>>);
 

@@ -237,6 +237,7 @@ impl Ep {
     /// has. The peer reads the bytes with [`Ep::stream_recv`], in any pieces.
     pub fn stream_send(&self, data: &[u8]) -> Result<Issued<()>> {
         let ep = &self.inner;
+        ep.features.require(crate::Features::STREAM, "Ep::stream_send")?;
         ep.check_usable()?;
         if data.is_empty() {
             return Ok(Issued::Done(()));
@@ -276,6 +277,7 @@ impl Ep {
     /// holding what arrived: at least one byte, or with `wait_all` exactly `buf.len()`.
     pub fn stream_recv(&self, buf: Vec<u8>, wait_all: bool) -> Result<Issued<Vec<u8>>> {
         let ep = &self.inner;
+        ep.features.require(crate::Features::STREAM, "Ep::stream_recv")?;
         if let Err(e) = ep.check_usable() {
             // Bytes that arrived before the endpoint ended (the peer closed it, or failed)
             // are still read, as from a socket before its end; then the error.

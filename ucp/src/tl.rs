@@ -12,11 +12,13 @@ pub struct TlAttr {
     pub flags: IfaceFlags,
     /// Seconds: `latency_c + latency_m * endpoints`.
     pub latency_c: f64,
+    /// Seconds added per endpoint.
     pub latency_m: f64,
     /// Seconds of CPU per send.
     pub overhead: f64,
     /// Bytes per second: `bw_dedicated + bw_shared / processes per node`.
     pub bw_dedicated: f64,
+    /// Bytes per second shared by the node's processes.
     pub bw_shared: f64,
     /// Higher wins ties.
     pub priority: u8,
@@ -26,13 +28,17 @@ pub struct TlAttr {
     pub am_max_short: usize,
     /// Largest am_zcopy payload and user header.
     pub am_max_zcopy: usize,
+    /// Largest user header of an am_zcopy.
     pub am_max_hdr: usize,
+    /// Most iov entries an am_zcopy takes.
     pub am_max_iov: usize,
     /// Largest put/get zcopy.
     pub put_max_zcopy: usize,
+    /// Largest get zcopy.
     pub get_max_zcopy: usize,
     /// Atomic operations supported without and with a result, 32 and 64 bit.
     pub atomic32: (AtomicOps, AtomicOps),
+    /// 64-bit atomic operations without and with a result.
     pub atomic64: (AtomicOps, AtomicOps),
 }
 
@@ -81,5 +87,6 @@ pub struct TlInfo {
     pub component: String,
     /// `uct::DeviceType` as its raw value (network, intra-node, accelerator, loopback).
     pub dev_type: u8,
+    /// Performance and capabilities (lane selection's inputs).
     pub attr: TlAttr,
 }

@@ -15,12 +15,12 @@
 //! (`spawn_local`), on the thread that created it. The context needs
 //! [`Features::WAKEUP`](crate::Features::WAKEUP).
 //!
-//! ```no_run
+//! ```
 //! # fn main() -> ucp::Result<()> {
-//! use std::rc::Rc;
-//! # let uct_ctx = uct::Context::builder().build();
+//! use std::{cell::Cell, rc::Rc};
+//! # let uct_ctx = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
 //! let ctx = ucp::Context::builder(uct_ctx) // e.g. rucx::context()
-//!     .features(ucp::Features::AM | ucp::Features::WAKEUP)
+//!     .features(ucp::Features::AM | ucp::Features::TAG | ucp::Features::WAKEUP)
 //!     .build()?;
 //! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
 //! let local = tokio::task::LocalSet::new();
@@ -29,7 +29,18 @@
 //!     let aw = Rc::new(ucp::tokio::AsyncWorker::new(&worker)?);
 //!     let driver = aw.clone();
 //!     tokio::task::spawn_local(async move { driver.run().await });
-//!     // ... `ep.am_send(..)?.await`, handlers that feed channels ...
+//!
+//!     let ep = worker.connect(worker.address())?;
+//!     let recv = worker.tag_recv(7, u64::MAX, vec![0; 16])?;
+//!     ep.tag_send(7, b"awaited")?.await?;
+//!     assert_eq!(recv.await?.data, b"awaited"); // woken from the driver's progress
+//!
+//!     // Handlers run from the driver too; a task can wait for what they record.
+//!     let seen = Rc::new(Cell::new(false));
+//!     let s = seen.clone();
+//!     worker.set_am_handler(1, move |_| s.set(true));
+//!     ep.am_send(1, &[], b"ping", ucp::AmFlags::default())?.await?;
+//!     aw.progress_until(|| seen.get()).await?;
 //!     Ok(())
 //! })
 //! # }

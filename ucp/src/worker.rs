@@ -186,7 +186,36 @@ impl WorkerInner {
     }
 }
 
-/// A worker. Cheap to clone (a shared handle); `!Send`: it belongs to the thread that made it.
+/// A worker: one thread's progress engine (UCX's `ucp_worker`). It opens an interface on each
+/// of the context's resources, has an [address](Worker::address) peers connect to, owns the
+/// endpoints made from it and runs their completions and handlers from
+/// [`progress`](Worker::progress), which the application calls (or sleeps on, with
+/// [`Features::WAKEUP`]). Cheap to clone (a shared handle); `!Send`: it belongs to the thread
+/// that made it.
+///
+/// ```
+/// use std::{cell::RefCell, rc::Rc};
+/// use ucp::{AmFlags, Context, Worker};
+///
+/// let uct = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
+/// let ctx = Context::builder(uct).build()?; // Features::AM by default
+/// let worker = Worker::new(&ctx)?;
+///
+/// // Active messages with id 7 run this handler, from `progress`.
+/// let got = Rc::new(RefCell::new(Vec::new()));
+/// let g = got.clone();
+/// worker.set_am_handler(7, move |m| g.borrow_mut().push(m.data().to_vec()));
+///
+/// // A peer connects with the worker's address (sent out of band: a socket, a file, MPI);
+/// // here the worker connects to itself, over the self transport.
+/// let ep = worker.connect(worker.address())?;
+/// ep.am_send(7, &[], b"ping", AmFlags::default())?.wait(&worker)?;
+/// while got.borrow().is_empty() {
+///     worker.progress();
+/// }
+/// assert_eq!(got.borrow()[0], b"ping");
+/// # Ok::<(), ucp::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Worker {
     pub(crate) inner: Rc<WorkerInner>,
@@ -426,6 +455,10 @@ impl Worker {
     /// lanes have it, else the sender sends the data in pieces on the AM lane.
     /// `InvalidParam` (the message discarded) when another worker received the message.
     pub fn am_recv_data(&self, desc: crate::AmDataDesc, buf: Vec<u8>) -> Result<crate::Issued<Vec<u8>>> {
+        self.inner
+            .ctx
+            .features()
+            .require(Features::AM, "Worker::am_recv_data")?;
         crate::rndv::recv_data(&self.inner, desc, buf)
     }
 

@@ -20,6 +20,20 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// Two errors compare equal when their statuses do (the message is explanation, not identity),
 /// and an error compares equal to its status: `assert_eq!(r, Err(Status::NoResource.into()))`,
 /// `if e == Status::NoResource`.
+///
+/// ```
+/// use ucs::{Error, Result, Status};
+///
+/// fn open(dev: &str) -> Result<()> {
+///     Err(Error::new(Status::NoDevice, format!("no device {dev}")))
+/// }
+///
+/// let e = open("mlx5_9").map_err(|e| e.context_with("opening the interface")).unwrap_err();
+/// assert_eq!(e, Status::NoDevice); // the status decides; the message explains
+/// assert_eq!(e.context(), Some("opening the interface: no device mlx5_9"));
+/// assert_eq!(e.to_string(), format!("opening the interface: no device mlx5_9 ({})", Status::NoDevice.name()));
+/// assert_eq!(Status::from(&e) as i8, -14); // UCX's UCS_ERR_NO_DEVICE
+/// ```
 pub struct Error {
     status: Status,
     /// Boxed twice so an `Error` is two words and `Result<(), Error>` fits in registers.

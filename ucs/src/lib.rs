@@ -5,6 +5,7 @@
 //! Unsafe code is confined to the modules that need it (memory pool chunks, module loading,
 //! fd/epoll FFI, the x86-64 string copy and tick counter, `mallinfo2`); each such module says so
 //! at its top with `#![allow(unsafe_code)]`.
+#![deny(missing_docs)]
 #![deny(unsafe_code)]
 
 pub mod arch;

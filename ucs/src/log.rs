@@ -99,6 +99,7 @@ pub struct ForwardingSubscriber {
 }
 
 impl ForwardingSubscriber {
+    /// A subscriber handing `sink` every event at `level` or more severe.
     pub fn new(sink: LogSink, level: LevelFilter) -> ForwardingSubscriber {
         ForwardingSubscriber {
             sink,

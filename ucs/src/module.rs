@@ -105,19 +105,40 @@ pub fn allowed_with(name: &str, code: &Overrides) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ModuleError {
     /// No file at that path.
-    NotFound { path: PathBuf },
+    NotFound {
+        /// The file looked for.
+        path: PathBuf,
+    },
     /// The file is unreadable or not a loadable shared library for this machine.
-    NotSharedLibrary { path: PathBuf, detail: String },
+    NotSharedLibrary {
+        /// The plugin file.
+        path: PathBuf,
+        /// The dynamic loader's message.
+        detail: String,
+    },
     /// A library it depends on is missing, e.g. `libibverbs.so.1`.
     MissingDependency {
+        /// The plugin file.
         path: PathBuf,
+        /// The library that is missing.
         dependency: String,
+        /// The dynamic loader's message.
         detail: String,
     },
     /// It needs a symbol that no loaded library provides (version mismatch).
-    UndefinedSymbol { path: PathBuf, detail: String },
+    UndefinedSymbol {
+        /// The plugin file.
+        path: PathBuf,
+        /// The dynamic loader's message (it names the symbol).
+        detail: String,
+    },
     /// Any other loader error.
-    Other { path: PathBuf, detail: String },
+    Other {
+        /// The plugin file.
+        path: PathBuf,
+        /// The dynamic loader's message.
+        detail: String,
+    },
 }
 
 impl fmt::Display for ModuleError {

@@ -10,38 +10,71 @@ use std::fmt;
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 #[repr(i8)]
 pub enum Status {
+    /// Success.
     Ok = 0,
+    /// The operation started and completes later (a request or callback reports it).
     InProgress = 1,
+    /// No pending message.
     NoMessage = -1,
+    /// No resource right now (send queue or credits full): progress and retry.
     NoResource = -2,
+    /// Input/output error (a system call or the device failed).
     IoError = -3,
+    /// Out of memory.
     NoMemory = -4,
+    /// An invalid parameter (API misuse or bad input).
     InvalidParam = -5,
+    /// The destination is unreachable.
     Unreachable = -6,
+    /// The address is not valid (malformed, or of another transport).
     InvalidAddr = -7,
+    /// The function is not implemented.
     NotImplemented = -8,
+    /// The message did not fit the receive buffer; it was truncated.
     MessageTruncated = -9,
+    /// No progress was made.
     NoProgress = -10,
+    /// The buffer given is too small.
     BufferTooSmall = -11,
+    /// No such element.
     NoElem = -12,
+    /// Some of the requested endpoints failed to connect.
     SomeConnectsFailed = -13,
+    /// No such device (or no usable one).
     NoDevice = -14,
+    /// The resource is busy (e.g. `arm` while work waits).
     Busy = -15,
+    /// The request was canceled.
     Canceled = -16,
+    /// A shared-memory segment could not be created or attached.
     ShmemSegment = -17,
+    /// The element already exists.
     AlreadyExists = -18,
+    /// An index or address out of range.
     OutOfRange = -19,
+    /// The operation timed out.
     TimedOut = -20,
+    /// A configured limit was reached.
     ExceedsLimit = -21,
+    /// The operation is not supported (by this transport or configuration).
     Unsupported = -22,
+    /// The remote peer rejected the operation (e.g. a connection request).
     Rejected = -23,
+    /// The endpoint is not connected (or its worker is gone).
     NotConnected = -24,
+    /// The remote peer reset the connection.
     ConnectionReset = -25,
+    /// First code of the link-failure range (a transport's link went down).
     FirstLinkFailure = -40,
+    /// Last code of the link-failure range.
     LastLinkFailure = -59,
+    /// First code of the endpoint-failure range (the peer failed).
     FirstEndpointFailure = -60,
+    /// The endpoint timed out: the peer stopped answering.
     EndpointTimeout = -80,
+    /// Last code of the endpoint-failure range.
     LastEndpointFailure = -89,
+    /// The end of the error codes (no error has a lower value).
     ErrLast = -100,
 }
 

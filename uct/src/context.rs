@@ -38,18 +38,26 @@ pub enum ModuleStatus {
 /// One module found (or linked in).
 #[derive(Clone, Debug)]
 pub struct ModuleInfo {
+    /// The module's name, e.g. `tcp` (its plugin is `libuct_<name>.so`).
     pub name: String,
+    /// The plugin file it was loaded (or failed to load) from; `None` when linked in.
     pub path: Option<PathBuf>,
+    /// Linked in, loaded, shadowed or failed (and why).
     pub status: ModuleStatus,
 }
 
 /// A config variable some module reads (for `rucx-info -c`).
 #[derive(Clone, Debug)]
 pub struct ModuleConfigVar {
+    /// The module declaring it.
     pub module: String,
+    /// The variable's name, as the module's table declares it.
     pub name: String,
+    /// Default value.
     pub default: String,
+    /// One-line description.
     pub doc: String,
+    /// The value's syntax (as [`ucs::config::ConfigKind::spec`] writes it).
     pub kind: String,
 }
 

@@ -27,7 +27,9 @@ pub const MAX_IOV: usize = 16;
 /// Atomic width.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AtomicWidth {
+    /// 32-bit operands (the discriminant is the width in bytes).
     U32 = 4,
+    /// 64-bit operands.
     U64 = 8,
 }
 

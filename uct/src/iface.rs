@@ -36,7 +36,9 @@ impl EpKey {
 
 /// Parameters of [`Iface::open`].
 pub struct IfaceParams {
+    /// The transport to open, e.g. `tcp`.
     pub tl_name: String,
+    /// The device to open it on, e.g. `lo`.
     pub dev_name: String,
     /// Bytes reserved in front of received data in kept descriptors.
     pub rx_headroom: usize,

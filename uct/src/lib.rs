@@ -40,6 +40,7 @@
 //! assert_eq!(got.borrow()[0], b"hello");
 //! # Ok::<(), uct::Error>(())
 //! ```
+#![deny(missing_docs)]
 #![deny(unsafe_code)]
 
 mod completion;

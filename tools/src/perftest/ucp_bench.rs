@@ -46,7 +46,8 @@ impl Op {
     fn features(self, len: usize) -> Features {
         match self {
             Op::Tag | Op::TagSync => Features::TAG,
-            Op::Am | Op::Stream => Features::AM,
+            Op::Am => Features::AM,
+            Op::Stream => Features::STREAM,
             Op::Rma(r) if r.is_atomic() => {
                 Features::RMA
                     | if len == 4 {

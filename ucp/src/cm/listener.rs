@@ -32,6 +32,8 @@ pub struct ListenerParams {
 }
 
 impl ListenerParams {
+    /// Parameters without a connection handler: clients' requests wait for
+    /// [`Listener::accept`] (add one with [`ListenerParams::on_conn_request`]).
     pub fn new() -> ListenerParams {
         ListenerParams::default()
     }
@@ -109,6 +111,43 @@ impl Drop for Inner {
 
 /// A socket address clients reach this worker at ([`crate::Worker::listen`]). Dropping it
 /// stops listening; requests not yet accepted are rejected.
+///
+/// Clients call [`Worker::connect_sockaddr`](crate::Worker::connect_sockaddr): no worker
+/// address travels out of band. Each client's [`ConnRequest`] reaches the server from its
+/// `progress`, in the handler of [`ListenerParams::on_conn_request`] or from
+/// [`Listener::accept`]; accepting gives the server's endpoint to that client, rejecting fails
+/// the client's endpoint with `Rejected`.
+///
+/// ```
+/// use std::{cell::RefCell, rc::Rc};
+/// use ucp::{AmFlags, Context, EpParams, ListenerParams, Worker};
+///
+/// let uct = uct::Context::builder().builtin(uct_tcp::module()).plugins(false).build();
+/// let ctx = ucp::Context::builder(uct).config("NET_DEVICES", "lo").build()?;
+/// let (server, client) = (Worker::new(&ctx)?, Worker::new(&ctx)?);
+///
+/// // Accept every client, keeping its endpoint.
+/// let clients = Rc::new(RefCell::new(Vec::new()));
+/// let c = clients.clone();
+/// let params = ListenerParams::new().on_conn_request(move |req| {
+///     assert!(req.client_addr().ip().is_loopback());
+///     c.borrow_mut().push(req.accept(EpParams::new()).expect("accepted"));
+/// });
+/// // Port 0: the system picks one; clients learn it from the application.
+/// let listener = server.listen("127.0.0.1:0".parse().unwrap(), params)?;
+///
+/// let got = Rc::new(RefCell::new(None));
+/// let g = got.clone();
+/// server.set_am_handler(1, move |m| *g.borrow_mut() = Some(m.data().to_vec()));
+/// let ep = client.connect_sockaddr(listener.local_addr(), EpParams::new())?;
+/// let _sent = ep.am_send(1, &[], b"over a socket address", AmFlags::default())?;
+/// while got.borrow().is_none() {
+///     client.progress();
+///     server.progress();
+/// }
+/// assert_eq!(clients.borrow().len(), 1);
+/// # Ok::<(), ucp::Error>(())
+/// ```
 pub struct Listener {
     pub(crate) inner: Rc<Inner>,
 }

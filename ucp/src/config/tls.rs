@@ -101,6 +101,7 @@ pub struct TlsFilter {
 
 /// What [`TlsFilter::parse`] accepts: the [`AllowList`] read from `RUCX_TLS`, or its text.
 pub trait TlsSpec {
+    /// The allow list; `InvalidParam` for text that does not parse.
     fn to_allow_list(&self) -> Result<AllowList>;
 }
 

@@ -39,6 +39,7 @@ pub struct EpParams {
 }
 
 impl EpParams {
+    /// Default parameters: [`ErrMode::None`], no error handler.
     pub fn new() -> EpParams {
         EpParams::default()
     }

@@ -74,6 +74,8 @@ pub(crate) struct EpInner {
     /// The interfaces this endpoint keeps progressed, as a bit per interface index (a
     /// wireup-only lane's is not among them).
     pub used_ifaces: u64,
+    /// The context's features (checked by the operations of each).
+    pub features: crate::Features,
 }
 
 impl EpInner {
@@ -125,7 +127,148 @@ impl Drop for EpInner {
     }
 }
 
-/// An endpoint to a peer worker. Cheap to clone (a shared handle).
+/// An endpoint to a peer worker ([`Worker::connect`](crate::Worker::connect),
+/// [`Worker::connect_sockaddr`](crate::Worker::connect_sockaddr) or an accepted
+/// [`ConnRequest`](crate::ConnRequest)): the lanes chosen from both workers' addresses, and
+/// the operations on them. Cheap to clone (a shared handle).
+///
+/// Operations return [`Issued`](crate::Issued): `Done` when they finished in the call,
+/// `Pending` with a [`Request`](crate::Request) completed from the worker's `progress`. They
+/// fail at once with `Unsupported` when the context lacks their
+/// [feature](crate::Features), and with the endpoint's error once it failed (`NotConnected`
+/// after [`Ep::close`]).
+///
+/// # Active messages
+///
+/// Two workers over tcp on the loopback device; the handler answers on the endpoint it is
+/// given back to the sender ([`AmFlags::REPLY`](crate::AmFlags::REPLY)):
+///
+/// ```
+/// use std::{cell::RefCell, rc::Rc};
+/// use ucp::{AmFlags, Context, Worker};
+///
+/// let uct = uct::Context::builder().builtin(uct_tcp::module()).plugins(false).build();
+/// let ctx = Context::builder(uct).config("NET_DEVICES", "lo").build()?;
+/// let (server, client) = (Worker::new(&ctx)?, Worker::new(&ctx)?);
+/// server.set_am_handler(1, |m| {
+///     assert_eq!((m.header(), m.data()), (&b"op"[..], &b"hello"[..]));
+///     let _ = m.reply_ep().unwrap().am_send(2, &[], b"hello back", AmFlags::default());
+/// });
+/// let answer = Rc::new(RefCell::new(None));
+/// let a = answer.clone();
+/// client.set_am_handler(2, move |m| *a.borrow_mut() = Some(m.data().to_vec()));
+///
+/// let ep = client.connect(server.address())?;
+/// let _sent = ep.am_send(1, b"op", b"hello", AmFlags::REPLY)?; // Done, or Pending
+/// // Both workers live in this thread: progress both.
+/// while answer.borrow().is_none() {
+///     server.progress();
+///     client.progress();
+/// }
+/// assert_eq!(answer.borrow().as_deref(), Some(&b"hello back"[..]));
+/// # Ok::<(), ucp::Error>(())
+/// ```
+///
+/// # Tag matching
+///
+/// A receive posted before the message came, and one found by a probe after it came:
+///
+/// ```
+/// use ucp::{Context, Features, Worker};
+///
+/// let uct = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
+/// let ctx = Context::builder(uct).features(Features::TAG).build()?;
+/// let worker = Worker::new(&ctx)?;
+/// let ep = worker.connect(worker.address())?;
+///
+/// let recv = worker.tag_recv(0x10, u64::MAX, vec![0; 64])?; // the exact tag 0x10
+/// ep.tag_send(0x10, b"expected")?.wait(&worker)?;
+/// let m = recv.wait(&worker)?;
+/// assert_eq!((m.tag, &m.data[..]), (0x10, &b"expected"[..]));
+///
+/// ep.tag_send(0x2042, b"unexpected")?.wait(&worker)?;
+/// // Mask !0xff: every bit but the low byte compares, so 0x2000..=0x20ff match.
+/// let probe = loop {
+///     worker.progress();
+///     if let Some(p) = worker.tag_probe(0x2000, !0xff, true) {
+///         break p;
+///     }
+/// };
+/// assert_eq!((probe.info.tag, probe.info.length), (0x2042, 10));
+/// let m = worker.tag_msg_recv(probe.msg.unwrap(), vec![0; probe.info.length])?.wait(&worker)?;
+/// assert_eq!(m.data, b"unexpected");
+/// # Ok::<(), ucp::Error>(())
+/// ```
+///
+/// # Streams
+///
+/// Bytes in order, received in any pieces; both ends need an endpoint, here from a listener:
+///
+/// ```
+/// use ucp::{Context, EpParams, Features, Issued, ListenerParams, Worker};
+///
+/// let uct = uct::Context::builder().builtin(uct_tcp::module()).plugins(false).build();
+/// let ctx = Context::builder(uct).features(Features::STREAM).config("NET_DEVICES", "lo").build()?;
+/// let (server, client) = (Worker::new(&ctx)?, Worker::new(&ctx)?);
+/// let listener = server.listen("127.0.0.1:0".parse().unwrap(), ListenerParams::new())?;
+/// let ep = client.connect_sockaddr(listener.local_addr(), EpParams::new())?;
+/// let server_ep = loop {
+///     client.progress();
+///     server.progress();
+///     if let Some(req) = listener.accept() {
+///         break req.accept(EpParams::new())?;
+///     }
+/// };
+///
+/// // `wait_all`: exactly the buffer's length (else what arrived, at least one byte).
+/// let Issued::Pending(mut recv) = server_ep.stream_recv(vec![0; 13], true)? else {
+///     unreachable!("nothing was sent yet")
+/// };
+/// let _sent = ep.stream_send(b"hello, ")?;
+/// let _sent = ep.stream_send(b"stream")?;
+/// let data = loop {
+///     client.progress();
+///     server.progress();
+///     if let Some(r) = recv.take() {
+///         break r?;
+///     }
+/// };
+/// assert_eq!(data, b"hello, stream");
+/// # Ok::<(), ucp::Error>(())
+/// ```
+///
+/// # Remote memory: put, get and atomics
+///
+/// The target maps memory and hands its packed key to the initiator (in a message, or out of
+/// band); here one worker is both:
+///
+/// ```
+/// use ucp::{AtomicOp, AtomicWidth, Context, Features, Worker};
+///
+/// let uct = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
+/// let ctx = Context::builder(uct).features(Features::RMA | Features::AMO64).build()?;
+/// let worker = Worker::new(&ctx)?;
+/// let ep = worker.connect(worker.address())?;
+///
+/// let mem = worker.mem_alloc(64)?; // zeroed, aligned for atomics
+/// let rkey = ep.rkey_unpack(&mem.rkey_pack()?)?;
+/// ep.put(b"written remotely", mem.addr(), &rkey)?.wait(&worker)?;
+/// ep.flush()?.wait(&worker)?; // done at the target
+/// assert_eq!(&mem.to_vec()[..16], b"written remotely");
+/// assert_eq!(ep.get(8, mem.addr(), &rkey)?.wait(&worker)?, b"written ");
+///
+/// let word = mem.addr() + 56;
+/// ep.atomic_post(AtomicOp::Add, AtomicWidth::U64, 5, word, &rkey)?.wait(&worker)?;
+/// let old = ep.atomic_fetch(AtomicOp::Add, AtomicWidth::U64, 1, word, &rkey)?.wait(&worker)?;
+/// let before = ep.atomic_cswap(AtomicWidth::U64, 6, 100, word, &rkey)?.wait(&worker)?;
+/// assert_eq!((old, before), (5, 6)); // the swap happened: it held 6
+/// ep.flush()?.wait(&worker)?;
+/// assert_eq!(mem.read_u64(56)?, 100);
+///
+/// // Outside the mapped region: an error, nothing written.
+/// assert!(ep.put(b"x", mem.addr() + 64, &rkey).is_err());
+/// # Ok::<(), ucp::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Ep {
     pub(crate) inner: Rc<EpInner>,
@@ -273,6 +416,7 @@ pub(crate) fn create(
     crate::activation::add_users(w, used_ifaces);
     let inner = Rc::new(EpInner {
         used_ifaces,
+        features: w.ctx.features(),
         worker: Rc::downgrade(w),
         id: Cell::new(0),
         remote,

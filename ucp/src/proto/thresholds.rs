@@ -75,6 +75,7 @@ pub struct ThresholdConfig {
     pub bcopy_bw: Option<f64>,
     /// Expected endpoints per worker and processes per node (latency and bandwidth models).
     pub est_num_eps: usize,
+    /// Expected processes per node.
     pub est_num_ppn: usize,
 }
 

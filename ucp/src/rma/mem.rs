@@ -63,6 +63,13 @@ impl Worker {
 }
 
 fn map(w: &WorkerInner, buf: Option<Vec<u8>>, len: usize) -> Result<MemHandle> {
+    use crate::Features;
+    super::require(
+        w,
+        &[Features::RMA, Features::AMO32, Features::AMO64],
+        "Features::RMA, AMO32 or AMO64",
+        "mem_map",
+    )?;
     if buf.as_ref().map_or(len, Vec::len) == 0 {
         return Err(Error::new(Status::InvalidParam, "ucp: mem_map: an empty region"));
     }

@@ -3,7 +3,7 @@
 //! [`crate::Ep::get`]) and atomics ([`crate::Ep::atomic_post`], [`crate::Ep::atomic_fetch`],
 //! [`crate::Ep::atomic_cswap`]).
 //!
-//! Every operation is an [`RmaOp`] in the endpoint's send queue: it waits there while the
+//! Every operation is an operation (`RmaOp`) in the endpoint's send queue: it waits there while the
 //! lanes are not wired or out of resources, and goes in order with what was issued before it,
 //! so a flush queued after it covers it.
 

@@ -12,7 +12,7 @@
 pub mod matcher;
 pub(crate) mod recv;
 mod send;
-pub mod wire;
+pub(crate) mod wire;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -31,14 +31,18 @@ pub(crate) use recv::{on_eager, on_first, on_middle, on_rts, on_sync, on_sync_ac
 /// exactly the message).
 #[derive(Debug, PartialEq, Eq)]
 pub struct TagRecvd {
+    /// The tag the sender gave.
     pub tag: u64,
+    /// The message: the receive buffer, cut to the message's length.
     pub data: Vec<u8>,
 }
 
 /// What a probe saw: the sender's tag and the message's length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TagInfo {
+    /// The tag the sender gave.
     pub tag: u64,
+    /// The message's length in bytes (the whole message, even while fragments still arrive).
     pub length: usize,
 }
 
@@ -52,6 +56,7 @@ pub struct TagMsg {
 }
 
 impl TagMsg {
+    /// The message's tag and length (to size the buffer for [`crate::Worker::tag_msg_recv`]).
     pub fn info(&self) -> TagInfo {
         self.info
     }
@@ -66,6 +71,7 @@ impl std::fmt::Debug for TagMsg {
 /// [`crate::Worker::tag_probe`]'s answer.
 #[derive(Debug)]
 pub struct TagProbe {
+    /// The matching message's tag and length.
     pub info: TagInfo,
     /// The message, when the probe removed it.
     pub msg: Option<TagMsg>,

@@ -304,6 +304,9 @@ impl Worker {
     /// else the receive waits for one (`Request::cancel` withdraws it until then).
     pub fn tag_recv(&self, tag: u64, mask: u64, buf: Vec<u8>) -> Result<Issued<TagRecvd>> {
         let w = &self.inner;
+        w.ctx
+            .features()
+            .require(crate::Features::TAG, "Worker::tag_recv")?;
         if w.tag.borrow().matcher.unexpected_len() == 0 {
             // Nothing arrived unasked (the usual case): post at once.
             return Ok(Issued::Pending(post(w, tag, mask, buf)));
@@ -362,6 +365,10 @@ impl Worker {
     /// Receives a message a probe removed into `buf` (as [`Worker::tag_recv`]).
     /// `InvalidParam` (the message discarded) when another worker's probe removed it.
     pub fn tag_msg_recv(&self, msg: TagMsg, buf: Vec<u8>) -> Result<Issued<TagRecvd>> {
+        self.inner
+            .ctx
+            .features()
+            .require(crate::Features::TAG, "Worker::tag_msg_recv")?;
         if msg.worker != self.inner.uuid {
             return Err(Error::new(
                 Status::InvalidParam,

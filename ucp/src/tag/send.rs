@@ -30,6 +30,7 @@ impl Ep {
     /// when the receiver has fetched it). Any size works.
     pub fn tag_send(&self, tag: u64, data: &[u8]) -> Result<Issued<()>> {
         let ep = &self.inner;
+        ep.features.require(crate::Features::TAG, "Ep::tag_send")?;
         ep.check_usable()?;
         if rndv(ep, data.len()) {
             let (req, c) = request(ep.worker.clone());
@@ -65,6 +66,7 @@ impl Ep {
     /// allows (from the zcopy threshold up); the buffer comes back when the send finished.
     pub fn tag_send_owned(&self, tag: u64, data: Vec<u8>) -> Result<Issued<Vec<u8>>> {
         let ep = &self.inner;
+        ep.features.require(crate::Features::TAG, "Ep::tag_send_owned")?;
         ep.check_usable()?;
         let data = if rndv(ep, data.len()) {
             let (req, c) = request(ep.worker.clone());
@@ -110,6 +112,7 @@ impl Ep {
     /// rendezvous.
     pub fn tag_send_sync(&self, tag: u64, data: &[u8]) -> Result<Issued<()>> {
         let ep = &self.inner;
+        ep.features.require(crate::Features::TAG, "Ep::tag_send_sync")?;
         ep.check_usable()?;
         if rndv(ep, data.len()) {
             let (req, c) = request(ep.worker.clone());

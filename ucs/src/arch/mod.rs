@@ -48,7 +48,9 @@ pub static ARCH_TABLE: ConfigTable = ConfigTable {
 /// Copy lengths `[min, max)` done with the CPU's string copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CopyWindow {
+    /// Smallest length (inclusive) copied with the string copy.
     pub min: usize,
+    /// Length (exclusive) from which the ordinary copy is used again.
     pub max: usize,
 }
 

@@ -147,6 +147,7 @@ pub struct ConfigField {
     pub default: &'static str,
     /// One-line description.
     pub doc: &'static str,
+    /// The value's syntax: how it is parsed and what `rucx-info -c` says it expects.
     pub kind: ConfigKind,
 }
 
@@ -174,23 +175,36 @@ pub struct ConfigTable {
     pub name: &'static str,
     /// Variable prefix including the trailing underscore, e.g. `TCP_` (`""` for globals).
     pub prefix: &'static str,
+    /// The table's variables.
     pub fields: &'static [ConfigField],
 }
 
 /// A parsed value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ConfigValue {
+    /// [`ConfigKind::MemUnits`].
     MemUnits(MemUnits),
+    /// [`ConfigKind::Time`].
     Time(TimeValue),
+    /// [`ConfigKind::Bool`].
     Bool(bool),
+    /// [`ConfigKind::Ternary`].
     Ternary(Ternary),
+    /// [`ConfigKind::Uint`].
     Uint(u64),
+    /// [`ConfigKind::Int`].
     Int(i64),
+    /// [`ConfigKind::Float`].
     Float(f64),
+    /// [`ConfigKind::Str`] (and [`ConfigKind::AutoUint`], resolved by the reader).
     Str(String),
+    /// [`ConfigKind::List`] and [`ConfigKind::PathList`]: the items in order.
     List(Vec<String>),
+    /// An allow or deny list of names.
     AllowList(AllowList),
+    /// An enumeration: the index of the value among the field's names.
     Enum(usize),
+    /// A bandwidth.
     Bandwidth(Bandwidth),
 }
 
@@ -198,18 +212,30 @@ pub enum ConfigValue {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConfigError {
     /// The table has no such field (a bug in the caller).
-    UnknownField { table: String, field: String },
+    UnknownField {
+        /// The table's name.
+        table: String,
+        /// The field asked for.
+        field: String,
+    },
     /// The value does not parse.
     Invalid {
+        /// The variable's full name, e.g. `RUCX_TCP_SNDBUF`.
         var: String,
+        /// The text that does not parse.
         value: String,
+        /// What the variable accepts ([`ConfigKind::expected`]).
         expected: String,
+        /// Where the value came from.
         source: ValueSource,
     },
     /// The field is read with a getter of another type (a bug in the caller).
     WrongKind {
+        /// The variable's full name.
         var: String,
+        /// The kind the table declares.
         declared: String,
+        /// The kind the getter reads.
         requested: &'static str,
     },
 }
@@ -278,9 +304,11 @@ pub enum ValueSource {
 /// A field's raw string and where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawValue {
+    /// The text as set, or the default.
     pub value: String,
     /// True if set (in the environment or in code), false for the default.
     pub is_set: bool,
+    /// Where it came from.
     pub source: ValueSource,
 }
 

@@ -7,8 +7,11 @@ use std::time::Duration;
 /// A memory size: `8k`, `64kb`, `1MB`, `4096`, `inf`, `auto` (binary units: `k` = 1024).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemUnits {
+    /// This many bytes.
     Bytes(u64),
+    /// `inf`: unlimited (never switch).
     Inf,
+    /// `auto`: the reader chooses.
     Auto,
 }
 
@@ -43,8 +46,11 @@ impl fmt::Display for MemUnits {
 /// A time: `10ms`, `2s`, `100us`, `50ns`, `1m` (minute), `1.5` (seconds), `inf`, `auto`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimeValue {
+    /// This long.
     Dur(Duration),
+    /// `inf`: for ever.
     Inf,
+    /// `auto`: the reader chooses.
     Auto,
 }
 
@@ -62,15 +68,20 @@ impl TimeValue {
 /// A yes / no / try setting (UCX `UCS_CONFIG_TERNARY`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ternary {
+    /// Off.
     No,
+    /// On; failing to do it is an error.
     Yes,
+    /// On where possible, silently off where not.
     Try,
 }
 
 /// A bandwidth in bytes per second, or `auto`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Bandwidth {
+    /// This many bytes per second.
     BytesPerSec(f64),
+    /// `auto`: the reader chooses (usually the device's own figure).
     Auto,
 }
 
@@ -80,6 +91,7 @@ pub enum Bandwidth {
 pub struct AllowList {
     /// True for a deny list (`all` is a deny list with no items).
     pub deny: bool,
+    /// The names or globs listed.
     pub items: Vec<String>,
 }
 

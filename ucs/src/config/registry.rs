@@ -39,14 +39,18 @@ pub fn find_table(name: &str) -> Option<&'static ConfigTable> {
 /// A field of a table known only at run time (e.g. sent by a plugin as strings).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DynField {
+    /// Name without prefixes, as in [`ConfigField::name`].
     pub name: String,
+    /// Default value.
     pub default: String,
+    /// One-line description.
     pub doc: String,
     /// The kind as written by [`ConfigKind::spec`], e.g. `memunits` or `enum(a|b)`.
     pub kind: String,
 }
 
 impl DynField {
+    /// A field from its parts (see the fields).
     pub fn new(name: &str, default: &str, doc: &str, kind: &str) -> DynField {
         DynField {
             name: name.into(),
@@ -154,7 +158,9 @@ pub struct ConfigEntry {
     pub full_name: String,
     /// Current value (environment or default), unparsed.
     pub value: String,
+    /// Default value.
     pub default: &'static str,
+    /// One-line description.
     pub doc: &'static str,
     /// [`ConfigKind::expected`] text.
     pub syntax: String,
@@ -196,6 +202,7 @@ pub fn dump() -> Vec<ConfigEntry> {
 /// A `RUCX_*` environment variable that no registered table declares.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnknownVar {
+    /// The variable as set, e.g. `RUCX_TCP_SNDBUFF`.
     pub name: String,
     /// The closest known variable, if one is close enough to be a likely typo.
     pub suggestion: Option<String>,
