@@ -10,6 +10,7 @@ mod keepalive;
 mod lifecycle;
 mod rma;
 mod rndv;
+mod selection;
 mod sockaddr;
 mod stream;
 mod tag;

@@ -118,7 +118,11 @@ impl ContextBuilder {
             // for ofi), which then costs the transports in use.
             let tls_names = c.transport_names();
             if !tls_names.is_empty() && tls_names.iter().all(|t| tls.allows(t) == Allowed::No) {
-                tracing::debug!("ucp: component {}: RUCX_TLS={} selects none of its transports", c.name(), cfg.tls_spec);
+                tracing::debug!(
+                    "ucp: component {}: RUCX_TLS={} selects none of its transports",
+                    c.name(),
+                    cfg.tls_spec
+                );
                 continue;
             }
             let names = match c.md_resources() {

@@ -411,6 +411,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn resource_says_what_it_duplicates() {
+        let r = TlResource::new("ofi", "shm", DeviceType::Shm);
+        assert_eq!(r.duplicate_of(), None);
+        let r = r.duplicating("posix", "memory");
+        assert_eq!(r.duplicate_of(), Some(("posix", "memory")));
+        assert_eq!((r.tl_name.as_str(), r.dev_name.as_str()), ("ofi", "shm"));
+    }
+
+    #[test]
     fn flag_bits_match_ucx() {
         assert_eq!(IfaceFlags::AM_SHORT.bits(), 1);
         assert_eq!(IfaceFlags::PUT_ZCOPY.bits(), 1 << 6);
