@@ -29,6 +29,11 @@
 # intra: tag_lat 8 B and tag_bw 1 MiB between two processes on this host with every transport
 # allowed (UCX_TLS / RUCX_TLS unset): each tool's own choice (both: shared memory).
 #
+# ucp and intra also run rucx's tag_lat 8 B and tag_bw 1 MiB with the ofi plugin
+# (libuct_ofi.so, built for them) loaded next to the same cases with it left out
+# (RUCX_MODULES=^ofi, in the UCX column): a plugin whose transports are not selected, or only
+# duplicate native ones, must cost nothing (rucx/UCX 1.00 on those lines).
+#
 # ofi: the libfabric transport (libuct_ofi.so) between two processes on loopback: tcp;ofi_rxm and
 # shm am_lat next to libfabric's own fi_pingpong (its usec/xfer, half a round trip, fills the UCX
 # column), and tcp;ofi_rxm am_bw 64 KiB next to UCX's tcp am_bw zcopy. With verbs, in the VM:
@@ -68,7 +73,7 @@ while [ $# -gt 0 ]; do
         --no-build) BUILD=0; shift ;;
         --timeout) TO="$2"; shift 2 ;;
         --cases) CASES="$2"; shift 2 ;;
-        -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,54p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -117,10 +122,10 @@ if [ "$BUILD" = 1 ]; then
     echo "building rucx-perftest, socket-floor and ep-cost (release) ..." >&2
     (cd "$ROOT" && timeout 1800 cargo build --release -q -p rucx-tools --bin rucx-perftest -p rucx-bench) ||
         { echo "compare.sh: build failed" >&2; exit 1; }
-    if want ofi && [ "$IN_VM" != 1 ] || { want ofi && [ "$VM_VERBS" = 1 ]; }; then
+    if { want ofi || want ucp || want intra; } && [ "$IN_VM" != 1 ] || { want ofi && [ "$VM_VERBS" = 1 ]; }; then
         echo "building uct-ofi (release: libuct_ofi.so, the libfabric plugin) ..." >&2
         (cd "$ROOT" && timeout 1800 cargo build --release -q -p uct-ofi-plugin) ||
-            { note "ofi cases skipped: cargo build -p uct-ofi-plugin failed (needs libfabric-dev)"; CASES=${CASES//ofi/}; }
+            { note "ofi cases and ofi-plugin lines skipped: cargo build -p uct-ofi-plugin failed (needs libfabric-dev)"; CASES=${CASES//ofi/}; }
     fi
     if [ "$VM_VERBS" = 1 ]; then
         echo "building uct-ib (release: libuct_ib.so, the verbs plugin) ..." >&2
@@ -264,6 +269,21 @@ if want intra && [ "$IN_VM" != 1 ]; then
         "intra_tag_bw_1m|ucpintra|intra-node tag_bw 1 MiB (default transports)|bw|-t tag_bw -s 1048576 -n $(iters 3000)|same"
     )
 fi
+# A plugin's cost: rucx with the ofi plugin loaded next to rucx without it (UCX column).
+if { want ucp || want intra; } && [ "$IN_VM" != 1 ]; then
+    if [ -f "$TARGET/release/libuct_ofi.so" ]; then
+        want intra && CASE_LIST+=(
+            "plug_intra_tag_lat_8|plugintra|intra-node tag_lat 8 B, ofi plugin loaded (UCX col: rucx without it)|lat|-t tag_lat -s 8 -n $(iters 100000)|same"
+            "plug_intra_tag_bw_1m|plugintra|intra-node tag_bw 1 MiB, ofi plugin loaded (UCX col: rucx without it)|bw|-t tag_bw -s 1048576 -n $(iters 3000)|same"
+        )
+        want ucp && CASE_LIST+=(
+            "plug_ucp_tag_lat_8|plugucp|ucp tcp tag_lat 8 B, ofi plugin loaded (UCX col: rucx without it)|lat|-t tag_lat -s 8 -n $(iters 100000)|same"
+            "plug_ucp_tag_bw_1m|plugucp|ucp tcp tag_bw 1 MiB, ofi plugin loaded (UCX col: rucx without it)|bw|-t tag_bw -s 1048576 -n $(iters 3000)|same"
+        )
+    else
+        note "ofi-plugin lines skipped: $TARGET/release/libuct_ofi.so not built (cargo build --release -p uct-ofi-plugin)"
+    fi
+fi
 if want ofi && [ "$IN_VM" != 1 ]; then
     if command -v fi_pingpong >/dev/null 2>&1; then
         CASE_LIST+=(
@@ -335,7 +355,16 @@ run_case() { # tool id mode args   (called in a subshell: the exports stay here)
     # busy-polling main thread at the same priority when both are on one CPU; the peer then
     # waits for the connection's ACK until the run times out (seen in most --rt rounds; also
     # with -A signal).
-    case "$mode" in ucp|ucprc) [ "$NICE" = 2 ] && NICE=1 ;; esac
+    case "$mode" in ucp|ucprc|plugucp) [ "$NICE" = 2 ] && NICE=1 ;; esac
+    case "$mode" in
+        # Both columns are rucx, loading plugins from the release folder; the UCX column's
+        # leaves the ofi plugin out.
+        plugintra | plugucp)
+            if [ "$mode" = plugucp ]; then mode=ucp; else mode=ucpintra; fi
+            export RUCX_MODULE_DIR=$TARGET/release
+            if [ "$tool" = "$UCX" ]; then export RUCX_MODULES=^ofi; else unset RUCX_MODULES; fi
+            tool=$RUCX ;;
+    esac
     case "$mode" in
         ucp) export UCX_TLS=tcp UCX_NET_DEVICES=lo RUCX_TLS=tcp RUCX_NET_DEVICES=lo; mode=p2p ;;
         # Both tools choose: shared memory between the two local processes (tcp only on lo).

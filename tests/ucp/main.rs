@@ -12,6 +12,7 @@ mod keepalive;
 mod lifecycle;
 mod rma;
 mod rndv;
+mod selection;
 mod sockaddr;
 mod stale_keys;
 mod stream;

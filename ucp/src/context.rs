@@ -235,8 +235,22 @@ impl ContextBuilder {
             .with(&self.settings)
             .get_allow_list("NET_DEVICES")?;
         let mut resources = Vec::new();
+        // Per resource: the `transport/device` it duplicates, if it says so.
+        let mut dups: Vec<Option<String>> = Vec::new();
         let mut seen = Vec::new();
         for c in self.uct.components() {
+            // A component none of whose transports RUCX_TLS can select is not asked for its
+            // memory domains: querying them initializes what it wraps (libfabric's providers,
+            // for ofi), which then costs the transports in use.
+            let tls_names = c.transport_names();
+            if !tls_names.is_empty() && tls_names.iter().all(|t| tls.allows(t) == Allowed::No) {
+                tracing::debug!(
+                    "ucp: component {}: RUCX_TLS={} selects none of its transports",
+                    c.name(),
+                    cfg.tls_spec
+                );
+                continue;
+            }
             let names = match c.md_resources() {
                 Ok(n) => n,
                 Err(e) => {
@@ -274,9 +288,11 @@ impl ContextBuilder {
                         dev_type,
                         aux_only,
                     });
+                    dups.push(r.duplicate_of().map(|(t, d)| format!("{t}/{d}")));
                 }
             }
         }
+        drop_duplicates(&mut resources, dups, &tls);
         if resources.iter().all(|r| r.aux_only) {
             return Err(Error::new(
                 Status::NoDevice,
@@ -298,6 +314,35 @@ impl ContextBuilder {
             }),
         })
     }
+}
+
+/// Leaves out the resources that duplicate another usable one (a provider of a wrapped library
+/// over the same device, e.g. libfabric's `tcp;ofi_rxm/lo` next to `tcp/lo`), unless `RUCX_TLS`
+/// is an allow list (so it names their transport): with `all` or a deny list they would only
+/// cost `progress` calls and memory.
+fn drop_duplicates(resources: &mut Vec<Resource>, dups: Vec<Option<String>>, tls: &TlsFilter) {
+    if !tls.allows_all() && !tls.is_deny_list() {
+        return;
+    }
+    let native: Vec<String> = resources
+        .iter()
+        .zip(&dups)
+        .filter(|(r, d)| d.is_none() && !r.aux_only)
+        .map(|(r, _)| format!("{}/{}", r.tl_name, r.dev_name))
+        .collect();
+    let mut dups = dups.into_iter();
+    resources.retain(|r| match dups.next().flatten() {
+        Some(d) if native.contains(&d) => {
+            tracing::debug!(
+                "ucp: {}/{} left out: it duplicates {d} (RUCX_TLS={tls}; name {} there to use it)",
+                r.tl_name,
+                r.dev_name,
+                r.tl_name
+            );
+            false
+        }
+        _ => true,
+    });
 }
 
 impl Context {

@@ -38,6 +38,20 @@ pub fn device_name(prov: &str, domain: &str) -> String {
     }
 }
 
+/// The rucx transport resource (`(transport, device)`) that serves the same hardware as ofi
+/// device `name`, better: `shm` duplicates `posix/memory`, a provider over kernel sockets
+/// (`tcp`, `sockets`, `udp`, alone or under a utility provider) on netdev `dev` duplicates
+/// `tcp/dev`. A UCP context leaves such a device out unless `RUCX_TLS` names `ofi`.
+pub fn duplicate_of(name: &str) -> Option<(&'static str, String)> {
+    let (prov, dom) = name.split_once('/').unwrap_or((name, ""));
+    let core = prov.split(';').next().unwrap_or(prov);
+    match core {
+        "shm" => Some(("posix", "memory".to_owned())),
+        "tcp" | "sockets" | "udp" if !dom.is_empty() => Some(("tcp", dom.to_owned())),
+        _ => None,
+    }
+}
+
 /// One usable device.
 pub struct Device {
     pub name: String,
@@ -233,6 +247,18 @@ mod tests {
         if std::env::var_os("RUCX_OFI_PROVIDER").is_none() {
             assert!(!default.iter().any(|d| d.name.starts_with("tcp/")));
         }
+    }
+
+    #[test]
+    fn kernel_socket_and_shm_devices_duplicate_native_ones() {
+        let dup = |n| duplicate_of(n).map(|(t, d)| format!("{t}/{d}"));
+        assert_eq!(dup("tcp;ofi_rxm/lo").as_deref(), Some("tcp/lo"));
+        assert_eq!(dup("tcp/eth0").as_deref(), Some("tcp/eth0"));
+        assert_eq!(dup("udp;ofi_rxd/lo").as_deref(), Some("tcp/lo"));
+        assert_eq!(dup("shm").as_deref(), Some("posix/memory"));
+        assert_eq!(dup("verbs;ofi_rxm/rxe0"), None);
+        assert_eq!(dup("efa"), None);
+        assert_eq!(dup("tcp"), None);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::ffi::{c_char, c_void};
 use crate::types::{IfaceAttr, MdAttr, TlResource};
 
 /// Bumped on any change to a `Raw*` type or table. A plugin with another version is skipped.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// Status as it crosses the boundary (`ucs::Status::as_raw`).
 pub type RawStatus = i8;

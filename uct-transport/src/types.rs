@@ -359,6 +359,11 @@ pub struct TlResource {
     pub tl_name: TlName,
     pub dev_name: DevName,
     pub dev_type: u8,
+    /// The transport this resource duplicates on the same device (empty: none), with
+    /// [`TlResource::dup_dev`]: see [`TlResource::duplicating`].
+    pub dup_tl: TlName,
+    /// The device of the resource it duplicates.
+    pub dup_dev: DevName,
 }
 
 impl TlResource {
@@ -368,7 +373,25 @@ impl TlResource {
             tl_name: Name::new(tl),
             dev_name: Name::new(dev),
             dev_type: ty as u8,
+            dup_tl: Name::default(),
+            dup_dev: Name::default(),
         }
+    }
+
+    /// Marks this resource as serving the same hardware as resource `tl`/`dev` of another
+    /// transport that does it better (libfabric's `tcp;ofi_rxm/lo` next to rucx's `tcp/lo`). A
+    /// UCP context leaves it out when that resource is usable and `RUCX_TLS` does not name
+    /// this one's transport (docs/ucp.md, "Transport selection").
+    pub fn duplicating(mut self, tl: &str, dev: &str) -> Self {
+        self.dup_tl = Name::new(tl);
+        self.dup_dev = Name::new(dev);
+        self
+    }
+
+    /// The resource (`(transport, device)`) this one duplicates, if it said so.
+    pub fn duplicate_of(&self) -> Option<(&str, &str)> {
+        let tl = self.dup_tl.as_str();
+        (!tl.is_empty()).then(|| (tl, self.dup_dev.as_str()))
     }
 
     /// The device type.
@@ -386,6 +409,15 @@ pub const MAX_IOV: usize = 16;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resource_says_what_it_duplicates() {
+        let r = TlResource::new("ofi", "shm", DeviceType::Shm);
+        assert_eq!(r.duplicate_of(), None);
+        let r = r.duplicating("posix", "memory");
+        assert_eq!(r.duplicate_of(), Some(("posix", "memory")));
+        assert_eq!((r.tl_name.as_str(), r.dev_name.as_str()), ("ofi", "shm"));
+    }
 
     #[test]
     fn flag_bits_match_ucx() {

@@ -54,7 +54,11 @@ impl Transport for OfiTransport {
         } else {
             DeviceType::Net
         };
-        Ok(vec![TlResource::new("ofi", &md.inner.name, ty)])
+        let r = TlResource::new("ofi", &md.inner.name, ty);
+        Ok(vec![match crate::device::duplicate_of(&md.inner.name) {
+            Some((tl, dev)) => r.duplicating(tl, &dev),
+            None => r,
+        }])
     }
 
     fn iface_open(md: &OfiMd, params: IfaceOpenParams) -> Result<OfiIface> {
