@@ -244,7 +244,7 @@ impl ContextBuilder {
             // for ofi), which then costs the transports in use.
             let tls_names = c.transport_names();
             if !tls_names.is_empty() && tls_names.iter().all(|t| tls.allows(t) == Allowed::No) {
-                tracing::debug!(
+                ucs::debug!(
                     "ucp: component {}: RUCX_TLS={} selects none of its transports",
                     c.name(),
                     cfg.tls_spec
@@ -333,7 +333,7 @@ fn drop_duplicates(resources: &mut Vec<Resource>, dups: Vec<Option<String>>, tls
     let mut dups = dups.into_iter();
     resources.retain(|r| match dups.next().flatten() {
         Some(d) if native.contains(&d) => {
-            tracing::debug!(
+            ucs::debug!(
                 "ucp: {}/{} left out: it duplicates {d} (RUCX_TLS={tls}; name {} there to use it)",
                 r.tl_name,
                 r.dev_name,
