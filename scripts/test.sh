@@ -62,7 +62,7 @@ step test cargo test --workspace --no-fail-fast
 # the optional tokio integration (ucp::tokio, the ucp_async example and its test): not in the
 # default features, so the steps above leave it out
 step tokio bash -c 'cargo clippy -p ucp -p rucx --features ucp/tokio,rucx/tokio --lib --example ucp_async --test ucp_async -- -A clippy::all -D clippy::incompatible_msrv &&
-  cargo build -p rucx --features tokio --example ucp_async &&
+  cargo build -p rucx --features tokio --example ucp_async --example ucp_async_server &&
   cargo test -p rucx --features tokio --test ucp_async &&
   cargo test -p ucp --features tokio --doc'
 # the API docs with every feature: missing docs and broken intra-doc links are errors; with a

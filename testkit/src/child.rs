@@ -18,8 +18,9 @@ impl Drop for ChildGuard {
 }
 
 /// Starts this test binary again as a child process running only the (ignored) test `test`,
-/// with `env` added; stdin, stdout and stderr are pipes (the child notices our exit through
-/// its stdin).
+/// with `env` added; stdin and stdout are pipes (the child notices our exit through its
+/// stdin), and its stderr is drained into ours by a thread (rucx logs there without setup: an
+/// unread pipe would fill and block the child).
 pub fn spawn_self(test: &str, env: &[(&str, &str)]) -> ChildGuard {
     let exe = std::env::current_exe().expect("path of the test executable");
     let mut cmd = Command::new(exe);
@@ -30,7 +31,16 @@ pub fn spawn_self(test: &str, env: &[(&str, &str)]) -> ChildGuard {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    ChildGuard(cmd.spawn().expect("start a child copy of the test binary"))
+    let mut child = cmd.spawn().expect("start a child copy of the test binary");
+    if let Some(err) = child.stderr.take() {
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(err).lines().map_while(|l| l.ok()) {
+                eprintln!("[child] {line}");
+            }
+        });
+    }
+    ChildGuard(child)
 }
 
 /// Collects a child's stdout lines in the background; [`Lines::wait`] lets a test wait for one.
