@@ -96,9 +96,27 @@ impl Drop for InfoList {
     }
 }
 
+/// Turns libfabric's registration cache off (`FI_MR_CACHE_MAX_COUNT=0`) before libfabric
+/// initializes, unless the user set that variable. With the cache, `fi_close` of a memory region
+/// keeps the provider's registration (verbs: the `ibv_mr`) alive, so a peer holding the old key
+/// could still write or read memory the application released; rucx's `mem_dereg` must make the
+/// key useless at once.
+fn no_registration_cache() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("FI_MR_CACHE_MAX_COUNT").is_none() {
+            // SAFETY: runs once, before the first fi_getinfo (libfabric reads its variables in
+            // fi_ini there and starts no thread before); rucx's own threads read the
+            // environment only through std, which serializes with set_var.
+            unsafe { std::env::set_var("FI_MR_CACHE_MAX_COUNT", "0") };
+        }
+    });
+}
+
 /// `fi_getinfo` with `hints` (`None`: no hints, every provider and endpoint type). No match is an
 /// empty list; other failures return the libfabric error number (negative).
 pub fn getinfo(hints: Option<Hints>) -> Result<InfoList, i32> {
+    no_registration_cache();
     let mut h: *mut fi_info = ptr::null_mut();
     if let Some(want) = hints {
         // SAFETY: fi_dupinfo(NULL) allocates a zeroed fi_info with its attribute structs
