@@ -15,7 +15,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use slab::Slab;
 use ucs::config::Overrides;
@@ -57,8 +57,12 @@ struct Unpacked {
 /// the low half, so stale or guessed values do not match).
 static RKEYS: Mutex<Option<Slab<Unpacked>>> = Mutex::new(None);
 static SALT: Mutex<u32> = Mutex::new(0x5bd1_e995);
-/// Peers' tables mapped by this process, by (pid, token): shared by the rkeys naming them.
-type Tables = HashMap<(u32, u64), Weak<PeerTable>>;
+/// Peers' tables mapped by this process, by (pid, token): shared by the rkeys naming them and
+/// kept mapped after the last one goes (a rendezvous unpacks and drops a key per message: mapping
+/// the table each time cost a third of cma's bandwidth). Tables no key uses are unmapped once
+/// more than [`KEPT_TABLES`] peers' are mapped.
+type Tables = HashMap<(u32, u64), Arc<PeerTable>>;
+const KEPT_TABLES: usize = 64;
 static TABLES: Mutex<Option<Tables>> = Mutex::new(None);
 
 fn rkey_lookup(rkey: u64) -> Option<(RemoteKey, Arc<PeerTable>)> {
@@ -72,12 +76,14 @@ fn rkey_lookup(rkey: u64) -> Option<(RemoteKey, Arc<PeerTable>)> {
 fn peer_table(pid: u32, r: &SlotRef) -> Result<Arc<PeerTable>> {
     let mut g = TABLES.lock().map_err(|_| Status::IoError)?;
     let map = g.get_or_insert_with(HashMap::new);
-    if let Some(t) = map.get(&(pid, r.token)).and_then(Weak::upgrade) {
-        return Ok(t);
+    if let Some(t) = map.get(&(pid, r.token)) {
+        return Ok(t.clone());
     }
-    map.retain(|_, w| w.strong_count() > 0);
+    if map.len() >= KEPT_TABLES {
+        map.retain(|_, t| Arc::strong_count(t) > 1);
+    }
     let t = Arc::new(PeerTable::attach(pid, r)?);
-    map.insert((pid, r.token), Arc::downgrade(&t));
+    map.insert((pid, r.token), t.clone());
     Ok(t)
 }
 
