@@ -33,6 +33,7 @@ pub fn parse_level(s: &str) -> Option<LevelFilter> {
 }
 
 /// `0..=4` = error, warn, info, debug, trace (the order of [`LOG_LEVELS`]); for C-ABI use.
+#[inline]
 pub fn level_to_index(level: Level) -> u8 {
     match level {
         Level::ERROR => 0,

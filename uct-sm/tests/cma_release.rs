@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use rucx_testkit::child::{spawn_self, Lines};
+use rucx_testkit::tcp::peer::hex;
 use rucx_testkit::{device, modules, worker, Dev, Setup};
 use uct::{Mem, MemAccess, Status};
 
@@ -23,14 +24,8 @@ fn setup() -> Setup {
     Setup::new("cma", res)
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
+    rucx_testkit::tcp::peer::unhex(s).expect("hex")
 }
 
 fn env(name: &str) -> String {

@@ -25,25 +25,16 @@ pub use tracing::Level as __Level;
 static STDERR_RANK: AtomicU8 = AtomicU8::new(UNREAD);
 const UNREAD: u8 = u8::MAX;
 
+/// [`super::level_to_index`] shifted by one, so that 0 is "off".
 #[inline(always)]
 fn rank(level: Level) -> u8 {
-    match level {
-        Level::ERROR => 1,
-        Level::WARN => 2,
-        Level::INFO => 3,
-        Level::DEBUG => 4,
-        Level::TRACE => 5,
-    }
+    super::level_to_index(level) + 1
 }
 
 fn filter_from_rank(rank: u8) -> LevelFilter {
-    match rank {
-        0 => LevelFilter::OFF,
-        1 => LevelFilter::ERROR,
-        2 => LevelFilter::WARN,
-        3 => LevelFilter::INFO,
-        4 => LevelFilter::DEBUG,
-        _ => LevelFilter::TRACE,
+    match rank.checked_sub(1) {
+        None => LevelFilter::OFF,
+        Some(i) => super::level_from_index(i.min(4)).map_or(LevelFilter::TRACE, LevelFilter::from_level),
     }
 }
 
