@@ -7,7 +7,8 @@
 #   3. runs the release demo, the network-namespace multi-host tests (uct and tcp_peer in
 #      scripts/netns-test.sh, ucp_client_server with a link cut in scripts/netns-client-server.sh)
 #      and the fuzz bodies;
-#   4. boots the soft-RoCE VM (testbed/) and runs the verbs transports' tests and demos there.
+#   4. boots the soft-RoCE VM (testbed/) and runs the verbs transports' tests and demos there,
+#      built in release (TCG runs debug code 2.5x slower; this is also the release test run).
 # Ends with one line `N passed, N failed` summing every test run, and exits non-zero if any
 # step failed. Options: --no-vm skips step 4, --quick skips steps 3 and 4.
 set -uo pipefail
@@ -82,7 +83,7 @@ if [ $EXTRA = 1 ]; then
 fi
 if [ $VM = 1 ]; then
   step vm-prepare bash testbed/rxe-vm.sh --prepare
-  step vm-ib bash testbed/cargo-test-in-vm.sh --timeout 1500 -p uct-ib-verbs -p uct-ib -- --test-threads=1
+  step vm-ib bash testbed/cargo-test-in-vm.sh --timeout 1500 --release -p uct-ib-verbs -p uct-ib -- --test-threads=1
   step vm-conformance bash testbed/vm-conformance.sh verbs
   step vm-hello-rc bash testbed/ib-hello.sh -t rc_verbs -d rxe0:1
   step vm-hello-ud bash testbed/ib-hello.sh -t ud_verbs -d rxe0:1

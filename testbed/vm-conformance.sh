@@ -2,22 +2,30 @@
 # vm-conformance.sh - the transport-parametrized suites (tests/conformance for uct, tests/ucp
 # for ucp) on the verbs transports, through the ib plugin, inside one Soft-RoCE VM boot.
 #
-# Usage: testbed/vm-conformance.sh [--timeout S] [FILTER]   (default filter: verbs)
+# Usage: testbed/vm-conformance.sh [--debug] [--timeout S] [FILTER]   (default filter: verbs)
 # Builds the plugins (libuct_ib.so among them: a target whose module is missing fails) and both
 # test binaries on the host, then runs each in the VM with RUCX_MODULE_DIR pointing at the
-# plugins. Exit status: 0 when both passed, 1 when either failed (124/125 from rxe-vm.sh on
+# plugins. Release builds by default: under TCG a debug build runs the same suite 2.5x slower
+# (--debug builds and runs the debug profile). Exit status: 0 when both passed, 1 when either failed (124/125 from rxe-vm.sh on
 # timeout / VM failure).
 set -euo pipefail
 TB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd "$TB_DIR/.." && pwd -P)
 TIMEOUT=1500
-if [ "${1:-}" = --timeout ]; then TIMEOUT=$2; shift 2; fi
+PROFILE=(--release)
+while [ $# -gt 0 ]; do
+  case $1 in
+    --debug) PROFILE=(); shift ;;
+    --timeout) TIMEOUT=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
 FILTER=${1:-verbs}
 cd "$ROOT"
-cargo build -q -p uct-ib-plugin -p uct-self-plugin -p uct-tcp-plugin -p uct-ofi-plugin
+cargo build -q "${PROFILE[@]}" -p uct-ib-plugin -p uct-self-plugin -p uct-tcp-plugin -p uct-ofi-plugin
 JSON=$(mktemp /tmp/vm-conformance.XXXXXX)
 trap 'rm -f "$JSON"' EXIT
-cargo test -q -p rucx --test conformance --test ucp --no-run --message-format=json >"$JSON"
+cargo test -q "${PROFILE[@]}" -p rucx --test conformance --test ucp --no-run --message-format=json >"$JSON"
 bin_of() { grep -o "\"executable\":\"[^\"]*/$1-[^\"]*\"" "$JSON" | cut -d'"' -f4 | tail -1; }
 CONF=$(bin_of conformance)
 UCP=$(bin_of ucp)
@@ -30,8 +38,9 @@ PLUGINS=$(dirname "$(dirname "$CONF")")
 # targets, see docs/ofi.md).
 RUNNER='f=$1; rc=0; shift
 for t in "$@"; do
-  echo "=== ${t##*/}"
+  echo "=== ${t##*/}"; t0=$(date +%s)
   "$t" "$f" --test-threads=1 || { echo "=== FAILED: ${t##*/}"; rc=1; }
+  echo "=== ${t##*/}: $(( $(date +%s) - t0 )) s"
 done
 exit $rc'
 exec bash "$TB_DIR/rxe-vm.sh" --timeout "$TIMEOUT" -- \

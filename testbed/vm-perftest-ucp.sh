@@ -4,7 +4,8 @@
 # (correctness of the tool, not timing). ud_verbs has no RMA or atomics: those tests must be
 # refused there with a message (exit 255), not run.
 #
-# Usage: testbed/vm-perftest-ucp.sh [--no-build] [--timeout S]
+# Usage: testbed/vm-perftest-ucp.sh [--no-build] [--debug] [--timeout S]
+# (release build by default: it runs 2.5x faster under TCG; --debug uses the debug profile)
 # Prints "N passed, N failed"; exit 0 when all passed, 1 otherwise, 124/125 as rxe-vm.sh, 2 on
 # a build or usage error.
 set -u -o pipefail
@@ -14,22 +15,24 @@ ROOT=$(cd "$TB_DIR/.." && pwd -P)
 BUILD=1
 TIMEOUT=900
 IN_VM=0
+PROFILE=release
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-build) BUILD=0 ;;
     --timeout) TIMEOUT=$2; shift ;;
     --in-vm) IN_VM=1 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --debug) PROFILE=debug ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "vm-perftest-ucp.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 case "$TARGET" in /*) ;; *) TARGET=$ROOT/$TARGET ;; esac
-PT=$TARGET/debug/rucx-perftest
+PT=$TARGET/$PROFILE/rucx-perftest
 
 if [ "$IN_VM" = 1 ]; then
-  export RUCX_MODULE_DIR=$TARGET/debug RUCX_NET_DEVICES=rxe0:1 RUCX_LOG_LEVEL=warn
+  export RUCX_MODULE_DIR=$TARGET/$PROFILE RUCX_NET_DEVICES=rxe0:1 RUCX_LOG_LEVEL=warn
   PASS=0
   FAIL=0
   run() { # tls expect(ok|refused) test size
@@ -61,7 +64,8 @@ fi
 
 if [ "$BUILD" = 1 ]; then
   echo "== building libuct_ib.so and rucx-perftest (target $TARGET)"
-  (cd "$ROOT" && cargo build -q -p uct-ib-plugin -p rucx-tools --bin rucx-perftest) || {
+  FLAG=(); [ "$PROFILE" = release ] && FLAG=(--release)
+  (cd "$ROOT" && cargo build -q "${FLAG[@]}" -p uct-ib-plugin -p rucx-tools --bin rucx-perftest) || {
     echo "vm-perftest-ucp.sh: build failed" >&2
     exit 2
   }
@@ -69,4 +73,4 @@ fi
 [ -x "$PT" ] || { echo "vm-perftest-ucp.sh: $PT not built (drop --no-build)" >&2; exit 2; }
 cd "$ROOT" || exit 2
 CARGO_TARGET_DIR=$TARGET bash "$TB_DIR/rxe-vm.sh" --timeout "$TIMEOUT" -- \
-  bash "$TB_DIR/vm-perftest-ucp.sh" --in-vm
+  bash "$TB_DIR/vm-perftest-ucp.sh" --in-vm $([ "$PROFILE" = debug ] && echo --debug)
