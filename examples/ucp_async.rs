@@ -147,9 +147,11 @@ async fn server(ctx: Context, addr: mpsc::Sender<Vec<u8>>) -> Res<()> {
         if let Some(ep) = m.reply_ep().cloned() {
             i.put(Some((ep, data_of(&wk, m))));
         }
-    });
+    })
+    .map_err(|e| format!("the AM handler: {e}"))?;
     let i = inbox.clone();
-    w.set_am_handler(BYE, move |_| i.put(None));
+    w.set_am_handler(BYE, move |_| i.put(None))
+        .map_err(|e| format!("the AM handler: {e}"))?;
     addr.send(w.address().to_vec())
         .map_err(|_| "the client is gone".to_string())?;
     let mut echoes = Vec::new();
@@ -179,7 +181,8 @@ async fn client(ctx: Context, server_addr: Vec<u8>, rounds: usize) -> Res<()> {
     let replies = Mailbox::<Issued<Vec<u8>>>::new();
     let r = replies.clone();
     let wk = w.downgrade();
-    w.set_am_handler(REPLY, move |m| r.put(data_of(&wk, m)));
+    w.set_am_handler(REPLY, move |m| r.put(data_of(&wk, m)))
+        .map_err(|e| format!("the AM handler: {e}"))?;
     let ep = w.connect(&server_addr).map_err(|e| format!("connect: {e}"))?;
     for round in 0..rounds {
         // Every size at once: issued in order, then awaited together.

@@ -108,8 +108,10 @@ async fn server(ctx: Context, addr: mpsc::Sender<SocketAddr>, clients: usize, re
         .listen("127.0.0.1:0".parse().unwrap(), ListenerParams::new())
         .map_err(|e| format!("listen: {e}"))?;
     // Before the clients can send: the streams exist when their first messages come.
-    let mut inbox = w.am_stream(REQUEST);
-    let mut byes = w.am_stream(BYE);
+    let mut inbox = w
+        .am_stream(REQUEST)
+        .map_err(|e| format!("the request stream: {e}"))?;
+    let mut byes = w.am_stream(BYE).map_err(|e| format!("the goodbye stream: {e}"))?;
     addr.send(listener.local_addr())
         .map_err(|_| "the clients are gone".to_string())?;
 
@@ -187,7 +189,9 @@ async fn client(
     answered: Rc<Cell<usize>>,
 ) -> Res<()> {
     let (aw, driver) = worker(&ctx)?;
-    let mut answers = aw.am_stream(ANSWER);
+    let mut answers = aw
+        .am_stream(ANSWER)
+        .map_err(|e| format!("the answer stream: {e}"))?;
     let ep = aw
         .connect_sockaddr(addr, EpParams::new())
         .await

@@ -16,10 +16,10 @@ fn main() -> ucp::Result<()> {
             .reply_ep()
             .unwrap()
             .am_send(2, &[], b"hello back", AmFlags::default());
-    });
+    })?;
     let replied = Rc::new(RefCell::new(false));
     let r = replied.clone();
-    client.set_am_handler(2, move |_| *r.borrow_mut() = true);
+    client.set_am_handler(2, move |_| *r.borrow_mut() = true)?;
     // The address usually travels out of band (a socket, a file, MPI).
     let ep = client.connect(server.address())?;
     let _sent = ep.am_send(1, &[], b"hello", AmFlags::REPLY)?; // Done, or Pending: completes later

@@ -111,12 +111,14 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 
 /// Messages with id `id` go to `inbox` as (seed from the header, data); the worker fetches a
 /// rendezvous message's data before the handler runs.
-fn collect(w: &Worker, id: u16, inbox: &Inbox) {
+fn collect(w: &Worker, id: u16, inbox: &Inbox) -> Res<()> {
     let i = inbox.clone();
     w.set_am_handler(id, move |m| {
         let seed = u64::from_le_bytes(m.header().try_into().unwrap_or([0; 8]));
         i.borrow_mut().push((seed, m.data().to_vec()));
-    });
+    })
+    .map_err(|e| format!("the AM handler: {e}"))?;
+    Ok(())
 }
 
 /// Listens; accepted endpoints go to `eps`.
@@ -171,7 +173,8 @@ fn sink(addr: &str, clients: u64, count: u64) -> Res<()> {
                 t.set(t.get() + 1);
             }
         }
-    });
+    })
+    .map_err(|e| format!("the AM handler: {e}"))?;
     let want = clients * count;
     wait(&w, "every client's messages", || {
         total.get() == want || error.borrow().is_some()
@@ -250,8 +253,9 @@ fn echo(addr: &str) -> Res<()> {
     let inbox: Inbox = Rc::default();
     let bye = Rc::new(Cell::new(false));
     let b = bye.clone();
-    collect(&w, DATA, &inbox);
-    w.set_am_handler(BYE, move |_| b.set(true));
+    collect(&w, DATA, &inbox)?;
+    w.set_am_handler(BYE, move |_| b.set(true))
+        .map_err(|e| format!("the AM handler: {e}"))?;
     let mut echoed = 0;
     let mut reported = false;
     // Serves until killed: a client's last acknowledgements may still need this side.
@@ -287,7 +291,7 @@ fn sizes(addr: &str, max: usize) -> Res<()> {
         .connect_sockaddr(sockaddr(addr)?, EpParams::new())
         .map_err(|e| format!("connect to {addr}: {e}"))?;
     let got: Inbox = Rc::default();
-    collect(&w, ECHO, &got);
+    collect(&w, ECHO, &got)?;
     // The endpoint's protocols are known once it is wired.
     wait(&w, "the connection", || ep.is_connected())?;
     let sizes = size_classes(&ep, max);
@@ -328,7 +332,8 @@ fn stall(addr: &str) -> Res<()> {
     let _l = listen(&w, addr, &eps)?;
     let got = Rc::new(Cell::new(false));
     let g = got.clone();
-    w.set_am_handler(DATA, move |_| g.set(true));
+    w.set_am_handler(DATA, move |_| g.set(true))
+        .map_err(|e| format!("the AM handler: {e}"))?;
     wait(&w, "a message", || got.get())?;
     println!("stalled");
     std::io::stdout().flush().map_err(|e| e.to_string())?;

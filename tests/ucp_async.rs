@@ -93,7 +93,8 @@ fn async_worker_sleeps_between_messages() {
         std::thread::spawn(move || {
             let w = Worker::new(&ctx).unwrap();
             let a = answered.clone();
-            w.set_am_handler(DONE, move |_| a.store(true, Ordering::Release));
+            w.set_am_handler(DONE, move |_| a.store(true, Ordering::Release))
+                .unwrap();
             let ep = w.connect(&addr_rx.recv_timeout(DEADLINE).unwrap()).unwrap();
             let start = Instant::now();
             for i in 0..MESSAGES {
@@ -128,7 +129,8 @@ fn async_worker_sleeps_between_messages() {
         w.set_am_handler(AM, move |m| {
             g.borrow_mut().push((m.data()[0], m.reply_ep().cloned()));
             a.notify_one();
-        });
+        })
+        .unwrap();
         addr_tx.send(w.address().to_vec()).unwrap();
         let aw = AsyncWorker::new(&w).unwrap();
         let (calls, slept) = (Rc::new(Cell::new(0usize)), Rc::new(Cell::new(0usize)));
@@ -280,7 +282,7 @@ fn am_stream_yields_every_size_in_order() {
             let aw = AsyncWorker::new(w).unwrap();
             tokio::task::spawn_local(async move { aw.run().await });
         }
-        let mut stream = b.am_stream(9);
+        let mut stream = b.am_stream(9).unwrap();
         let ep = a.connect(b.address()).unwrap();
         let sizes = [0usize, 8, 5000, 70_000, 1 << 20];
         let mut sends = Vec::new();
@@ -309,7 +311,7 @@ fn am_stream_yields_every_size_in_order() {
         let got = Rc::new(Cell::new(0));
         let g = got.clone();
         // The id is free again: a handler set now gets the next message.
-        b.set_am_handler(9, move |_| g.set(g.get() + 1));
+        b.set_am_handler(9, move |_| g.set(g.get() + 1)).unwrap();
         ep.am_send(9, &[], b"x", AmFlags::default())
             .unwrap()
             .into_future()

@@ -65,7 +65,8 @@ impl<'w> Client<'w> {
                     r.borrow_mut().insert(id, Ok((status, m.data().to_vec())));
                 }
             }
-        });
+        })
+        .map_err(|e| format!("the AM handler: {e}"))?;
         Ok(Client {
             w,
             ep,

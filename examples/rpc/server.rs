@@ -18,7 +18,8 @@ pub fn serve(w: &Worker, wake: Wake) -> Result<u64, String> {
     // Descriptors: rendezvous arguments are fetched into a buffer the procedure then owns.
     w.set_am_handler_with(proto::REQUEST, ucp::AmHandlerFlags::RNDV_DESC, move |m| {
         on_request(&weak, m, &st, &sv)
-    });
+    })
+    .map_err(|e| format!("the AM handler: {e}"))?;
     progress_until_forever(w, wake, || stop.borrow().is_some())?;
     w.clear_am_handler(proto::REQUEST);
     // The last reply must reach the client before this worker goes.

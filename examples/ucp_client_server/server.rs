@@ -38,7 +38,7 @@ pub fn run(a: &Args, ip: std::net::IpAddr) -> Res<()> {
         .map_err(|e| format!("listen on {ip} port {}: {e}", a.port))?;
     let inbox = Inbox::default();
     if a.api == Api::Am {
-        collect(&w, &inbox);
+        collect(&w, &inbox)?;
     }
     println!(
         "server listening on {} ({}, {} x {} bytes)",
@@ -130,7 +130,7 @@ fn recv(a: &Args, w: &Worker, ep: &Ep, failed: &Failed, inbox: &Inbox) -> Res<(V
 /// (`AmHandlerFlags::RNDV_DESC`, so the server can say it was one) and its data is fetched
 /// (`Worker::am_recv_data`). The client sends one message at a time and a rendezvous send
 /// completes only once fetched, so messages complete in the order they were sent.
-fn collect(w: &Worker, inbox: &Inbox) {
+fn collect(w: &Worker, inbox: &Inbox) -> Res<()> {
     let i = inbox.clone();
     let weak = w.downgrade();
     w.set_am_handler_with(AM_ID, ucp::AmHandlerFlags::RNDV_DESC, move |m| {
@@ -145,5 +145,7 @@ fn collect(w: &Worker, inbox: &Inbox) {
             Ok(fetch) => fetch.on_complete(move |r| i.borrow_mut().push_back((r.map_err(fail), true))),
             Err(e) => i.borrow_mut().push_back((Err(fail(e)), true)),
         }
-    });
+    })
+    .map_err(|e| format!("the AM handler: {e}"))?;
+    Ok(())
 }

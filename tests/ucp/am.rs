@@ -204,7 +204,8 @@ fn reply(s: &Setup) {
         d.reverse();
         let r = ep.am_send(2, m.header(), &d, AmFlags::default()).expect("reply");
         r.on_complete(|r| r.expect("reply sent"));
-    });
+    })
+    .unwrap();
     for (i, n) in [5usize, 5000, 70_000].into_iter().enumerate() {
         let d = pattern(n, i);
         p.send(1, b"q", &d, AmFlags::REPLY);
@@ -230,7 +231,8 @@ fn p_inbox_a(p: &crate::harness::Pair, id: u16) -> crate::harness::Inbox {
     p.a.set_am_handler(id, move |m| {
         i.borrow_mut()
             .push((m.header().to_vec(), m.data().to_vec(), false))
-    });
+    })
+    .unwrap();
     inbox
 }
 
@@ -241,7 +243,8 @@ fn keep(s: &Setup) {
     };
     let kept = Rc::new(RefCell::new(Vec::new()));
     let k = kept.clone();
-    p.b.set_am_handler(9, move |m| k.borrow_mut().push(m.keep()));
+    p.b.set_am_handler(9, move |m| k.borrow_mut().push(m.keep()))
+        .unwrap();
     let msgs: Vec<Vec<u8>> = [10usize, 4000, 100_000]
         .iter()
         .enumerate()

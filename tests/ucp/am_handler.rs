@@ -36,10 +36,11 @@ fn readme_handler_every_size(s: &Setup) {
             .reply_ep()
             .unwrap()
             .am_send(2, &[], b"hello back", AmFlags::default());
-    });
+    })
+    .unwrap();
     let replies = Rc::new(RefCell::new(0usize));
     let r = replies.clone();
-    p.a.set_am_handler(2, move |_| *r.borrow_mut() += 1);
+    p.a.set_am_handler(2, move |_| *r.borrow_mut() += 1).unwrap();
     let mut rounds = 0;
     for (i, &n) in SIZES.iter().enumerate() {
         for flags in [AmFlags::REPLY, AmFlags::REPLY | AmFlags::RNDV] {
@@ -85,7 +86,8 @@ fn plain_handler_keeps_fetched_data(s: &Setup) {
         assert_eq!(m.len(), m.data().len());
         k.borrow_mut().push(m.keep());
         assert!(m.data().is_empty(), "keep takes the fetched buffer");
-    });
+    })
+    .unwrap();
     let data = pattern(1 << 20, 3);
     p.send(3, &[], &data, AmFlags::RNDV);
     p.wait_for("the kept message", || kept.borrow().len() == 1);
@@ -112,7 +114,8 @@ fn rndv_desc_handler(s: &Setup) {
         w.am_recv_data(desc, Vec::with_capacity(16))
             .unwrap_or_else(|e| panic!("[{name}] am_recv_data: {e}"))
             .on_complete(move |r| g.borrow_mut().push((true, r.expect("the fetch"))));
-    });
+    })
+    .unwrap();
     for (i, &n) in SIZES.iter().enumerate() {
         for (j, flags) in [AmFlags::EAGER, AmFlags::RNDV].into_iter().enumerate() {
             let data = pattern(n, i);
@@ -140,7 +143,8 @@ fn rndv_order(s: &Setup) {
             sn.borrow_mut()
                 .push((m.len(), m.data() == pattern(m.len(), m.len()).as_slice()));
             ds.borrow_mut().extend(m.take_data_desc());
-        });
+        })
+        .unwrap();
         let big = 1 << 20;
         let r1 = p.ep.am_send(5, &[], &pattern(big, big), AmFlags::RNDV).unwrap();
         let r2 = p.ep.am_send(5, &[], &pattern(16, 16), AmFlags::EAGER).unwrap();

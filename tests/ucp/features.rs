@@ -33,6 +33,7 @@ fn am_only(s: &Setup) {
     refused(n, "tag_send_owned", "TAG", p.ep.tag_send_owned(1, vec![1; 64]));
     refused(n, "tag_send_sync", "TAG", p.ep.tag_send_sync(1, b"x"));
     refused(n, "tag_recv", "TAG", p.b.tag_recv(1, u64::MAX, vec![0; 8]));
+    refused(n, "tag_probe", "TAG", p.b.tag_probe(1, u64::MAX, false));
     refused(n, "stream_send", "STREAM", p.ep.stream_send(b"x"));
     refused(n, "stream_recv", "STREAM", p.ep.stream_recv(vec![0; 8], false));
     refused(n, "mem_alloc", "RMA", p.b.mem_alloc(64));
@@ -59,6 +60,8 @@ fn tag_only(s: &Setup) {
         p.ep.am_send_owned(7, &[], vec![1; 64], AmFlags::default()),
     );
     refused(n, "stream_send", "STREAM", p.ep.stream_send(b"x"));
+    refused(n, "set_am_handler", "AM", p.b.set_am_handler(7, |_| {}));
+    refused(n, "am_stream", "AM", p.b.am_stream(7).map(|_| ()));
     let mut recv = match p.b.tag_recv(5, u64::MAX, vec![0; 8]).unwrap() {
         ucp::Issued::Pending(r) => r,
         ucp::Issued::Done(m) => panic!("[{n}] a receive done before the send: {m:?}"),
@@ -87,6 +90,8 @@ fn everything(s: &Setup) {
     accepted("tag_send", p.ep.tag_send(1, b"x").map(drop));
     accepted("stream_send", p.ep.stream_send(b"x").map(drop));
     accepted("mem_alloc", p.b.mem_alloc(64).map(drop));
+    accepted("set_am_handler", p.b.set_am_handler(7, |_| {}));
+    accepted("tag_probe", p.b.tag_probe(1, u64::MAX, false).map(drop));
     for _ in 0..20 {
         p.progress();
     }

@@ -271,12 +271,14 @@ impl Pair {
     pub fn inbox(&self, id: u16) -> Inbox {
         let inbox: Inbox = Rc::default();
         let i = inbox.clone();
-        self.b.set_am_handler(id, move |m| {
-            assert!(!m.is_rndv(), "a plain handler gets the data");
-            let reply = m.reply_ep().is_some();
-            i.borrow_mut()
-                .push((m.header().to_vec(), m.data().to_vec(), reply));
-        });
+        self.b
+            .set_am_handler(id, move |m| {
+                assert!(!m.is_rndv(), "a plain handler gets the data");
+                let reply = m.reply_ep().is_some();
+                i.borrow_mut()
+                    .push((m.header().to_vec(), m.data().to_vec(), reply));
+            })
+            .unwrap();
         inbox
     }
 

@@ -299,7 +299,8 @@ fn forged_rendezvous(s: &Setup) {
             Ok(issued) => issued.on_complete(move |r| r3.borrow_mut().push(r.map(|v| v.len()))),
             Err(e) => r2.borrow_mut().push(Err(e)),
         }
-    });
+    })
+    .unwrap();
     let cases = [
         (region.addr() + (1 << 20), 4096u64), // outside the region
         (region.addr(), 1 << 20),             // runs past its end

@@ -40,8 +40,8 @@ fn silent_peer(s: &Setup) {
     let ac = a.connect_with(c.address(), peer_params(&errors)).unwrap();
     let got = Rc::new(RefCell::new(0usize));
     let g = got.clone();
-    c.set_am_handler(1, move |_| *g.borrow_mut() += 1);
-    b.set_am_handler(1, |_| {});
+    c.set_am_handler(1, move |_| *g.borrow_mut() += 1).unwrap();
+    b.set_am_handler(1, |_| {}).unwrap();
     let _ = ab.am_send(1, &[], b"hello", AmFlags::default()).unwrap();
     let _ = ac.am_send(1, &[], b"hello", AmFlags::default()).unwrap();
     // Both wired and probed a few times while everyone answers.
@@ -93,7 +93,8 @@ fn peer_gone_mid_rndv(s: &Setup) {
     let k = kept.clone();
     b.set_am_handler_with(1, ucp::AmHandlerFlags::RNDV_DESC, move |m| {
         k.borrow_mut().extend(m.take_data_desc())
-    });
+    })
+    .unwrap();
     let Issued::Pending(mut sent) = ab.am_send(1, &[], &pattern(1 << 20, 1), AmFlags::RNDV).unwrap() else {
         panic!("[{}] a rendezvous send waits for the receiver", s.t.name)
     };

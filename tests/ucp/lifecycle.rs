@@ -51,7 +51,8 @@ fn close_flush_tells_peer(s: &Setup) {
         m.reply_ep()
             .expect("reply endpoint")
             .set_error_handler(move |_, e| pe.borrow_mut().push(e.status()));
-    });
+    })
+    .unwrap();
     for n in [10usize, 20_000, 300_000] {
         let _ = p.ep.am_send(6, &[], &pattern(n, n), AmFlags::REPLY).unwrap();
     }
@@ -139,8 +140,8 @@ fn peer_failure(s: &Setup) {
     let got_b = Rc::new(Cell::new(0));
     let got_c = Rc::new(Cell::new(0));
     let (gb, gc) = (got_b.clone(), got_c.clone());
-    b.set_am_handler(1, move |_| gb.set(gb.get() + 1));
-    c.set_am_handler(1, move |_| gc.set(gc.get() + 1));
+    b.set_am_handler(1, move |_| gb.set(gb.get() + 1)).unwrap();
+    c.set_am_handler(1, move |_| gc.set(gc.get() + 1)).unwrap();
     let _ = ab.am_send(1, &[], b"hello b", AmFlags::default()).unwrap();
     let start = Instant::now();
     while got_b.get() == 0 || !ab.is_connected() {

@@ -109,7 +109,8 @@ fn stash(p: &Pair, id: u16) -> Stash {
     p.b.set_am_handler_with(id, AmHandlerFlags::RNDV_DESC, move |m| {
         assert!(m.is_rndv() && m.data().is_empty());
         s2.borrow_mut().push(m.take_data_desc().unwrap());
-    });
+    })
+    .unwrap();
     st
 }
 
@@ -158,7 +159,7 @@ fn rndv_later(s: &Setup) {
     sent.take().unwrap().unwrap();
     // A handler that ignores the descriptor: the same.
     // (On self the whole exchange runs inside the send.)
-    p.b.set_am_handler(2, |_| {});
+    p.b.set_am_handler(2, |_| {}).unwrap();
     if let Issued::Pending(mut sent) = p.ep.am_send(2, &[], &data, AmFlags::default()).unwrap() {
         p.wait_for("the sender's completion when ignored", || sent.is_done());
         sent.take().unwrap().unwrap();

@@ -109,7 +109,8 @@ fn inbox(w: &Worker, id: u16) -> Inbox {
     let j = i.clone();
     w.set_am_handler(id, move |m| {
         j.borrow_mut().push((m.header().to_vec(), m.data().to_vec()));
-    });
+    })
+    .unwrap();
     i
 }
 

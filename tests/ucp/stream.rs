@@ -66,7 +66,8 @@ fn transfer(p: &Pair, tx: &Ep, rx: &Ep, data: &[u8], seed: u64) {
 fn back_ep(p: &Pair) -> Ep {
     let back: Rc<RefCell<Option<Ep>>> = Rc::default();
     let b2 = back.clone();
-    p.b.set_am_handler(30, move |m| *b2.borrow_mut() = m.reply_ep().cloned());
+    p.b.set_am_handler(30, move |m| *b2.borrow_mut() = m.reply_ep().cloned())
+        .unwrap();
     let _ = p.ep.am_send(30, &[], &[], ucp::AmFlags::REPLY).unwrap();
     p.wait_for("the reply endpoint", || back.borrow().is_some());
     let ep = back.borrow_mut().take().unwrap();

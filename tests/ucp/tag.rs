@@ -147,7 +147,7 @@ fn tag_wildcards(s: &Setup) {
     let c = recv_done(&p, p.b.tag_recv(0xac00_0000_0000_0001, FULL, vec![0; 4]).unwrap()).unwrap();
     assert_eq!(c.data, [0]);
     // nothing left for a wildcard
-    assert!(p.b.tag_probe(0, 0, false).is_none());
+    assert!(p.b.tag_probe(0, 0, false).unwrap().is_none());
 }
 
 /// A message longer than the buffer: `MessageTruncated`, the next message is fine.
@@ -182,18 +182,24 @@ fn tag_probe(s: &Setup) {
     let Some(p) = s.with("RNDV_THRESH", "50000").pair_with(Features::TAG) else {
         return;
     };
-    assert!(p.b.tag_probe(0, 0, false).is_none());
+    assert!(p.b.tag_probe(0, 0, false).unwrap().is_none());
     for n in [10usize, 30_000, 70_000] {
         let data = pattern(n, 3);
         let sent = p.ep.tag_send(42, &data).unwrap();
-        p.wait_for("the message", || p.b.tag_probe(42, FULL, false).is_some());
-        let seen = p.b.tag_probe(0, 0, false).unwrap();
+        p.wait_for("the message", || {
+            p.b.tag_probe(42, FULL, false).unwrap().is_some()
+        });
+        let seen = p.b.tag_probe(0, 0, false).unwrap().unwrap();
         assert_eq!(
             (seen.info.tag, seen.info.length, seen.msg.is_none()),
             (42, n, true)
         );
-        let taken = p.b.tag_probe(42, FULL, true).unwrap();
-        assert!(p.b.tag_probe(42, FULL, false).is_none(), "[{}] removed", p.name);
+        let taken = p.b.tag_probe(42, FULL, true).unwrap().unwrap();
+        assert!(
+            p.b.tag_probe(42, FULL, false).unwrap().is_none(),
+            "[{}] removed",
+            p.name
+        );
         let got = recv_done(&p, p.b.tag_msg_recv(taken.msg.unwrap(), vec![0; n]).unwrap()).unwrap();
         assert!(got.data == data, "[{}] {n} B by probe", p.name);
         send_done(&p, Ok(sent));

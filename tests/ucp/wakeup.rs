@@ -174,7 +174,8 @@ fn sleeps_between_messages_and_loses_none(s: &Setup) {
             let g = got.clone();
             w.set_am_handler(AM_ID, move |m| {
                 g.borrow_mut().push((m.header().to_vec(), m.data().to_vec()));
-            });
+            })
+            .unwrap();
             addr_tx.send(w.address().to_vec()).unwrap();
             let sleeps = sleep_loop(name, &w, &asleep, || got.borrow().len() >= MESSAGES);
             done.store(true, Ordering::Release);
@@ -291,7 +292,8 @@ fn sleepers_exchange_a_rendezvous(s: &Setup) {
             let w = Worker::new(&ctx).unwrap_or_else(|e| panic!("[{name}] worker: {e}"));
             let got = Rc::new(RefCell::new(None));
             let g = got.clone();
-            w.set_am_handler(AM_ID, move |m| *g.borrow_mut() = Some(m.data().to_vec()));
+            w.set_am_handler(AM_ID, move |m| *g.borrow_mut() = Some(m.data().to_vec()))
+                .unwrap();
             addr_tx.send(w.address().to_vec()).unwrap();
             let sleeps = sleep_loop(name, &w, &asleep, || got.borrow().is_some());
             // The sender's acknowledgements may still want progress: stay a moment.
@@ -358,7 +360,8 @@ fn self_sleeps_between_messages(name: &str, ctx: &ucp::Context) {
     w.set_am_handler(AM_ID, move |m| {
         assert_eq!(m.data(), pattern(64 + g.get(), g.get()).as_slice());
         g.set(g.get() + 1);
-    });
+    })
+    .unwrap();
     let waker = w.waker().unwrap();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let helper = std::thread::spawn(move || {

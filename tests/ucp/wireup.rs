@@ -26,11 +26,13 @@ fn both_connect_at_once(s: &Setup) {
     a.set_am_handler(1, move |m| {
         assert!(m.reply_ep().is_some());
         ga.set(ga.get() + 1)
-    });
+    })
+    .unwrap();
     b.set_am_handler(1, move |m| {
         assert!(m.reply_ep().is_some());
         gb.set(gb.get() + 1)
-    });
+    })
+    .unwrap();
     for _ in 0..10 {
         let _ = ab.am_send(1, &[], b"to b", AmFlags::REPLY).unwrap();
         let _ = ba.am_send(1, &[], b"to a", AmFlags::REPLY).unwrap();
@@ -156,7 +158,7 @@ fn idle_interfaces_sleep(s: &Setup) {
     );
     let got = std::rc::Rc::new(std::cell::Cell::new(0));
     let g = got.clone();
-    b.set_am_handler(1, move |_| g.set(g.get() + 1));
+    b.set_am_handler(1, move |_| g.set(g.get() + 1)).unwrap();
     let ep = a.connect(b.address()).unwrap();
     for _ in 0..10 {
         let _ = ep.am_send(1, &[], b"wake up", AmFlags::default()).unwrap();

@@ -60,7 +60,8 @@ fn am_recv_data_on_other_worker(s: &Setup) {
         let desc = m.take_data_desc().expect("a rendezvous message");
         g.borrow_mut()
             .push(other.am_recv_data(desc, Vec::new()).map(|_| ()));
-    });
+    })
+    .unwrap();
     let sent =
         p.ep.am_send(3, &[], &pattern(50_000, 1), AmFlags::default())
             .unwrap();
@@ -87,7 +88,7 @@ fn tag_msg_recv_on_other_worker(s: &Setup) {
     }
     let mut probed = None;
     p.wait_for("the message", || {
-        probed = p.b.tag_probe(4, u64::MAX, true);
+        probed = p.b.tag_probe(4, u64::MAX, true).unwrap();
         probed.is_some()
     });
     let msg = probed.unwrap().msg.unwrap();

@@ -159,7 +159,7 @@ impl Worker {
     ///
     /// ```no_run
     /// # async fn serve(worker: ucp::Worker) -> ucp::Result<()> {
-    /// let mut requests = worker.am_stream(1);
+    /// let mut requests = worker.am_stream(1)?;
     /// loop {
     ///     let m = requests.recv().await?;
     ///     if let Some(ep) = &m.reply_ep {
@@ -168,16 +168,16 @@ impl Worker {
     /// }
     /// # }
     /// ```
-    pub fn am_stream(&self, id: u16) -> AmStream {
+    pub fn am_stream(&self, id: u16) -> Result<AmStream> {
         let shared = Rc::new(RefCell::new(Shared::default()));
         let (s, w) = (shared.clone(), self.downgrade());
         // A fetch completes from progress: the waker of the task that awaits it is the
         // request's own, set when `recv` polls it.
-        self.set_am_handler(id, move |m| keep(&w, &s, m));
-        AmStream {
+        self.set_am_handler(id, move |m| keep(&w, &s, m))?;
+        Ok(AmStream {
             worker: self.downgrade(),
             id,
             shared,
-        }
+        })
     }
 }

@@ -38,7 +38,7 @@
 //!     // Handlers run from the driver too; a task can wait for what they record.
 //!     let seen = Rc::new(Cell::new(false));
 //!     let s = seen.clone();
-//!     worker.set_am_handler(1, move |_| s.set(true));
+//!     worker.set_am_handler(1, move |_| s.set(true))?;
 //!     ep.am_send(1, &[], b"ping", ucp::AmFlags::default())?.await?;
 //!     aw.progress_until(|| seen.get()).await?;
 //!     Ok(())
@@ -151,7 +151,7 @@ impl AsyncWorker {
     }
 
     /// The active messages of `id` as a stream ([`Worker::am_stream`]).
-    pub fn am_stream(&self, id: u16) -> AmStream {
+    pub fn am_stream(&self, id: u16) -> Result<AmStream> {
         self.worker.am_stream(id)
     }
 

@@ -204,7 +204,7 @@ impl WorkerInner {
 /// // Active messages with id 7 run this handler, from `progress`.
 /// let got = Rc::new(RefCell::new(Vec::new()));
 /// let g = got.clone();
-/// worker.set_am_handler(7, move |m| g.borrow_mut().push(m.data().to_vec()));
+/// worker.set_am_handler(7, move |m| g.borrow_mut().push(m.data().to_vec()))?;
 ///
 /// // A peer connects with the worker's address (sent out of band: a socket, a file, MPI);
 /// // here the worker connects to itself, over the self transport.
@@ -466,8 +466,10 @@ impl Worker {
     /// `progress` with the message (see [`crate::AmMsg`]), whose [`crate::AmMsg::data`] is
     /// all the data whatever its size and the transport: the worker fetches a rendezvous
     /// message's data before calling the handler. Replaces an earlier one.
-    pub fn set_am_handler(&self, id: u16, f: impl FnMut(&mut crate::AmMsg<'_>) + 'static) {
-        self.set_am_handler_with(id, crate::AmHandlerFlags::default(), f);
+    ///
+    /// `Unsupported` when the context was built without [`Features::AM`].
+    pub fn set_am_handler(&self, id: u16, f: impl FnMut(&mut crate::AmMsg<'_>) + 'static) -> Result<()> {
+        self.set_am_handler_with(id, crate::AmHandlerFlags::default(), f)
     }
 
     /// [`Worker::set_am_handler`] with `flags`: [`crate::AmHandlerFlags::RNDV_DESC`] hands
@@ -478,8 +480,13 @@ impl Worker {
         id: u16,
         flags: crate::AmHandlerFlags,
         f: impl FnMut(&mut crate::AmMsg<'_>) + 'static,
-    ) {
+    ) -> Result<()> {
+        self.inner
+            .ctx
+            .features()
+            .require(Features::AM, "Worker::set_am_handler")?;
         self.inner.am.borrow_mut().set(id, AmHandler::new(flags, f));
+        Ok(())
     }
 
     /// Removes the handler of `id`.

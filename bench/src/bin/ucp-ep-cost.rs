@@ -122,7 +122,9 @@ fn round(ctx: &Context, a: &Args) -> Result<(f64, isize, i64, i64), String> {
     let ws = [&server, &client];
     let got = Rc::new(Cell::new(0usize));
     let g = got.clone();
-    server.set_am_handler(1, move |_| g.set(g.get() + 1));
+    server
+        .set_am_handler(1, move |_| g.set(g.get() + 1))
+        .map_err(|e| format!("the AM handler: {e}"))?;
     let addr = server.address().to_vec();
     let payload = 0u64.to_le_bytes();
     let mut eps = Vec::with_capacity(a.n);

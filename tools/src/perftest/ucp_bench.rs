@@ -142,7 +142,7 @@ impl UcpBench {
         let am_count = Rc::new(Cell::new(0u64));
         let bad = Rc::new(Cell::new(0u64));
         if op == Op::Am {
-            install_am_handler(&worker, len, p.validate, &am_count, &bad);
+            install_am_handler(&worker, len, p.validate, &am_count, &bad)?;
         }
         let b = UcpBench {
             op,
@@ -533,7 +533,13 @@ fn not_messages() -> Error {
 
 /// AM id 1: counts arrivals; a rendezvous one is fetched first, into the buffer of the last
 /// one (descriptor mode: no allocation per message).
-fn install_am_handler(w: &Worker, len: usize, validate: bool, count: &Rc<Cell<u64>>, bad: &Rc<Cell<u64>>) {
+fn install_am_handler(
+    w: &Worker,
+    len: usize,
+    validate: bool,
+    count: &Rc<Cell<u64>>,
+    bad: &Rc<Cell<u64>>,
+) -> Result<()> {
     let (c, b) = (count.clone(), bad.clone());
     let wk = w.downgrade();
     let spare: Rc<RefCell<Vec<u8>>> = Rc::default();
@@ -574,7 +580,8 @@ fn install_am_handler(w: &Worker, len: usize, validate: bool, count: &Rc<Cell<u6
                 }
             }
         }
-    });
+    })?;
+    Ok(())
 }
 
 /// The status both sides agree on at the end of a `-V` run.

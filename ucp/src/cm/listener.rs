@@ -138,7 +138,7 @@ impl Drop for Inner {
 ///
 /// let got = Rc::new(RefCell::new(None));
 /// let g = got.clone();
-/// server.set_am_handler(1, move |m| *g.borrow_mut() = Some(m.data().to_vec()));
+/// server.set_am_handler(1, move |m| *g.borrow_mut() = Some(m.data().to_vec()))?;
 /// let ep = client.connect_sockaddr(listener.local_addr(), EpParams::new())?;
 /// let _sent = ep.am_send(1, &[], b"over a socket address", AmFlags::default())?;
 /// while got.borrow().is_none() {

@@ -153,10 +153,10 @@ impl Drop for EpInner {
 /// server.set_am_handler(1, |m| {
 ///     assert_eq!((m.header(), m.data()), (&b"op"[..], &b"hello"[..]));
 ///     let _ = m.reply_ep().unwrap().am_send(2, &[], b"hello back", AmFlags::default());
-/// });
+/// })?;
 /// let answer = Rc::new(RefCell::new(None));
 /// let a = answer.clone();
-/// client.set_am_handler(2, move |m| *a.borrow_mut() = Some(m.data().to_vec()));
+/// client.set_am_handler(2, move |m| *a.borrow_mut() = Some(m.data().to_vec()))?;
 ///
 /// let ep = client.connect(server.address())?;
 /// let _sent = ep.am_send(1, b"op", b"hello", AmFlags::REPLY)?; // Done, or Pending
@@ -190,7 +190,7 @@ impl Drop for EpInner {
 /// // Mask !0xff: every bit but the low byte compares, so 0x2000..=0x20ff match.
 /// let probe = loop {
 ///     worker.progress();
-///     if let Some(p) = worker.tag_probe(0x2000, !0xff, true) {
+///     if let Some(p) = worker.tag_probe(0x2000, !0xff, true)? {
 ///         break p;
 ///     }
 /// };

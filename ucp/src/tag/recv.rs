@@ -336,30 +336,38 @@ impl Worker {
     /// Looks for an arrived message matching `(tag, mask)` without receiving it (progress is
     /// not called). With `remove`, the message leaves the queue and comes in
     /// [`TagProbe::msg`] for [`Worker::tag_msg_recv`]. A message still arriving in fragments
-    /// is reported with its full length.
-    pub fn tag_probe(&self, tag: u64, mask: u64, remove: bool) -> Option<TagProbe> {
+    /// is reported with its full length. `Unsupported` without [`crate::Features::TAG`].
+    pub fn tag_probe(&self, tag: u64, mask: u64, remove: bool) -> Result<Option<TagProbe>> {
+        self.inner
+            .ctx
+            .features()
+            .require(crate::Features::TAG, "Worker::tag_probe")?;
         let mut t = self.inner.tag.borrow_mut();
         if !remove {
-            let (t, m) = t.matcher.peek_unexpected(tag, mask)?;
+            let Some((t, m)) = t.matcher.peek_unexpected(tag, mask) else {
+                return Ok(None);
+            };
             let info = TagInfo {
                 tag: t,
                 length: m.len(),
             };
-            return Some(TagProbe { info, msg: None });
+            return Ok(Some(TagProbe { info, msg: None }));
         }
-        let (t, m) = t.matcher.take_unexpected(tag, mask)?;
+        let Some((t, m)) = t.matcher.take_unexpected(tag, mask) else {
+            return Ok(None);
+        };
         let info = TagInfo {
             tag: t,
             length: m.len(),
         };
-        Some(TagProbe {
+        Ok(Some(TagProbe {
             info,
             msg: Some(TagMsg {
                 info,
                 msg: m,
                 worker: self.inner.uuid,
             }),
-        })
+        }))
     }
 
     /// Receives a message a probe removed into `buf` (as [`Worker::tag_recv`]).
