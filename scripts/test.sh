@@ -76,6 +76,8 @@ step plugins bash -c 'for f in bench/vm/tcg-count.c bench/vm/tcg-syscall-times.c
   cc -O2 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden -o /dev/null "$f" -lpthread || exit 1; done'
 if [ $EXTRA = 1 ]; then
   step demo cargo run --release --example ucp_hello_world
+  # every crate's unit tests optimized (the VM steps run the integration suites in release)
+  step release cargo test --release --workspace --lib
   # the README's example as a new crate depending on rucx, with rucx's warnings on its stderr
   step fresh-crate bash scripts/fresh-crate.sh
   [ -f scripts/netns-test.sh ] && step netns bash scripts/netns-test.sh
