@@ -120,7 +120,9 @@ if want verbs && [ "$IN_VM" != 1 ] && [ -z "${RUCX_BENCH_VERBS_DEV:-}" ]; then
 fi
 if [ "$BUILD" = 1 ]; then
     echo "building rucx-perftest, socket-floor and ep-cost (release) ..." >&2
-    (cd "$ROOT" && timeout 1800 cargo build --release -q -p rucx-tools --bin rucx-perftest -p rucx-bench) ||
+    # two builds: `--bin` would limit rucx-bench to a binary of that name (none: no floor, no ep-cost)
+    (cd "$ROOT" && timeout 1800 cargo build --release -q -p rucx-tools --bin rucx-perftest &&
+        timeout 1800 cargo build --release -q -p rucx-bench --bins) ||
         { echo "compare.sh: build failed" >&2; exit 1; }
     if { want ofi || want ucp || want intra; } && [ "$IN_VM" != 1 ] || { want ofi && [ "$VM_VERBS" = 1 ]; }; then
         echo "building uct-ofi (release: libuct_ofi.so, the libfabric plugin) ..." >&2

@@ -22,4 +22,5 @@ mod misuse_am;
 mod misuse_rma;
 mod pending;
 mod rma;
+mod shared_data;
 mod stale_keys;

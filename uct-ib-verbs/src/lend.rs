@@ -137,7 +137,13 @@ mod tests {
     /// # Safety
     /// Called only across the plugin boundary, with the handles and pointers that
     /// `uct_transport::abi`'s contract guarantees valid (see the module documentation).
-    unsafe extern "C" fn keep(arg: *mut c_void, _d: *const u8, _l: usize, desc: *mut RawRxDesc) -> i8 {
+    unsafe extern "C" fn keep(
+        arg: *mut c_void,
+        _d: *const u8,
+        _l: usize,
+        desc: *mut RawRxDesc,
+        _f: u32,
+    ) -> i8 {
         // SAFETY: `arg` points to the test's slot.
         unsafe { *(arg as *mut *mut RawRxDesc) = desc };
         Status::InProgress.as_raw()

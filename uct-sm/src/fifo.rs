@@ -324,6 +324,16 @@ impl Fifo {
         unsafe { ucs::arch::copy_maybe_overlapping(self.elem(idx).add(ELEM_HDR), dst.as_mut_ptr(), n) };
     }
 
+    /// Hands element `idx`'s `len` payload bytes, where they lie, to the AM handler of `id`
+    /// (one that takes shared data: it copies what it reads).
+    #[inline]
+    pub fn invoke_in_place(&self, idx: u64, len: usize, am: &uct_transport::am::AmTable, id: u8) {
+        let len = len.min(self.payload_cap());
+        // SAFETY: the payload starts after the element's header, inside the mapping, which
+        // stays mapped while `self` lives; `len` bytes fit in the payload.
+        let _ = unsafe { am.invoke_shared(id, self.elem(idx).add(ELEM_HDR), len) };
+    }
+
     /// Releases every element before `idx` to the senders.
     #[inline]
     pub fn release(&self, idx: u64) {

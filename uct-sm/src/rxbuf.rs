@@ -111,7 +111,13 @@ mod tests {
 
     /// # Safety
     /// Called by the AM table with the test's slot as `arg`.
-    unsafe extern "C" fn keep(arg: *mut c_void, _d: *const u8, _l: usize, desc: *mut RawRxDesc) -> i8 {
+    unsafe extern "C" fn keep(
+        arg: *mut c_void,
+        _d: *const u8,
+        _l: usize,
+        desc: *mut RawRxDesc,
+        _f: u32,
+    ) -> i8 {
         // SAFETY: `arg` points to the test's slot.
         unsafe { *(arg as *mut *mut RawRxDesc) = desc };
         Status::InProgress.as_raw()

@@ -22,7 +22,7 @@ use std::ffi::{c_char, c_void};
 use crate::types::{IfaceAttr, MdAttr, TlResource};
 
 /// Bumped on any change to a `Raw*` type or table. A plugin with another version is skipped.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// Status as it crosses the boundary (`ucs::Status::as_raw`).
 pub type RawStatus = i8;
@@ -57,9 +57,21 @@ pub struct RawRxDesc {
 }
 
 /// AM handler: `desc` is null when the data cannot be kept (the handler must copy it).
-/// Returns `OK`, or `INPROGRESS` when it kept `desc` (then it will call `desc.release`).
-pub type RawAmCb =
-    unsafe extern "C" fn(arg: *mut c_void, data: *const u8, len: usize, desc: *mut RawRxDesc) -> RawStatus;
+/// `flags`: [`AM_PARAM_SHARED`] or 0. Returns `OK`, or `INPROGRESS` when it kept `desc` (then
+/// it will call `desc.release`).
+pub type RawAmCb = unsafe extern "C" fn(
+    arg: *mut c_void,
+    data: *const u8,
+    len: usize,
+    desc: *mut RawRxDesc,
+    flags: u32,
+) -> RawStatus;
+
+/// [`RawAmCb`] flag: `data` lies in memory another process can write while the handler runs
+/// (a shared-memory FIFO element); the handler copies what it reads (never through a
+/// reference to it) and cannot keep it (`desc` is null). Only handlers installed with
+/// `AmCbFlags::SHARED_DATA` get it.
+pub const AM_PARAM_SHARED: u32 = 1;
 
 /// bcopy pack callback: writes at most `max` bytes at `dest`, returns the length written.
 pub type RawPackCb = unsafe extern "C" fn(arg: *mut c_void, dest: *mut u8, max: usize) -> usize;

@@ -14,11 +14,14 @@ use crate::types::{AmCbFlags, AM_ID_MAX};
 struct Entry {
     cb: Option<RawAmCb>,
     arg: *mut c_void,
+    /// Installed with `AmCbFlags::SHARED_DATA`.
+    shared: bool,
 }
 
 const EMPTY: Entry = Entry {
     cb: None,
     arg: std::ptr::null_mut(),
+    shared: false,
 };
 
 /// Handlers by AM id. Interior-mutable so a handler may replace handlers while running.
@@ -84,7 +87,8 @@ impl AmTable {
                 "set_am_handler (id {id}): this transport calls handlers asynchronously; pass AmCbFlags::ASYNC"
             ));
         }
-        self.entries[id as usize].set(Entry { cb, arg });
+        let shared = flags.contains(AmCbFlags::SHARED_DATA);
+        self.entries[id as usize].set(Entry { cb, arg, shared });
         Ok(())
     }
 
@@ -98,6 +102,47 @@ impl AmTable {
     /// True when `id` has a handler.
     pub fn has_handler(&self, id: u8) -> bool {
         id < AM_ID_MAX && self.entries[id as usize].get().cb.is_some()
+    }
+
+    /// True when the handler of `id` takes messages in shared memory
+    /// ([`AmCbFlags::SHARED_DATA`], see [`AmTable::invoke_shared`]).
+    #[inline]
+    pub fn takes_shared(&self, id: u8) -> bool {
+        self.entries.get(id as usize).is_some_and(|e| e.get().shared)
+    }
+
+    /// Delivers a message that lies in memory a peer can write to the handler of `id`, which
+    /// must take shared data ([`AmTable::takes_shared`]; otherwise the message is dropped with
+    /// an error); nothing can keep it. Returns as [`AmTable::invoke`].
+    ///
+    /// # Safety
+    /// `data` must be readable for `len` bytes until this returns (it may change meanwhile).
+    #[inline]
+    pub unsafe fn invoke_shared(&self, id: u8, data: *const u8, len: usize) -> ucs::Result<AmDisposition> {
+        let Some(cell) = self.entries.get(id as usize) else {
+            return Err(id_out_of_range(id));
+        };
+        let e = cell.get();
+        let Some(cb) = e.cb else {
+            self.warn_unhandled(id, len);
+            return Ok(AmDisposition::Done);
+        };
+        if !e.shared {
+            return Err(not_shared(id));
+        }
+        // SAFETY: the handler and its argument were installed by the host (kept alive while
+        // installed); it was installed for shared data, and `data` is readable for `len`
+        // bytes for the call (the caller's contract).
+        let _ = unsafe {
+            cb(
+                e.arg,
+                data,
+                len,
+                std::ptr::null_mut(),
+                crate::abi::AM_PARAM_SHARED,
+            )
+        };
+        Ok(AmDisposition::Done)
     }
 
     /// Delivers a message to the handler of `id`. `desc` is the descriptor the handler may keep
@@ -119,7 +164,7 @@ impl AmTable {
         };
         // SAFETY: the handler and its argument were installed by the host, which keeps them
         // alive while installed; `data` is valid for the call.
-        let st = unsafe { cb(e.arg, data.as_ptr(), data.len(), desc) };
+        let st = unsafe { cb(e.arg, data.as_ptr(), data.len(), desc, 0) };
         if st == Status::InProgress.as_raw() {
             if desc.is_null() {
                 kept_without_desc(id);
@@ -144,6 +189,15 @@ impl AmTable {
     }
 }
 
+#[cold]
+#[inline(never)]
+fn not_shared(id: u8) -> Error {
+    let msg =
+        format!("active message id {id}: its handler does not take shared data (a transport bug): dropped");
+    ucs::error!("{msg}");
+    Error::new(Status::InvalidParam, msg)
+}
+
 /// Logging kept out of line: the send path that inlines `invoke` stays small.
 #[cold]
 #[inline(never)]
@@ -163,4 +217,64 @@ fn kept_without_desc(id: u8) {
         id,
         "AM handler returned InProgress for data it cannot keep; treated as consumed"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the test handler saw: (len, desc non-null, flags, first byte).
+    type Seen = Vec<(usize, bool, u32, Option<u8>)>;
+
+    unsafe extern "C" fn record(
+        arg: *mut c_void,
+        data: *const u8,
+        len: usize,
+        desc: *mut RawRxDesc,
+        flags: u32,
+    ) -> i8 {
+        // SAFETY: `arg` is the test's `Seen`, alive for the table's use; `data` has `len` bytes.
+        let seen = unsafe { &mut *(arg as *mut Seen) };
+        // SAFETY: `len` bytes at `data` (one when non-empty).
+        let first = (len > 0).then(|| unsafe { data.read() });
+        seen.push((len, !desc.is_null(), flags, first));
+        0
+    }
+
+    #[test]
+    fn shared_data_reaches_only_handlers_that_take_it() {
+        let mut seen: Seen = Vec::new();
+        let arg = &mut seen as *mut Seen as *mut c_void;
+        let t = AmTable::new(true);
+        t.set(1, Some(record), arg, AmCbFlags::SYNC).unwrap();
+        t.set(2, Some(record), arg, AmCbFlags::SHARED_DATA).unwrap();
+        assert!(!t.takes_shared(1) && t.takes_shared(2) && !t.takes_shared(3) && !t.takes_shared(200));
+        let bytes = [7u8, 8, 9];
+        // SAFETY: `bytes` is readable for its length during the calls.
+        unsafe {
+            assert_eq!(t.invoke_shared(2, bytes.as_ptr(), 3), Ok(AmDisposition::Done));
+            // A handler without the flag never gets shared data: refused, not called.
+            assert_eq!(
+                t.invoke_shared(1, bytes.as_ptr(), 3).unwrap_err(),
+                Status::InvalidParam
+            );
+            assert_eq!(
+                t.invoke_shared(40, bytes.as_ptr(), 3).unwrap_err(),
+                Status::InvalidParam
+            );
+            // No handler: dropped (logged once), as `invoke`.
+            assert_eq!(t.invoke_shared(5, bytes.as_ptr(), 3), Ok(AmDisposition::Done));
+        }
+        t.invoke(1, &bytes[..2], None).unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                (3, false, crate::abi::AM_PARAM_SHARED, Some(7)),
+                (2, false, 0, Some(7))
+            ]
+        );
+        // Replaced without the flag: no longer takes it.
+        t.set(2, Some(record), arg, AmCbFlags::SYNC).unwrap();
+        assert!(!t.takes_shared(2));
+    }
 }

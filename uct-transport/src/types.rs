@@ -97,7 +97,15 @@ flag_set! {
 
 flag_set! {
     /// AM handler registration flags (`UCT_CB_FLAG_*`).
-    AmCbFlags: u32 { RESERVED = 0, ASYNC = 1 }
+    AmCbFlags: u32 {
+        RESERVED = 0,
+        ASYNC = 1,
+        /// The handler takes messages in memory a peer can write (a shared-memory FIFO
+        /// element) without the transport copying them out first: it reads them only through
+        /// copies (`AmMessage::copy_to`, `data`), and keeping one copies it. A rucx extension
+        /// (bit 16, beside UCX's bits); transports without shared receive buffers ignore it.
+        SHARED_DATA = 16
+    }
 }
 
 impl AmCbFlags {

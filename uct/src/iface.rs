@@ -97,28 +97,127 @@ impl IfaceParams {
 }
 
 /// A received active message, handed to an AM handler.
+///
+/// A handler installed with [`AmCbFlags::SHARED_DATA`] may get a message that still lies in
+/// memory a peer process can write (a shared-memory FIFO element, [`AmMessage::is_shared`]):
+/// [`AmMessage::copy_to`] copies it straight to where it goes (the only copy), and
+/// [`AmMessage::data`] copies it once into a buffer of the handler's.
 pub struct AmMessage<'a> {
+    /// The data when private (empty when shared).
     data: &'a [u8],
+    /// Non-null: the data lies here, in shared memory, `len` bytes.
+    shared: *const u8,
+    len: usize,
+    /// The handler's buffer that [`AmMessage::data`] copies shared data into.
+    scratch: &'a Scratch,
+    /// `scratch` holds this message's data.
+    copied: Cell<bool>,
     desc: *mut RawRxDesc,
     kept: Cell<bool>,
     iface: &'a std::rc::Weak<IfaceInner>,
 }
 
+/// A handler's copy of shared data; filled by one message at a time (handlers do not
+/// re-enter: the transport calls each from its own progress, one message after another).
+type Scratch = std::cell::UnsafeCell<Vec<u8>>;
+
 impl<'a> AmMessage<'a> {
     /// The message: for `am_short`, the 8-byte header (little-endian) followed by the payload.
+    /// Shared data ([`AmMessage::is_shared`]) is copied on the first call (into a buffer the
+    /// handler reuses: no allocation once it is large enough).
     pub fn data(&self) -> &'a [u8] {
-        self.data
+        if self.shared.is_null() {
+            return self.data;
+        }
+        if !self.copied.get() {
+            // SAFETY: no slice of the scratch buffer is alive: `copied` is false, and the only
+            // message that hands them out is this one (a handler is not re-entered, and a
+            // slice does not outlive its message's `'a`).
+            let v = unsafe { &mut *self.scratch.get() };
+            v.clear();
+            v.reserve(self.len);
+            // SAFETY: `len` bytes at `shared` stay readable during the handler (the
+            // transport's contract); a peer writing them meanwhile only changes which bytes
+            // we copy. The destination is the vector's reserved, unshared capacity.
+            unsafe {
+                ucs::arch::copy_maybe_overlapping(self.shared, v.as_mut_ptr(), self.len);
+                v.set_len(self.len);
+            }
+            self.copied.set(true);
+        }
+        // SAFETY: filled above; not written again while this message lives.
+        unsafe { &*self.scratch.get() }.as_slice()
+    }
+
+    /// The message's length in bytes (without copying shared data).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty message.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// True when the data lies in memory a peer can write: read it through
+    /// [`AmMessage::copy_to`] (one copy, to where it goes) rather than [`AmMessage::data`].
+    pub fn is_shared(&self) -> bool {
+        !self.shared.is_null()
+    }
+
+    /// Copies the bytes from `offset` on into `dst` (as many as both have); returns how many.
+    pub fn copy_to(&self, offset: usize, dst: &mut [u8]) -> usize {
+        // SAFETY: `dst` is writable for its length.
+        unsafe { self.copy_raw(offset, dst.as_mut_ptr(), dst.len()) }
+    }
+
+    /// Appends the bytes from `offset` on to `v` (one copy, into its spare capacity).
+    pub fn extend_vec(&self, offset: usize, v: &mut Vec<u8>) {
+        let n = self.len.saturating_sub(offset);
+        v.reserve(n);
+        let spare = v.spare_capacity_mut();
+        // SAFETY: the spare capacity is writable for `n` bytes (reserved above); `copy_raw`
+        // writes all `n` (the message has `n` bytes after `offset`) before `set_len` exposes
+        // them.
+        unsafe {
+            let copied = self.copy_raw(offset, spare.as_mut_ptr().cast::<u8>(), n);
+            v.set_len(v.len() + copied);
+        }
+    }
+
+    /// Copies up to `cap` bytes from `offset` on to `dst`; returns how many.
+    ///
+    /// # Safety
+    /// `dst` must be writable for `cap` bytes and not overlap the message.
+    unsafe fn copy_raw(&self, offset: usize, dst: *mut u8, cap: usize) -> usize {
+        let n = self.len.saturating_sub(offset).min(cap);
+        if n == 0 {
+            return 0;
+        }
+        let src = if self.shared.is_null() || self.copied.get() {
+            self.data()[offset..offset + n].as_ptr()
+        } else {
+            // SAFETY: `offset + n <= len`: inside the shared bytes.
+            unsafe { self.shared.add(offset) }
+        };
+        // SAFETY: `n` readable bytes at `src` (private data, our copy, or shared bytes that
+        // stay readable during the handler, where a peer's writes only change which bytes we
+        // copy); `dst` is writable for `n <= cap` (the caller's contract).
+        unsafe { ucs::arch::copy_maybe_overlapping(src, dst, n) };
+        n
     }
 
     /// The `am_short` header (first 8 bytes, little-endian); 0 if the message is shorter.
     pub fn header(&self) -> u64 {
-        self.data
-            .get(..8)
-            .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        let mut b = [0u8; 8];
+        if self.copy_to(0, &mut b) < 8 {
+            return 0;
+        }
+        u64::from_le_bytes(b)
     }
 
     /// Keeps the data beyond the handler: the transport's descriptor itself when it can lend
-    /// it (zero copy), otherwise a copy.
+    /// it (zero copy), otherwise a copy (always for shared data).
     pub fn keep(&self) -> RxDesc {
         if !self.desc.is_null() && !self.kept.get() {
             if let Some(iface) = self.iface.upgrade() {
@@ -131,7 +230,7 @@ impl<'a> AmMessage<'a> {
                 });
             }
         }
-        RxDesc(Kept::Copied(self.data.to_vec()))
+        RxDesc(Kept::Copied(self.data().to_vec()))
     }
 }
 
@@ -197,6 +296,7 @@ type AmHandler = Box<dyn std::any::Any>;
 struct HandlerBox<F> {
     iface: std::rc::Weak<IfaceInner>,
     f: F,
+    scratch: Scratch,
 }
 
 /// # Safety
@@ -207,24 +307,32 @@ unsafe extern "C" fn am_tramp<F: FnMut(&AmMessage<'_>) + 'static>(
     data: *const u8,
     len: usize,
     desc: *mut RawRxDesc,
+    flags: u32,
 ) -> RawStatus {
     // SAFETY: `arg` points to the boxed `HandlerBox<F>` stored in the iface's handler table (kept
     // alive while installed; replaced handlers are kept until the iface closes); `data` is valid
     // for `len`.
     let h = unsafe { &mut *(arg as *mut HandlerBox<F>) };
-    let data = if len == 0 {
+    let HandlerBox { iface, f, scratch } = h;
+    let shared = flags & uct_transport::abi::AM_PARAM_SHARED != 0 && len > 0;
+    let private = if len == 0 || shared {
         &[][..]
     } else {
-        // SAFETY: the transport passes `len` valid bytes at `data` for the duration of the call.
+        // SAFETY: the transport passes `len` valid bytes at `data` for the duration of the
+        // call, which nobody else writes (not shared).
         unsafe { std::slice::from_raw_parts(data, len) }
     };
     let msg = AmMessage {
-        data,
-        desc,
+        data: private,
+        shared: if shared { data } else { std::ptr::null() },
+        len,
+        scratch,
+        copied: Cell::new(false),
+        desc: if shared { std::ptr::null_mut() } else { desc },
         kept: Cell::new(false),
-        iface: &h.iface,
+        iface,
     };
-    if catch_unwind(AssertUnwindSafe(|| (h.f)(&msg))).is_err() {
+    if catch_unwind(AssertUnwindSafe(|| f(&msg))).is_err() {
         ucs::error!("panic in an AM handler (caught); message dropped");
     }
     if msg.kept.get() {
@@ -469,6 +577,7 @@ impl Iface {
         let boxed = Box::new(HandlerBox {
             iface: Rc::downgrade(&self.inner),
             f,
+            scratch: Scratch::default(),
         });
         let arg = &*boxed as *const HandlerBox<F> as *mut c_void;
         // SAFETY: `arg` stays valid: the box is stored below and retired, not freed, if replaced.

@@ -462,7 +462,8 @@ impl Setup {
 }
 
 /// The handler: remembers the first byte (the sequence number); under `-V` also checks the
-/// length and the payload against [`send_pattern`].
+/// length and the payload against [`send_pattern`]. It takes shared data: over shared memory
+/// the message is read where it lies (one byte, as ucx_perftest's handler reads it).
 fn install_am_handler(
     iface: &Iface,
     p: &Params,
@@ -471,9 +472,10 @@ fn install_am_handler(
 ) -> Result<()> {
     let c = counters.clone();
     if !p.validate {
-        return iface.set_am_handler(AM_ID, AmCbFlags::SYNC, move |m| {
-            if let Some(&b) = m.data().first() {
-                c.am_sn.set(b);
+        return iface.set_am_handler(AM_ID, AmCbFlags::SHARED_DATA, move |m| {
+            let mut b = [0u8; 1];
+            if m.copy_to(0, &mut b) == 1 {
+                c.am_sn.set(b[0]);
             }
         });
     }
@@ -482,7 +484,7 @@ fn install_am_handler(
     let skip = if p.layout == layout::SHORT { 8 } else { 1 }.min(len);
     let expect: Vec<u8> = (skip..len).map(send_pattern).collect();
     let bad = bad.clone();
-    iface.set_am_handler(AM_ID, AmCbFlags::SYNC, move |m| {
+    iface.set_am_handler(AM_ID, AmCbFlags::SHARED_DATA, move |m| {
         let d = m.data();
         if let Some(&b) = d.first() {
             c.am_sn.set(b);

@@ -92,6 +92,14 @@ impl Posted {
         }
     }
 
+    /// Copies `m` from `at` on to `offset`, never past the buffer (the one copy of a message
+    /// that may lie in shared memory).
+    fn put_msg(&mut self, offset: usize, m: &uct::AmMessage<'_>, at: usize) {
+        if offset < self.buf.len() {
+            m.copy_to(at, &mut self.buf[offset..]);
+        }
+    }
+
     /// Completes with a `total`-byte message (all of it arrived).
     fn complete(self, tag: u64, total: usize) {
         let Posted { mut buf, done } = self;

@@ -38,36 +38,44 @@ fn ack(w: &WorkerInner, from: SyncFrom) {
     ep.dispatch();
 }
 
-/// A whole eager message arrived (single, plain or synchronous).
-fn on_whole(w: &Rc<WorkerInner>, tag: u64, data: &[u8], sync: Option<SyncFrom>) {
+/// A whole eager message arrived (single, plain or synchronous): its data is `m` from `at`
+/// on, copied once, into the posted buffer or the unexpected message (the message may still
+/// lie in shared memory: these handlers take `AmCbFlags::SHARED_DATA`).
+fn on_whole(w: &Rc<WorkerInner>, tag: u64, m: &AmMessage<'_>, at: usize, sync: Option<SyncFrom>) {
     let posted = w.tag.borrow_mut().matcher.take_expected(tag);
     match posted {
         Some(mut p) => {
             if let Some(from) = sync {
                 ack(w, from);
             }
-            p.put(0, data);
-            p.complete(tag, data.len());
+            p.put_msg(0, m, at);
+            p.complete(tag, m.len() - at);
         }
         None => {
+            let mut data = Vec::new();
+            m.extend_vec(at, &mut data);
             w.tag
                 .borrow_mut()
                 .matcher
-                .push_unexpected(tag, Unexp::Whole(data.to_vec(), sync));
+                .push_unexpected(tag, Unexp::Whole(data, sync));
         }
     }
 }
 
 pub(crate) fn on_eager(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
-    match wire::decode_eager(m.data()) {
-        Ok((tag, data)) => on_whole(w, tag, data, None),
+    let mut h = [0u8; wire::EAGER_LEN];
+    let n = m.copy_to(0, &mut h);
+    match wire::decode_eager(&h[..n]) {
+        Ok((tag, _)) => on_whole(w, tag, m, wire::EAGER_LEN, None),
         Err(e) => violation("tag message", &e),
     }
 }
 
 pub(crate) fn on_sync(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
-    match wire::decode_sync(m.data()) {
-        Ok((tag, from, data)) => on_whole(w, tag, data, Some(from)),
+    let mut h = [0u8; wire::SYNC_LEN];
+    let n = m.copy_to(0, &mut h);
+    match wire::decode_sync(&h[..n]) {
+        Ok((tag, from, _)) => on_whole(w, tag, m, wire::SYNC_LEN, Some(from)),
         Err(e) => violation("synchronous tag message", &e),
     }
 }
