@@ -88,8 +88,7 @@ fn check(p: &Pair, in_place: bool, log: &Log, want: &dyn Fn(usize) -> Vec<u8>) {
 
 fn am_short_shared(s: &Setup) {
     let p = s.pair();
-    if !p.attr().flags.contains(IfaceFlags::AM_SHORT) {
-        p.skip("am_short_shared: no AM_SHORT");
+    if !p.supports(IfaceFlags::AM_SHORT, "am_short_shared") {
         return;
     }
     let max = (p.attr().am.max_short - 8).min(200);
@@ -113,8 +112,7 @@ fn am_short_shared(s: &Setup) {
 
 fn am_bcopy_shared(s: &Setup) {
     let p = s.pair();
-    if !p.attr().flags.contains(IfaceFlags::AM_BCOPY) {
-        p.skip("am_bcopy_shared: no AM_BCOPY");
+    if !p.supports(IfaceFlags::AM_BCOPY, "am_bcopy_shared") {
         return;
     }
     let max = p.attr().am.max_bcopy;

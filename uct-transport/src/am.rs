@@ -119,12 +119,7 @@ impl AmTable {
     /// `data` must be readable for `len` bytes until this returns (it may change meanwhile).
     #[inline]
     pub unsafe fn invoke_shared(&self, id: u8, data: *const u8, len: usize) -> ucs::Result<AmDisposition> {
-        let Some(cell) = self.entries.get(id as usize) else {
-            return Err(id_out_of_range(id));
-        };
-        let e = cell.get();
-        let Some(cb) = e.cb else {
-            self.warn_unhandled(id, len);
+        let Some((e, cb)) = self.handler(id, len)? else {
             return Ok(AmDisposition::Done);
         };
         if !e.shared {
@@ -154,12 +149,7 @@ impl AmTable {
     #[inline]
     pub fn invoke(&self, id: u8, data: &[u8], desc: Option<LentDesc>) -> ucs::Result<AmDisposition> {
         let desc = desc.map_or(std::ptr::null_mut(), |d| d.0.as_ptr());
-        let Some(cell) = self.entries.get(id as usize) else {
-            return Err(id_out_of_range(id));
-        };
-        let e = cell.get();
-        let Some(cb) = e.cb else {
-            self.warn_unhandled(id, data.len());
+        let Some((e, cb)) = self.handler(id, data.len())? else {
             return Ok(AmDisposition::Done);
         };
         // SAFETY: the handler and its argument were installed by the host, which keeps them
@@ -173,6 +163,23 @@ impl AmTable {
             return Ok(AmDisposition::Kept);
         }
         Ok(AmDisposition::Done)
+    }
+
+    /// The entry of `id` and its handler; `None` (logged once per id) without one, an error
+    /// for an id out of range.
+    #[inline]
+    fn handler(&self, id: u8, len: usize) -> ucs::Result<Option<(Entry, RawAmCb)>> {
+        let Some(cell) = self.entries.get(id as usize) else {
+            return Err(id_out_of_range(id));
+        };
+        let e = cell.get();
+        match e.cb {
+            Some(cb) => Ok(Some((e, cb))),
+            None => {
+                self.warn_unhandled(id, len);
+                Ok(None)
+            }
+        }
     }
 
     #[cold]

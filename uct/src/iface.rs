@@ -135,14 +135,7 @@ impl<'a> AmMessage<'a> {
             // slice does not outlive its message's `'a`).
             let v = unsafe { &mut *self.scratch.get() };
             v.clear();
-            v.reserve(self.len);
-            // SAFETY: `len` bytes at `shared` stay readable during the handler (the
-            // transport's contract); a peer writing them meanwhile only changes which bytes
-            // we copy. The destination is the vector's reserved, unshared capacity.
-            unsafe {
-                ucs::arch::copy_maybe_overlapping(self.shared, v.as_mut_ptr(), self.len);
-                v.set_len(self.len);
-            }
+            self.extend_vec(0, v); // from the shared bytes: `copied` is still false
             self.copied.set(true);
         }
         // SAFETY: filled above; not written again while this message lives.
