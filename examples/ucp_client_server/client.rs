@@ -22,7 +22,7 @@ pub fn run(a: &Args, host: &str) -> Res<()> {
         .connect_sockaddr(addr, common::ep_params(&failed))
         .map_err(|e| format!("connect to {addr}: {e}"))?;
     println!(
-        "connected to {addr} ({}, {} x {} bytes)",
+        "connecting to {addr} ({}, {} x {} bytes)",
         a.api.name(),
         a.iters,
         a.size

@@ -14,6 +14,7 @@ mod rma;
 mod rndv;
 mod selection;
 mod sockaddr;
+mod sockaddr_queued;
 mod stale_keys;
 mod stream;
 mod tag;

@@ -1,7 +1,8 @@
 //! Client and server without a side channel: `Worker::listen` and `Worker::connect_sockaddr`
 //! (the connection manager), then active messages both ways; rejection; a listener that meets
 //! garbage drops that connection only and keeps accepting; the non-blocking connect; a server
-//! that never accepts, or is not there, fails the connect within `RUCX_CM_TIMEOUT`.
+//! that never accepts, or is not there, fails the connect within `RUCX_CM_TIMEOUT`
+//! (`sockaddr_queued.rs`: what an endpoint still connecting does with operations).
 
 use std::cell::{Cell, RefCell};
 use std::io::{Read, Write};
@@ -9,23 +10,27 @@ use std::net::{SocketAddr, TcpStream};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use ucp::{AmFlags, CloseMode, Ep, EpParams, Issued, Listener, ListenerParams, Status, Worker};
+use ucp::{AmFlags, CloseMode, Ep, EpParams, Features, Issued, Listener, ListenerParams, Status, Worker};
 use uct::AsyncMode;
 
-use crate::harness::{context, pattern, Setup, DEADLINE};
+use crate::harness::{context_with, pattern, Setup, DEADLINE};
 use crate::ucp_test;
 
 /// A server and a client worker (the same worker on the self target).
-struct Sides {
-    name: &'static str,
-    server: Worker,
-    client: Worker,
+pub(crate) struct Sides {
+    pub name: &'static str,
+    pub server: Worker,
+    pub client: Worker,
 }
 
 impl Sides {
-    fn new(s: &Setup) -> Option<Sides> {
+    pub fn new(s: &Setup) -> Option<Sides> {
+        Sides::with_features(s, Features::AM)
+    }
+
+    pub fn with_features(s: &Setup, f: Features) -> Option<Sides> {
         let extra: Vec<(&str, &str)> = s.extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let ctx = context(s.t, &extra)?;
+        let ctx = context_with(s.t, &extra, f)?;
         let server = Worker::with_async_mode(&ctx, AsyncMode::Poll).unwrap();
         let client = if s.t.two_workers {
             Worker::with_async_mode(&ctx, AsyncMode::Poll).unwrap()
@@ -39,14 +44,14 @@ impl Sides {
         })
     }
 
-    fn progress(&self) {
+    pub fn progress(&self) {
         self.server.progress();
         if self.server.id() != self.client.id() {
             self.client.progress();
         }
     }
 
-    fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) {
+    pub fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) {
         let start = Instant::now();
         while !cond() {
             assert!(
@@ -58,7 +63,7 @@ impl Sides {
         }
     }
 
-    fn listen(&self, params: ListenerParams) -> Listener {
+    pub fn listen(&self, params: ListenerParams) -> Listener {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let l = self
             .server
@@ -69,7 +74,7 @@ impl Sides {
     }
 
     /// A client endpoint and the server endpoint its request was accepted into.
-    fn connect(&self, l: &Listener) -> (Ep, Ep) {
+    pub fn connect(&self, l: &Listener) -> (Ep, Ep) {
         let c = self
             .client
             .connect_sockaddr(l.local_addr(), EpParams::new())
@@ -88,7 +93,7 @@ impl Sides {
         (c, s)
     }
 
-    fn send(&self, ep: &Ep, id: u16, data: &[u8]) {
+    pub fn send(&self, ep: &Ep, id: u16, data: &[u8]) {
         let r = ep
             .am_send(id, b"hdr", data, AmFlags::default())
             .unwrap_or_else(|e| panic!("[{}] am_send of {} bytes: {e}", self.name, data.len()));
@@ -101,10 +106,10 @@ impl Sides {
     }
 }
 
-type Inbox = Rc<RefCell<Vec<(Vec<u8>, Vec<u8>)>>>;
+pub(crate) type Inbox = Rc<RefCell<Vec<(Vec<u8>, Vec<u8>)>>>;
 
 /// Records what AM `id` brings to `w` (a rendezvous message once the worker fetched its data).
-fn inbox(w: &Worker, id: u16) -> Inbox {
+pub(crate) fn inbox(w: &Worker, id: u16) -> Inbox {
     let i: Inbox = Rc::default();
     let j = i.clone();
     w.set_am_handler(id, move |m| {
@@ -327,7 +332,7 @@ fn sockaddr_nonblocking(s: &Setup) {
 /// How long the timeout tests give the handshake.
 const CM_TIMEOUT: Duration = Duration::from_millis(300);
 
-/// A listener whose application never accepts: the blocking connect's endpoint fails with
+/// A listener whose application never accepts: the `connect_sockaddr` endpoint fails with
 /// `TimedOut` (its error handler runs, its queued send fails), and so does the non-blocking
 /// connect's request, both after about `RUCX_CM_TIMEOUT`.
 fn sockaddr_never_accepted(s: &Setup) {
@@ -376,7 +381,7 @@ fn sockaddr_silent_or_absent(s: &Setup) {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let to = silent.local_addr().unwrap();
     let start = Instant::now();
-    let e = w.client.connect_sockaddr(to, EpParams::new()).unwrap_err();
+    let e = failed_connect(&w, to);
     assert_eq!(e.status(), Status::TimedOut, "[{}] {e}", w.name);
     assert!(e.to_string().contains("RUCX_CM_TIMEOUT"), "{e}");
     assert!(start.elapsed() >= CM_TIMEOUT);
@@ -390,9 +395,9 @@ fn sockaddr_silent_or_absent(s: &Setup) {
     // never made (a host that does not answer).
     let (full, _filler) = full_listener();
     let to = full.local_addr().unwrap();
-    let e = w.client.connect_sockaddr(to, EpParams::new()).unwrap_err();
+    let e = failed_connect(&w, to);
     assert_eq!(e.status(), Status::TimedOut, "[{}] {e}", w.name);
-    assert!(e.to_string().contains("RUCX_CM_TIMEOUT"), "{e}");
+    assert!(e.to_string().contains("no TCP connection"), "{e}");
     let mut nb = w.client.connect_sockaddr_nb(to, EpParams::new()).unwrap();
     w.wait_for("the unanswered connect to time out", || nb.is_done());
     let e = nb.take().unwrap().unwrap_err();
@@ -403,7 +408,7 @@ fn sockaddr_silent_or_absent(s: &Setup) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    let e = w.client.connect_sockaddr(absent, EpParams::new()).unwrap_err();
+    let e = failed_connect(&w, absent);
     assert_eq!(e.status(), Status::Unreachable, "[{}] {e}", w.name);
     let e = match w.client.connect_sockaddr_nb(absent, EpParams::new()) {
         Err(e) => e,
@@ -414,6 +419,32 @@ fn sockaddr_silent_or_absent(s: &Setup) {
     };
     assert_eq!(e.status(), Status::Unreachable, "[{}] {e}", w.name);
     assert!(e.to_string().contains("refused"), "{e}");
+}
+
+/// `connect_sockaddr` to `to`, which fails: at once (a refusal the kernel reports in the
+/// call), or from progress, where the endpoint's error handler gets the error, the send
+/// issued meanwhile fails with it, and so does any later operation.
+fn failed_connect(w: &Sides, to: SocketAddr) -> ucp::Error {
+    let errors = Rc::new(RefCell::new(Vec::new()));
+    let e2 = errors.clone();
+    let params = EpParams::new().on_error(move |ep, e| e2.borrow_mut().push((ep.is_connected(), e.clone())));
+    let c = match w.client.connect_sockaddr(to, params) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    assert!(!c.is_connected());
+    let Issued::Pending(mut queued) = c.am_send(1, &[], b"never", AmFlags::default()).unwrap() else {
+        panic!("[{}] sent before connecting", w.name);
+    };
+    w.wait_for("the connect to fail", || !errors.borrow().is_empty());
+    let (connected, e) = errors.borrow()[0].clone();
+    assert!(!connected);
+    assert_eq!(errors.borrow().len(), 1, "[{}] one error handler call", w.name);
+    w.wait_for("the queued send to fail", || queued.is_done());
+    assert_eq!(queued.take().unwrap().unwrap_err().status(), e.status());
+    assert_eq!(c.error().map(|x| x.status()), Some(e.status()));
+    assert_eq!(c.am_send(1, &[], b"x", AmFlags::default()).unwrap_err().status(), e.status());
+    e
 }
 
 /// A loopback listener with a backlog of 0 and the one connection it queues: further SYNs are

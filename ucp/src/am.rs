@@ -135,6 +135,10 @@ pub enum AmProto {
     /// Announced (RTS); the receiver fetches the data with `get_zcopy` or asks for it in
     /// pieces on the AM lane.
     Rndv,
+    /// Not chosen yet: the endpoint is still connecting
+    /// ([`Worker::connect_sockaddr`](crate::Worker::connect_sockaddr)); the message waits and
+    /// takes the protocol its lanes give it then.
+    Queued,
 }
 
 impl std::fmt::Display for AmProto {
@@ -145,6 +149,7 @@ impl std::fmt::Display for AmProto {
             AmProto::Zcopy => f.write_str("eager zcopy"),
             AmProto::Fragments(n) => write!(f, "eager bcopy, {n} fragments"),
             AmProto::Rndv => f.write_str("rendezvous"),
+            AmProto::Queued => f.write_str("queued until connected"),
         }
     }
 }
@@ -349,7 +354,7 @@ fn fetch_then_deliver(
     let worker = Rc::downgrade(w);
     let header = header.to_vec();
     // Weak: the fetch's completion lives in the endpoint's queue, which must not keep it.
-    let reply = reply.map(|e| Rc::downgrade(&e.inner));
+    let reply = reply.and_then(|e| e.ready().map(Rc::downgrade));
     let done = move |r: Result<Vec<u8>>| {
         let Some(w) = worker.upgrade() else { return };
         match r {
@@ -358,7 +363,7 @@ fn fetch_then_deliver(
                     id,
                     header: &header,
                     body: Body::Owned(data),
-                    reply: reply.and_then(|e| e.upgrade()).map(|inner| Ep { inner }),
+                    reply: reply.and_then(|e| e.upgrade()).map(Ep::from_inner),
                 };
                 deliver(&w, &mut msg);
             }
@@ -379,7 +384,7 @@ fn fetch_then_deliver(
 fn reply_ep(w: &WorkerInner, worker: u64, ep: u64) -> Option<Ep> {
     let t = w.eps.borrow();
     let id = t.by_remote.get(&(worker, ep))?;
-    t.get(*id).map(|inner| Ep { inner })
+    t.get(*id).map(Ep::from_inner)
 }
 
 fn violation(what: &str, e: &Error) {
@@ -820,7 +825,10 @@ impl Ep {
     /// this endpoint with `flags` ([`Ep::am_send`]; `owned`: [`Ep::am_send_owned`]), when the
     /// lane has room for it at once.
     pub fn am_protocol(&self, header_len: usize, len: usize, flags: AmFlags, owned: bool) -> AmProto {
-        let l = self.inner.limits;
+        let Some(ep) = self.ready() else {
+            return AmProto::Queued;
+        };
+        let l = ep.limits;
         let reply = flags.contains(AmFlags::REPLY);
         if wants_rndv(&l, header_len, len, flags)
             && crate::rndv::wire::RTS_LEN + RKEY_ROOM + header_len <= l.max_bcopy
@@ -854,15 +862,16 @@ impl Ep {
     /// the lanes (queued in order; the request completes when it is sent). Any size works:
     /// messages larger than the lane's segment go in fragments.
     pub fn am_send(&self, id: u16, header: &[u8], data: &[u8], flags: AmFlags) -> Result<Issued<()>> {
-        let ep = &self.inner;
-        ep.features.require(crate::Features::AM, "Ep::am_send")?;
-        ep.check_usable()?;
         check_flags(flags)?;
+        let Some(ep) = self.live(crate::Features::AM, "Ep::am_send")? else {
+            let (header, data) = (header.to_vec(), data.to_vec());
+            return self.defer(move |e| e.am_send(id, &header, &data, flags));
+        };
         if wants_rndv(&ep.limits, header.len(), data.len(), flags) {
             let (req, c) = request(ep.worker.clone());
             let word = rts_word(id, header, flags)?;
             match crate::rndv::start(ep, am_id::RTS, word, header, data.to_vec(), Done::Unit(c))? {
-                Ok(op) => return self.send_op(op, req),
+                Ok(op) => return ep.send_op(op, req),
                 Err(_) if flags.contains(AmFlags::RNDV) => return Err(rts_too_big(ep, header)),
                 Err(_) => {}
             }
@@ -873,7 +882,7 @@ impl Ep {
         if total > ep.limits.max_bcopy {
             let (req, c) = request(ep.worker.clone());
             let op = ep.fragments(id, header, data.to_vec(), flags, Done::Unit(c))?;
-            return self.send_op(op, req);
+            return ep.send_op(op, req);
         }
         if ep.can_send_now() {
             let lane = ep.am_ep();
@@ -890,7 +899,7 @@ impl Ep {
             }
         }
         let (req, c) = request(ep.worker.clone());
-        self.enqueue(SendOp {
+        ep.enqueue(SendOp {
             kind: OpKind::Whole {
                 uct_id: am_id::SINGLE,
                 bytes: [prefix, header, data].concat(),
@@ -909,15 +918,16 @@ impl Ep {
         data: Vec<u8>,
         flags: AmFlags,
     ) -> Result<Issued<Vec<u8>>> {
-        let ep = &self.inner;
-        ep.features.require(crate::Features::AM, "Ep::am_send_owned")?;
-        ep.check_usable()?;
         check_flags(flags)?;
+        let Some(ep) = self.live(crate::Features::AM, "Ep::am_send_owned")? else {
+            let header = header.to_vec();
+            return self.defer(move |e| e.am_send_owned(id, &header, data, flags));
+        };
         let data = if wants_rndv(&ep.limits, header.len(), data.len(), flags) {
             let (req, c) = request(ep.worker.clone());
             let word = rts_word(id, header, flags)?;
             match crate::rndv::start(ep, am_id::RTS, word, header, data, Done::Buf(c))? {
-                Ok(op) => return self.send_op(op, req),
+                Ok(op) => return ep.send_op(op, req),
                 Err(_) if flags.contains(AmFlags::RNDV) => return Err(rts_too_big(ep, header)),
                 Err((data, _)) => data,
             }
@@ -933,7 +943,7 @@ impl Ep {
             && pn + header.len() <= l.max_zcopy_hdr
             && ep.can_send_now()
         {
-            match self.zcopy(am_id::SINGLE, &[&prefix[..pn], header].concat(), data)? {
+            match ep.zcopy(am_id::SINGLE, &[&prefix[..pn], header].concat(), data)? {
                 Ok(issued) => return Ok(issued),
                 Err(data) => data,
             }
@@ -952,18 +962,21 @@ impl Ep {
         }
         let (req, c) = request(ep.worker.clone());
         let op = ep.fragments(id, header, data, flags, Done::Buf(c))?;
-        self.send_op(op, req)
+        ep.send_op(op, req)
     }
 
+}
+
+impl EpInner {
     /// One zero-copy send of the application's buffer (registered for it, deregistered after).
     /// `Err(data)` inside: the lane had no resources; the buffer comes back.
     pub(crate) fn zcopy(
-        &self,
+        self: &Rc<Self>,
         uct_id: u8,
         hdr: &[u8],
         data: Vec<u8>,
     ) -> Result<std::result::Result<Issued<Vec<u8>>, Vec<u8>>> {
-        let ep = &self.inner;
+        let ep = self;
         let w = ep
             .worker
             .upgrade()
@@ -996,8 +1009,8 @@ impl Ep {
     }
 
     /// Sends `op` now as far as it goes, queueing the rest; `Done` when all of it went.
-    pub(crate) fn send_op<T>(&self, mut op: SendOp, mut req: crate::Request<T>) -> Result<Issued<T>> {
-        let ep = &self.inner;
+    pub(crate) fn send_op<T>(self: &Rc<Self>, mut op: SendOp, mut req: crate::Request<T>) -> Result<Issued<T>> {
+        let ep = self;
         if !ep.can_send_now() {
             self.enqueue(op);
             return Ok(Issued::Pending(req));
@@ -1027,9 +1040,9 @@ impl Ep {
         }
     }
 
-    pub(crate) fn enqueue(&self, op: SendOp) {
-        self.inner.queue.borrow_mut().push_back(op);
-        self.inner.dispatch();
+    pub(crate) fn enqueue(self: &Rc<Self>, op: SendOp) {
+        self.queue.borrow_mut().push_back(op);
+        self.dispatch();
     }
 }
 

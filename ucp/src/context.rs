@@ -63,6 +63,8 @@ impl Features {
     /// Byte streams: [`Ep::stream_send`](crate::Ep::stream_send) and
     /// [`Ep::stream_recv`](crate::Ep::stream_recv).
     pub const STREAM: Features = Features(64);
+    /// No feature: the check of operations every context has (flush).
+    pub(crate) const NONE: Features = Features(0);
 
     /// Every feature with its name, in bit order.
     const NAMED: [(&'static str, Features); 7] = [

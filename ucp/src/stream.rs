@@ -236,9 +236,10 @@ impl Ep {
     /// returns). `Done` when all of it went in the call; else the request completes when it
     /// has. The peer reads the bytes with [`Ep::stream_recv`], in any pieces.
     pub fn stream_send(&self, data: &[u8]) -> Result<Issued<()>> {
-        let ep = &self.inner;
-        ep.features.require(crate::Features::STREAM, "Ep::stream_send")?;
-        ep.check_usable()?;
+        let Some(ep) = self.live(crate::Features::STREAM, "Ep::stream_send")? else {
+            let data = data.to_vec();
+            return self.defer(move |e| e.stream_send(&data));
+        };
         if data.is_empty() {
             return Ok(Issued::Done(()));
         }
@@ -270,13 +271,18 @@ impl Ep {
             data: data.to_vec(),
             sent: 0,
         };
-        self.send_op(SendOp::stream(op, c), req)
+        ep.send_op(SendOp::stream(op, c), req)
     }
 
     /// Receives bytes of the peer's stream into `buf` (at most `buf.len()`), handing it back
     /// holding what arrived: at least one byte, or with `wait_all` exactly `buf.len()`.
     pub fn stream_recv(&self, buf: Vec<u8>, wait_all: bool) -> Result<Issued<Vec<u8>>> {
-        let ep = &self.inner;
+        let Some(ep) = self.ready() else {
+            if self.live(crate::Features::STREAM, "Ep::stream_recv")?.is_none() {
+                return self.defer(move |e| e.stream_recv(buf, wait_all));
+            }
+            unreachable!("live finds the endpoint ready finds")
+        };
         ep.features.require(crate::Features::STREAM, "Ep::stream_recv")?;
         if let Err(e) = ep.check_usable() {
             // Bytes that arrived before the endpoint ended (the peer closed it, or failed)

@@ -1,5 +1,5 @@
-//! The client side: [`crate::Worker::connect_sockaddr`] (blocking for the server's address),
-//! [`crate::Worker::connect_sockaddr_nb`] (blocking on nothing), and the deadline both share:
+//! The client side: [`crate::Worker::connect_sockaddr`] and
+//! [`crate::Worker::connect_sockaddr_nb`] (neither blocks), and the deadline both share:
 //! each client endpoint is watched until it is connected, failed, or `RUCX_CM_TIMEOUT` past
 //! the call.
 
@@ -48,7 +48,7 @@ impl Cm {
                     keep.push(wt);
                     continue;
                 }
-                Wired::Ready => Ok(Ep { inner: ep }),
+                Wired::Ready => Ok(Ep::from_inner(ep)),
                 Wired::Failed(_) | Wired::Closed => Err(ep.error()),
             };
             n += 1;
@@ -203,95 +203,13 @@ pub(super) fn deadline_in(timeout: Duration) -> Instant {
         .unwrap_or(now)
 }
 
-/// [`Worker::connect_sockaddr`]: the server's address is read here (bounded by
-/// `RUCX_CM_TIMEOUT`); the rest of the handshake runs from progress, within the same bound.
-pub(super) fn connect(w: &Rc<WorkerInner>, to: SocketAddr, params: EpParams) -> Result<Ep> {
-    let timeout = w.ctx.inner.cfg.cm_timeout;
-    let deadline = deadline_in(timeout);
-    let mut s = TcpStream::connect_timeout(&to, timeout).map_err(|e| {
-        let err = io_error(to, "connect to", &e);
-        if err.status() == Status::TimedOut {
-            Error::new(
-                Status::TimedOut,
-                format!("ucp: connect to {to}: no TCP connection in {timeout:?} (RUCX_CM_TIMEOUT)"),
-            )
-        } else {
-            err
-        }
-    })?;
-    let _ = s.set_nodelay(true);
-    let mut r = Reader::default();
-    let mut buf = vec![0u8; 64 * 1024];
-    let announce = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Error::new(
-                Status::TimedOut,
-                format!(
-                    "ucp: connect to {to}: no worker address from the server in {timeout:?} \
-                     (RUCX_CM_TIMEOUT)"
-                ),
-            ));
-        }
-        s.set_read_timeout(Some(left))
-            .map_err(|e| io_error(to, "connect to", &e))?;
-        let want = r.want().min(buf.len());
-        match s.read(&mut buf[..want]) {
-            Ok(0) => {
-                return Err(Error::new(
-                    Status::ConnectionReset,
-                    format!(
-                        "ucp: connect to {to}: the server closed the connection after {} bytes \
-                         (is it a rucx listener?)",
-                        r.received()
-                    ),
-                ))
-            }
-            Ok(n) => {
-                if let Some(m) = r
-                    .push(&buf[..n])
-                    .map_err(|e| e.context_with(format_args!("ucp: connect to {to}")))?
-                {
-                    break m;
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => {
-                let mut err = io_error(to, "connect to", &e);
-                if err.status() == Status::TimedOut {
-                    err = Error::new(
-                        Status::TimedOut,
-                        format!(
-                            "ucp: connect to {to}: no worker address from the server in \
-                             {timeout:?} (RUCX_CM_TIMEOUT)"
-                        ),
-                    );
-                }
-                return Err(err);
-            }
-        }
-    };
-    let remote = announced(to, &announce)?;
-    let cm = cm(w);
-    let (ep, conn_id, req) = cm.client_ep(w, remote, params)?;
-    let left = deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(1));
-    s.set_write_timeout(Some(left))
-        .and_then(|()| s.write_all(&req))
-        .map_err(|e| io_error(to, "connect to", &e))?;
-    cm.add_conn(
-        s,
-        to,
-        Side::Outgoing {
-            ep: Rc::downgrade(&ep),
-            conn_id,
-            server: announce.worker,
-        },
-    );
-    cm.watch(&ep, to, None, deadline);
-    cm.update_tick();
-    Ok(Ep { inner: ep })
+/// [`Worker::connect_sockaddr`]: [`connect_nb`] under a handle that keeps the operations
+/// issued before the endpoint exists.
+pub(super) fn connect(w: &Rc<WorkerInner>, to: SocketAddr, mut params: EpParams) -> Result<Ep> {
+    let on_error = params.on_error.take();
+    let err_mode = params.err_mode;
+    let req = connect_nb(w, to, params)?;
+    Ok(crate::ep::connecting_handle(w, to, err_mode, on_error, req))
 }
 
 /// [`Worker::connect_sockaddr_nb`].

@@ -415,7 +415,7 @@ impl ConnRequest {
             w.eps.borrow_mut().unmatched.remove(&key);
             return Err(e);
         }
-        Ok(Ep { inner: ep })
+        Ok(Ep::from_inner(ep))
     }
 
     /// Rejects: the client's endpoint fails with `Rejected`.

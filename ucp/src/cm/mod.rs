@@ -2,26 +2,28 @@
 //! channel for the worker addresses (UCX's sockaddr connection establishment).
 //!
 //! A [`Listener`] accepts TCP connections on a thread of its own, which at once writes the
-//! server's worker address (ANNOUNCE) and hands the connection to the worker. A client's
-//! [`crate::Worker::connect_sockaddr`] reads that address, creates its endpoint from it (so the
-//! endpoint is usable at once; its sends wait), and sends its own address (REQUEST). The
-//! server's progress reads the REQUEST and gives the application a [`ConnRequest`]; accepting
-//! it creates the server's endpoint and answers ACCEPT, upon which the client starts the
-//! ordinary wireup exchange over the transports, with a connection number both sides derive
-//! from the client's connection id: the client's wireup REQUEST pairs with the server's
-//! endpoint, so each side ends with one endpoint. The TCP connection closes after the answer.
+//! server's worker address (ANNOUNCE) and hands the connection to the worker. A client
+//! ([`crate::Worker::connect_sockaddr`] or [`crate::Worker::connect_sockaddr_nb`]) connects
+//! and reads that address from progress, creates its endpoint from it, and sends its own
+//! address (REQUEST). The server's progress reads the REQUEST and gives the application a
+//! [`ConnRequest`]; accepting it creates the server's endpoint and answers ACCEPT, upon which
+//! the client starts the ordinary wireup exchange over the transports, with a connection
+//! number both sides derive from the client's connection id: the client's wireup REQUEST pairs
+//! with the server's endpoint, so each side ends with one endpoint. The TCP connection closes
+//! after the answer.
 //!
-//! [`crate::Worker::connect_sockaddr_nb`] does the same without blocking: its TCP connect and
-//! the read of the server's address run from progress too, and its request completes once the
-//! endpoint is connected. Either way a client's handshake is bounded by `RUCX_CM_TIMEOUT`
-//! (from the call until the endpoint is wired): past it the endpoint fails with `TimedOut`,
-//! through its error handler like any failure; a timer on the async context ticks while a
-//! handshake runs, so a sleeping worker notices too.
+//! `connect_sockaddr_nb`'s request completes once the endpoint is connected;
+//! `connect_sockaddr` hands out a handle at once that keeps the operations issued before then
+//! (`crate::ep::connecting`). A client's handshake is bounded by `RUCX_CM_TIMEOUT` (from the
+//! call until the endpoint is wired): past it the endpoint fails with `TimedOut`, through its
+//! error handler like any failure; a timer on the async context ticks while a handshake runs,
+//! so a sleeping worker notices too.
 //!
-//! The listener thread exists because a blocking client needs the server's address before
-//! `connect_sockaddr` returns, even while the server's thread is not progressing. Everything
-//! else runs from the worker's progress, on sockets its async context watches: an idle
-//! progress costs one atomic load once the connection manager was used, nothing before.
+//! The listener thread announces the server's address even while the server's own thread is
+//! not progressing, so a client's handshake does not wait for the server's next `progress`
+//! before it can choose its lanes. Everything else runs from the worker's progress, on sockets
+//! its async context watches: an idle progress costs one atomic load once the connection
+//! manager was used, nothing before.
 
 mod client;
 mod listener;
@@ -437,15 +439,46 @@ impl Worker {
     }
 
     /// An endpoint to the worker listening at `addr` ([`Worker::listen`]), with no address
-    /// exchanged out of band. Connects and reads the server's worker address (blocking, at most
-    /// `RUCX_CM_TIMEOUT`, 10 s by default), then returns: the endpoint is usable at once, its
-    /// sends wait until the server accepted and the lanes are wired (from `progress`).
+    /// exchanged out of band; returns at once (as UCX's `ucp_ep_create` with a socket
+    /// address). The TCP connection, the server's address, its acceptance and the wireup
+    /// advance from `progress`. Operations issued before the endpoint is connected wait, in
+    /// order, and run once it is (sends, `stream_recv`, `flush`, `close`); until then
+    /// [`Ep::is_connected`] is false, [`Ep::remote_id`] 0, and what needs the lanes now
+    /// ([`Ep::rkey_unpack`], put/get/atomics) fails with `NotConnected`.
     ///
-    /// Errors: `Unreachable` when nothing listens at `addr`, `TimedOut` when no server
-    /// address came in time. Later, from `progress`, the endpoint fails (its error handler
-    /// runs, its queued operations complete with the error) with `Rejected` when the server
-    /// rejects it, `TimedOut` when it is not connected within `RUCX_CM_TIMEOUT` of the call
-    /// (the server never accepted, say). [`Worker::connect_sockaddr_nb`] blocks on nothing.
+    /// Errors at once only for what fails in the call (no socket); later, from `progress`, the
+    /// endpoint fails (its error handler runs, the waiting operations complete with the error)
+    /// with `Unreachable` when nothing listens at `addr`, `Rejected` when the server rejects
+    /// it, `TimedOut` when it is not connected within `RUCX_CM_TIMEOUT` (10 s by default) of
+    /// the call. [`Worker::connect_sockaddr_nb`] is the awaitable form.
+    ///
+    /// ```
+    /// use ucp::{AmFlags, Context, EpParams, Issued, ListenerParams, Worker};
+    ///
+    /// let uct = uct::Context::builder().builtin(uct_tcp::module()).plugins(false).build();
+    /// let ctx = Context::builder(uct).config("NET_DEVICES", "lo").build()?;
+    /// let (server, client) = (Worker::new(&ctx)?, Worker::new(&ctx)?);
+    /// let listener = server.listen("127.0.0.1:0".parse().unwrap(), ListenerParams::new())?;
+    /// let ep = client.connect_sockaddr(listener.local_addr(), EpParams::new())?;
+    /// // Not connected yet: the send waits in the endpoint.
+    /// let Issued::Pending(mut sent) = ep.am_send(1, &[], b"early", AmFlags::default())? else {
+    ///     unreachable!("the server has not accepted")
+    /// };
+    /// let _server_ep = loop {
+    ///     client.progress();
+    ///     server.progress();
+    ///     if let Some(req) = listener.accept() {
+    ///         break req.accept(EpParams::new())?;
+    ///     }
+    /// };
+    /// while !sent.is_done() {
+    ///     client.progress();
+    ///     server.progress();
+    /// }
+    /// sent.take().unwrap()?;
+    /// assert!(ep.is_connected());
+    /// # Ok::<(), ucp::Error>(())
+    /// ```
     pub fn connect_sockaddr(&self, addr: SocketAddr, params: EpParams) -> Result<Ep> {
         connect(&self.inner, addr, params)
     }

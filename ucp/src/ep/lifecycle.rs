@@ -164,7 +164,7 @@ pub(crate) fn run_failures(w: &Rc<WorkerInner>) {
         let handler = ep.err_handler.borrow_mut().take();
         match handler {
             Some(mut h) => {
-                let handle = Ep { inner: ep.clone() };
+                let handle = Ep::from_inner(ep.clone());
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(&handle, &e))).is_err() {
                     ucs::error!(
                         "ucp: panic in the error handler of the endpoint to {:#x} (caught)",
@@ -301,8 +301,9 @@ impl Ep {
     /// Completes when every operation issued on this endpoint before the call has completed
     /// at the peer's side of every lane.
     pub fn flush(&self) -> Result<Issued<()>> {
-        let ep = &self.inner;
-        ep.check_usable()?;
+        let Some(ep) = self.live(crate::Features::NONE, "Ep::flush")? else {
+            return self.defer(|e| e.flush());
+        };
         let (mut req, c) = request(ep.worker.clone());
         ep.queue.borrow_mut().push_back(SendOp::flush(FlushOp::new(c)));
         ep.dispatch();
@@ -318,7 +319,9 @@ impl Ep {
     /// way every later operation returns `NotConnected`; the transports' endpoints are released
     /// when the last handle is dropped.
     pub fn close(&self, mode: CloseMode) -> Issued<()> {
-        let ep = &self.inner;
+        let Some(ep) = self.ready() else {
+            return self.close_connecting(mode);
+        };
         if !matches!(ep.wired.get(), Wired::Ready | Wired::WaitingForPeer) || mode == CloseMode::Force {
             ep.wired.set(Wired::Closed);
             ep.cancel_queued(&Error::new(
@@ -369,19 +372,27 @@ impl Ep {
     /// given at connect. Endpoints a peer created toward this worker (reply endpoints) have
     /// none until set.
     pub fn set_error_handler(&self, f: impl FnMut(&Ep, &Error) + 'static) {
-        *self.inner.err_handler.borrow_mut() = Some(Box::new(f));
+        self.set_handler(Box::new(f));
     }
 
     /// The error-handling mode in effect.
     pub fn err_mode(&self) -> ErrMode {
-        self.inner.err_mode
+        match (self.ready(), self.connecting_state()) {
+            (Some(ep), _) => ep.err_mode,
+            (None, Some((m, _))) => m,
+            (None, None) => ErrMode::None,
+        }
     }
 
-    /// The failure, once the endpoint failed.
+    /// The failure, once the endpoint failed (or its connect did).
     pub fn error(&self) -> Option<Error> {
-        match self.inner.wired.get() {
-            Wired::Failed(_) | Wired::Closed => Some(self.inner.error()),
-            _ => None,
+        match (self.ready(), self.connecting_state()) {
+            (Some(ep), _) => match ep.wired.get() {
+                Wired::Failed(_) | Wired::Closed => Some(ep.error()),
+                _ => None,
+            },
+            (None, Some((_, e))) => e,
+            (None, None) => None,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Endpoints: the lanes to one peer worker, chosen from both workers' addresses, and the queue
 //! of sends that wait for the lanes (not wired yet, or out of resources), replayed in order.
 
+mod connecting;
 mod dispatch;
 mod lifecycle;
 mod limits;
@@ -17,6 +18,7 @@ use crate::am::SendOp;
 use crate::lanes::{self, LaneSet, SelectParams};
 use crate::worker::{reachable, WorkerInner};
 
+pub(crate) use connecting::handle as connecting_handle;
 pub(crate) use lifecycle::{on_transport_error, run_failures, ErrHandler, FlushOp};
 pub use lifecycle::{CloseMode, EpParams, ErrMode};
 pub(crate) use limits::{endpoint_thresholds, Limits};
@@ -271,32 +273,37 @@ impl Drop for EpInner {
 /// ```
 #[derive(Clone)]
 pub struct Ep {
-    pub(crate) inner: Rc<EpInner>,
+    pub(crate) repr: connecting::Repr,
 }
 
 impl Ep {
-    /// The peer worker's id.
+    /// The peer worker's id; 0 while an endpoint from
+    /// [`Worker::connect_sockaddr`](crate::Worker::connect_sockaddr) is still connecting.
     pub fn remote_id(&self) -> u64 {
-        self.inner.remote.uuid
+        self.ready().map_or(0, |e| e.remote.uuid)
     }
 
     /// True once every lane is wired.
     pub fn is_connected(&self) -> bool {
-        self.inner.wired.get() == Wired::Ready
+        self.ready().is_some_and(|e| e.wired.get() == Wired::Ready)
     }
 
     /// The protocol of each payload range (header and data, without [`crate::AmFlags::REPLY`]),
-    /// one line each: what `RUCX_PROTO_INFO=y` prints under the lanes.
+    /// one line each: what `RUCX_PROTO_INFO=y` prints under the lanes. Empty while the
+    /// endpoint is still connecting (its lanes are not chosen yet).
     pub fn describe_protocols(&self) -> String {
-        self.inner.limits.describe(&self.inner.rndv_scheme())
+        self.ready()
+            .map(|e| e.limits.describe(&e.rndv_scheme()))
+            .unwrap_or_default()
     }
 
-    /// The lanes, as `transport/device → transport/device` with their uses.
+    /// The lanes, as `transport/device → transport/device` with their uses. Empty while the
+    /// endpoint is still connecting.
     pub fn describe_lanes(&self) -> String {
-        match self.inner.worker.upgrade() {
-            Some(w) => {
-                let remote: Vec<_> = self.inner.remote.entries.iter().map(|e| e.tl.clone()).collect();
-                self.inner.lanes.describe(&w.local_infos(), &remote)
+        match self.ready().and_then(|e| Some((e, e.worker.upgrade()?))) {
+            Some((e, w)) => {
+                let remote: Vec<_> = e.remote.entries.iter().map(|e| e.tl.clone()).collect();
+                e.lanes.describe(&w.local_infos(), &remote)
             }
             None => String::new(),
         }
@@ -305,12 +312,11 @@ impl Ep {
 
 impl std::fmt::Debug for Ep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "ucp::Ep(to {:#x}, {:?})",
-            self.inner.remote.uuid,
-            self.inner.wired.get()
-        )
+        match (self.ready(), self.connecting_to()) {
+            (Some(e), _) => write!(f, "ucp::Ep(to {:#x}, {:?})", e.remote.uuid, e.wired.get()),
+            (None, Some(to)) => write!(f, "ucp::Ep(connecting to {to})"),
+            (None, None) => write!(f, "ucp::Ep(connect failed)"),
+        }
     }
 }
 
@@ -327,7 +333,7 @@ pub(crate) fn connect(w: &Rc<WorkerInner>, remote_bytes: &[u8], params: EpParams
             if let Some(h) = params.on_error {
                 *ep.err_handler.borrow_mut() = Some(h);
             }
-            return Ok(Ep { inner: ep });
+            return Ok(Ep::from_inner(ep));
         }
         sn
     };
@@ -338,7 +344,7 @@ pub(crate) fn connect(w: &Rc<WorkerInner>, remote_bytes: &[u8], params: EpParams
         .unmatched
         .insert((ep.remote.uuid, sn), ep.clone());
     crate::wireup::send_request(&ep)?;
-    Ok(Ep { inner: ep })
+    Ok(Ep::from_inner(ep))
 }
 
 /// Creates an endpoint toward `remote`: selects the lanes, creates the uct endpoints

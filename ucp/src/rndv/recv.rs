@@ -97,9 +97,11 @@ pub(crate) fn on_rts(w: &Rc<WorkerInner>, _iface: usize, m: &uct::AmMessage<'_>)
     };
     let Some(desc) = desc_for(w, &r) else { return };
     let hdr = crate::wire::AmHeader::from_word(r.word);
-    let reply = (hdr.flags & FLAG_REPLY != 0).then(|| Ep {
-        inner: desc.0.as_ref().expect("a new descriptor").ep.clone(),
-    });
+    let reply = desc
+        .0
+        .as_ref()
+        .filter(|_| hdr.flags & FLAG_REPLY != 0)
+        .map(|d| Ep::from_inner(d.ep.clone()));
     am::deliver_rndv(w, hdr.id, r.user_hdr, reply, desc);
 }
 

@@ -29,13 +29,14 @@ impl Ep {
     /// it went out in the call; else the request completes when it is sent (for a rendezvous:
     /// when the receiver has fetched it). Any size works.
     pub fn tag_send(&self, tag: u64, data: &[u8]) -> Result<Issued<()>> {
-        let ep = &self.inner;
-        ep.features.require(crate::Features::TAG, "Ep::tag_send")?;
-        ep.check_usable()?;
+        let Some(ep) = self.live(crate::Features::TAG, "Ep::tag_send")? else {
+            let data = data.to_vec();
+            return self.defer(move |e| e.tag_send(tag, &data));
+        };
         if rndv(ep, data.len()) {
             let (req, c) = request(ep.worker.clone());
             if let Ok(op) = crate::rndv::start(ep, am_id::TAG_RTS, tag, &[], data.to_vec(), Done::Unit(c))? {
-                return self.send_op(op, req);
+                return ep.send_op(op, req);
             }
         }
         let total = wire::EAGER_LEN + data.len();
@@ -59,19 +60,19 @@ impl Ep {
         }
         let (req, c) = request(ep.worker.clone());
         let op = eager_op(ep, tag, data.to_vec(), None, Done::Unit(c))?;
-        self.send_op(op, req)
+        ep.send_op(op, req)
     }
 
     /// Sends `data` with `tag` from a buffer the caller hands over: zero-copy where the lane
     /// allows (from the zcopy threshold up); the buffer comes back when the send finished.
     pub fn tag_send_owned(&self, tag: u64, data: Vec<u8>) -> Result<Issued<Vec<u8>>> {
-        let ep = &self.inner;
-        ep.features.require(crate::Features::TAG, "Ep::tag_send_owned")?;
-        ep.check_usable()?;
+        let Some(ep) = self.live(crate::Features::TAG, "Ep::tag_send_owned")? else {
+            return self.defer(move |e| e.tag_send_owned(tag, data));
+        };
         let data = if rndv(ep, data.len()) {
             let (req, c) = request(ep.worker.clone());
             match crate::rndv::start(ep, am_id::TAG_RTS, tag, &[], data, Done::Buf(c))? {
-                Ok(op) => return self.send_op(op, req),
+                Ok(op) => return ep.send_op(op, req),
                 Err((data, _)) => data,
             }
         } else {
@@ -85,7 +86,7 @@ impl Ep {
             && wire::EAGER_LEN <= l.max_zcopy_hdr
             && ep.can_send_now()
         {
-            match self.zcopy(am_id::TAG_EAGER, &tag.to_le_bytes(), data)? {
+            match ep.zcopy(am_id::TAG_EAGER, &tag.to_le_bytes(), data)? {
                 Ok(issued) => return Ok(issued),
                 Err(data) => data,
             }
@@ -104,20 +105,21 @@ impl Ep {
         }
         let (req, c) = request(ep.worker.clone());
         let op = eager_op(ep, tag, data, None, Done::Buf(c))?;
-        self.send_op(op, req)
+        ep.send_op(op, req)
     }
 
     /// Sends `data` with `tag` and completes only once the receiver matched it (MPI's
     /// synchronous send): an acknowledgement for eager messages, the receiver's fetch for
     /// rendezvous.
     pub fn tag_send_sync(&self, tag: u64, data: &[u8]) -> Result<Issued<()>> {
-        let ep = &self.inner;
-        ep.features.require(crate::Features::TAG, "Ep::tag_send_sync")?;
-        ep.check_usable()?;
+        let Some(ep) = self.live(crate::Features::TAG, "Ep::tag_send_sync")? else {
+            let data = data.to_vec();
+            return self.defer(move |e| e.tag_send_sync(tag, &data));
+        };
         if rndv(ep, data.len()) {
             let (req, c) = request(ep.worker.clone());
             if let Ok(op) = crate::rndv::start(ep, am_id::TAG_RTS, tag, &[], data.to_vec(), Done::Unit(c))? {
-                return self.send_op(op, req);
+                return ep.send_op(op, req);
             }
         }
         let w = worker(ep)?;
@@ -150,7 +152,7 @@ impl Ep {
             Some(from),
             Done::Sync(id, Rc::downgrade(&w)),
         )?;
-        self.send_op(op, req)
+        ep.send_op(op, req)
     }
 }
 
