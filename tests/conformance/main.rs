@@ -21,6 +21,7 @@ mod lifetime;
 mod misuse_am;
 mod misuse_rma;
 mod pending;
+mod reentrant;
 mod rma;
 mod shared_data;
 mod stale_keys;

@@ -117,8 +117,8 @@ pub struct AmMessage<'a> {
     iface: &'a std::rc::Weak<IfaceInner>,
 }
 
-/// A handler's copy of shared data; filled by one message at a time (handlers do not
-/// re-enter: the transport calls each from its own progress, one message after another).
+/// A handler's copy of shared data; filled by one message at a time (a handler is never
+/// re-entered: [`HandlerBox`] defers what arrives while it runs).
 type Scratch = std::cell::UnsafeCell<Vec<u8>>;
 
 impl<'a> AmMessage<'a> {
@@ -131,8 +131,8 @@ impl<'a> AmMessage<'a> {
         }
         if !self.copied.get() {
             // SAFETY: no slice of the scratch buffer is alive: `copied` is false, and the only
-            // message that hands them out is this one (a handler is not re-entered, and a
-            // slice does not outlive its message's `'a`).
+            // message that hands them out is this one (a handler is never re-entered, see
+            // `HandlerBox`, and a slice does not outlive the handler call).
             let v = unsafe { &mut *self.scratch.get() };
             v.clear();
             self.extend_vec(0, v); // from the shared bytes: `copied` is still false
@@ -286,10 +286,21 @@ impl Drop for RxDesc {
 type AmHandler = Box<dyn std::any::Any>;
 
 /// What a handler's argument points to: the closure and a way back to its interface.
+///
+/// A handler may make its own interface deliver again while it runs (a reply over self is
+/// delivered inside the send; a handler that progresses its interface): such a message is
+/// copied and handed to the handler after the running call returns, in arrival order, so the
+/// closure (`FnMut`) and its scratch buffer are never used by two calls at once.
 struct HandlerBox<F> {
     iface: std::rc::Weak<IfaceInner>,
-    f: F,
+    /// Used only by the outermost delivery (`running` guards it).
+    f: std::cell::UnsafeCell<F>,
     scratch: Scratch,
+    running: Cell<bool>,
+    /// Messages delivered while `running`, copied; `has_deferred` says there are some (one
+    /// load on the fast path).
+    deferred: RefCell<std::collections::VecDeque<Vec<u8>>>,
+    has_deferred: Cell<bool>,
 }
 
 /// # Safety
@@ -303,11 +314,27 @@ unsafe extern "C" fn am_tramp<F: FnMut(&AmMessage<'_>) + 'static>(
     flags: u32,
 ) -> RawStatus {
     // SAFETY: `arg` points to the boxed `HandlerBox<F>` stored in the iface's handler table (kept
-    // alive while installed; replaced handlers are kept until the iface closes); `data` is valid
-    // for `len`.
-    let h = unsafe { &mut *(arg as *mut HandlerBox<F>) };
-    let HandlerBox { iface, f, scratch } = h;
+    // alive while installed; replaced handlers are kept until the iface closes). Only shared
+    // references to it exist: the closure is reached through its `UnsafeCell`, below.
+    let h = unsafe { &*(arg as *const HandlerBox<F>) };
     let shared = flags & uct_transport::abi::AM_PARAM_SHARED != 0 && len > 0;
+    if h.running.replace(true) {
+        // Re-entered: keep a copy for after the running call (nothing else may touch `f`).
+        let mut v = Vec::with_capacity(len);
+        if len > 0 {
+            // SAFETY: the transport passes `len` readable bytes at `data` for the call; `v`
+            // has room for `len` and is exposed only after they are written.
+            unsafe {
+                ucs::arch::copy_maybe_overlapping(data, v.as_mut_ptr(), len);
+                v.set_len(len);
+            }
+        }
+        h.deferred.borrow_mut().push_back(v);
+        h.has_deferred.set(true);
+        return 0;
+    }
+    // SAFETY: `running` was false: no other call uses the closure until it is reset below.
+    let f = unsafe { &mut *h.f.get() };
     let private = if len == 0 || shared {
         &[][..]
     } else {
@@ -315,24 +342,52 @@ unsafe extern "C" fn am_tramp<F: FnMut(&AmMessage<'_>) + 'static>(
         // call, which nobody else writes (not shared).
         unsafe { std::slice::from_raw_parts(data, len) }
     };
-    let msg = AmMessage {
-        data: private,
-        shared: if shared { data } else { std::ptr::null() },
-        len,
-        scratch,
-        copied: Cell::new(false),
-        desc: if shared { std::ptr::null_mut() } else { desc },
-        kept: Cell::new(false),
-        iface,
-    };
-    if catch_unwind(AssertUnwindSafe(|| f(&msg))).is_err() {
-        ucs::error!("panic in an AM handler (caught); message dropped");
+    let kept = deliver(
+        f,
+        AmMessage {
+            data: private,
+            shared: if shared { data } else { std::ptr::null() },
+            len,
+            scratch: &h.scratch,
+            copied: Cell::new(false),
+            desc: if shared { std::ptr::null_mut() } else { desc },
+            kept: Cell::new(false),
+            iface: &h.iface,
+        },
+    );
+    while h.has_deferred.get() {
+        let Some(v) = h.deferred.borrow_mut().pop_front() else {
+            h.has_deferred.set(false);
+            break;
+        };
+        deliver(
+            f,
+            AmMessage {
+                data: &v,
+                shared: std::ptr::null(),
+                len: v.len(),
+                scratch: &h.scratch,
+                copied: Cell::new(false),
+                desc: std::ptr::null_mut(),
+                kept: Cell::new(false),
+                iface: &h.iface,
+            },
+        );
     }
-    if msg.kept.get() {
+    h.running.set(false);
+    if kept {
         Status::InProgress.as_raw()
     } else {
         0
     }
+}
+
+/// Calls the handler with `msg`; true when it kept the transport's descriptor.
+fn deliver<F: FnMut(&AmMessage<'_>)>(f: &mut F, msg: AmMessage<'_>) -> bool {
+    if catch_unwind(AssertUnwindSafe(|| f(&msg))).is_err() {
+        ucs::error!("panic in an AM handler (caught); message dropped");
+    }
+    msg.kept.get()
 }
 
 /// The iface's endpoints by transport handle, and the user's peer-failure handler.
@@ -569,8 +624,11 @@ impl Iface {
         }
         let boxed = Box::new(HandlerBox {
             iface: Rc::downgrade(&self.inner),
-            f,
+            f: std::cell::UnsafeCell::new(f),
             scratch: Scratch::default(),
+            running: Cell::new(false),
+            deferred: RefCell::default(),
+            has_deferred: Cell::new(false),
         });
         let arg = &*boxed as *const HandlerBox<F> as *mut c_void;
         // SAFETY: `arg` stays valid: the box is stored below and retired, not freed, if replaced.
