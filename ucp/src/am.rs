@@ -387,9 +387,7 @@ fn reply_ep(w: &WorkerInner, worker: u64, ep: u64) -> Option<Ep> {
     t.get(*id).map(Ep::from_inner)
 }
 
-fn violation(what: &str, e: &Error) {
-    ucs::warn!("ucp: {what} dropped: {e}");
-}
+use crate::wire::violation;
 
 pub(crate) fn on_single(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     let bytes = m.data();

@@ -97,10 +97,10 @@ pub fn decode(b: &[u8]) -> Result<(u64, u64, &[u8])> {
 pub(crate) fn on_stream(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     let (worker, src_ep, data) = match decode(m.data()) {
         Ok(d) => d,
-        Err(e) => return ucs::warn!("{e}: dropped"),
+        Err(e) => return crate::wire::violation("stream message", &e),
     };
     if crate::rndv::find_ep(w, worker, src_ep).is_none() {
-        ucs::warn!("ucp: stream message from worker {worker:#x}, which has no endpoint here: dropped");
+        ucs::warn_limited!("ucp: stream message from worker {worker:#x}, which has no endpoint here: dropped");
         return;
     }
     if data.is_empty() {

@@ -40,6 +40,11 @@ pub mod am_id {
 /// Version of UCP's messages; a worker address carries it, so peers agree before any message.
 pub const PROTOCOL_VERSION: u8 = 1;
 
+/// A message a peer garbled (or forged): dropped, with a rate-limited line for the operator.
+pub(crate) fn violation(what: &str, e: &Error) {
+    ucs::warn_limited!("ucp: {what} dropped: {e}");
+}
+
 /// The sender asks for a reply endpoint: its worker id and endpoint id follow the header.
 pub const FLAG_REPLY: u8 = 1;
 

@@ -17,6 +17,7 @@ use tracing::{Event, Level, Metadata, Subscriber};
 
 use crate::config::LOG_LEVELS;
 
+pub mod limit;
 #[doc(hidden)]
 pub mod route;
 

@@ -469,7 +469,7 @@ impl CmaEp {
                     self.pid,
                     std::io::Error::from_raw_os_error(e)
                 );
-                ucs::error!("{msg}");
+                ucs::error_limited!("{msg}");
                 Err(Error::new(
                     if e == libc::EFAULT {
                         Status::InvalidAddr
@@ -498,7 +498,7 @@ impl CmaEp {
 
 #[cold]
 fn refuse(msg: String) -> Error {
-    ucs::error!("{msg}");
+    ucs::error_limited!("{msg}");
     Error::new(Status::InvalidAddr, msg)
 }
 

@@ -204,9 +204,7 @@ pub(crate) fn finish_send(w: &WorkerInner, rndv_id: u64, r: Result<()>) {
     }
 }
 
-fn violation(what: &str, e: &Error) {
-    ucs::warn!("ucp: {what} dropped: {e}");
-}
+use crate::wire::violation;
 
 /// ATS: the receiver is done with our buffer.
 pub(crate) fn on_ats(w: &Rc<WorkerInner>, _iface: usize, m: &uct::AmMessage<'_>) {

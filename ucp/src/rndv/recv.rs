@@ -70,9 +70,7 @@ fn send_ats(ep: &Rc<EpInner>, rndv_id: u64, status: Status) {
     ep.dispatch();
 }
 
-fn violation(what: &str, e: &Error) {
-    ucs::warn!("ucp: {what} dropped: {e}");
-}
+use crate::wire::violation;
 
 /// Our endpoint toward `(worker, ep)`: the one wireup paired with it, else (wireup not done on
 /// our side yet) any endpoint to that worker — the ids in the messages are the sender's.

@@ -13,9 +13,7 @@ use crate::am::{Done, SendOp, MAX_MESSAGE};
 use crate::request::{request, Issued};
 use crate::worker::{Worker, WorkerInner};
 
-fn violation(what: &str, e: &Error) {
-    ucs::warn!("ucp: {what} dropped: {e}");
-}
+use crate::wire::violation;
 
 /// Tells a synchronous sender its message matched.
 fn ack(w: &WorkerInner, from: SyncFrom) {

@@ -577,7 +577,8 @@ impl ConfigReader<'_> {
 /// Names of `RUCX_LOG_LEVEL`, in [`GLOBAL_TABLE`] order.
 pub const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
 
-/// Process-wide settings (prefix `""`): `RUCX_LOG_LEVEL`, `RUCX_MODULE_DIR`, `RUCX_MODULES`.
+/// Process-wide settings (prefix `""`): `RUCX_LOG_LEVEL`, `RUCX_LOG_RATE_LIMIT`,
+/// `RUCX_MODULE_DIR`, `RUCX_MODULES`.
 /// Always registered. Other global variables can be added as further tables with prefix `""`
 /// (e.g. [`NET_TABLE`], `RUCX_NET_DEVICES`).
 pub static GLOBAL_TABLE: ConfigTable = ConfigTable {
@@ -589,6 +590,13 @@ pub static GLOBAL_TABLE: ConfigTable = ConfigTable {
             "warn",
             ConfigKind::Enum(LOG_LEVELS),
             "Level of rucx's stderr log when the application has no tracing subscriber.",
+        ),
+        ConfigField::new(
+            "LOG_RATE_LIMIT",
+            "1s",
+            ConfigKind::Time,
+            "Lines a peer can trigger (garbage frames, refused remote accesses) are logged at most \
+             once per this time from each place, with the count of those suppressed; 0: all.",
         ),
         ConfigField::new(
             "MODULE_DIR",
