@@ -155,10 +155,9 @@ pub(super) fn announced(to: SocketAddr, announce: &Msg) -> Result<WorkerAddress>
     Ok(remote)
 }
 
-/// Writes the REQUEST on a non-blocking socket, waiting (at most until `deadline`) only if the
-/// socket buffer cannot take it at once: a few kilobytes into a fresh connection normally go
-/// in one call.
-pub(super) fn send_blocking(s: &TcpStream, to: SocketAddr, bytes: &[u8], deadline: Instant) -> Result<()> {
+/// Writes what the non-blocking socket takes now of `bytes` (normally all: a few kilobytes
+/// into a fresh connection); returns how many. The rest waits for the socket to be writable.
+pub(super) fn write_some(s: &TcpStream, to: SocketAddr, bytes: &[u8]) -> Result<usize> {
     let mut s = s;
     let mut off = 0;
     while off < bytes.len() {
@@ -166,16 +165,11 @@ pub(super) fn send_blocking(s: &TcpStream, to: SocketAddr, bytes: &[u8], deadlin
             Ok(0) => return Err(io_error(to, "connect to", &ErrorKind::WriteZero.into())),
             Ok(n) => off += n,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    return Err(io_error(to, "connect to", &e));
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
             Err(e) => return Err(io_error(to, "connect to", &e)),
         }
     }
-    Ok(())
+    Ok(off)
 }
 
 /// Whether a connecting socket has connected (an error if it was refused).

@@ -43,7 +43,7 @@ use ucs::{Error, Result, Status};
 
 pub use listener::{ConnRequest, Listener, ListenerParams};
 
-use client::{announced, connect, connect_nb, send_blocking, tcp_connected, Start, Watch};
+use client::{announced, connect, connect_nb, tcp_connected, write_some, Start, Watch};
 
 use crate::address::WorkerAddress;
 use crate::ep::{EpInner, EpParams, ErrMode, Wired};
@@ -77,6 +77,8 @@ struct Conn {
     peer: SocketAddr,
     reader: Reader,
     side: Side,
+    /// What is still to be written (a client's REQUEST the socket did not take at once).
+    out: Vec<u8>,
 }
 
 /// A connection whose handshake ended (acted on with no borrow of the manager held).
@@ -222,6 +224,24 @@ impl Cm {
                     }
                 }
             }
+            if !c.out.is_empty() {
+                match write_some(&c.sock.sock, c.peer, &c.out) {
+                    Ok(n) => {
+                        c.out.drain(..n);
+                        if c.out.is_empty() {
+                            c.out = Vec::new();
+                            if let Err(e) = c.sock.set_interest(Events::READ) {
+                                done.push(Done::Failed(c, e));
+                                continue;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        done.push(Done::Failed(c, e));
+                        continue;
+                    }
+                }
+            }
             match read_msg(&mut c) {
                 Ok(None) => keep.push(c),
                 Ok(Some(m)) => done.push(Done::Msg(c, m)),
@@ -275,6 +295,7 @@ impl Cm {
                 peer,
                 reader: Reader::default(),
                 side,
+                out: Vec::new(),
             });
         }
         self.update_tick();
@@ -285,7 +306,7 @@ impl Cm {
         match d {
             Done::Failed(c, e) => match c.side {
                 Side::Incoming { .. } => {
-                    ucs::warn!(
+                    ucs::warn_limited!(
                         "ucp: connection manager: client {}: {e}: connection dropped",
                         c.peer
                     )
@@ -314,6 +335,7 @@ impl Cm {
                     done,
                     deadline,
                 } = *start;
+                let mut out = Vec::new();
                 let r = self.worker.upgrade().map_or_else(
                     || {
                         Err(Error::new(
@@ -324,7 +346,11 @@ impl Cm {
                     |w| {
                         let remote = announced(peer, &m)?;
                         let (ep, conn_id, req) = self.client_ep(&w, remote, params)?;
-                        send_blocking(&sock.sock, peer, &req, deadline)?;
+                        let sent = write_some(&sock.sock, peer, &req)?;
+                        if sent < req.len() {
+                            out = req[sent..].to_vec();
+                            sock.set_interest(Events::READ | Events::WRITE)?;
+                        }
                         Ok((ep, conn_id))
                     },
                 );
@@ -339,6 +365,7 @@ impl Cm {
                                 conn_id,
                                 server: m.worker,
                             },
+                            out,
                         });
                         self.watch(&ep, peer, Some(done), deadline);
                     }
@@ -352,7 +379,7 @@ impl Cm {
                         // The listener is gone: the request drops, which rejects it.
                         None => drop(req),
                     },
-                    Err(e) => ucs::warn!(
+                    Err(e) => ucs::warn_limited!(
                         "ucp: connection manager: client {}: {e}: connection dropped",
                         c.peer
                     ),
