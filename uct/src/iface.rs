@@ -103,62 +103,105 @@ impl IfaceParams {
 /// [`AmMessage::copy_to`] copies it straight to where it goes (the only copy), and
 /// [`AmMessage::data`] copies it once into a buffer of the handler's.
 pub struct AmMessage<'a> {
-    /// The data when private (empty when shared).
-    data: &'a [u8],
-    /// Non-null: the data lies here, in shared memory, `len` bytes.
-    shared: *const u8,
+    /// The data, `len` bytes: private (readable as a slice for `'a`), or in shared memory
+    /// (`SHARED`: only copied from, never borrowed).
+    ptr: *const u8,
     len: usize,
+    desc: *mut RawRxDesc,
+    /// `SHARED`, `COPIED` (`scratch` holds this message's data), `KEPT`.
+    state: Cell<u8>,
     /// The handler's buffer that [`AmMessage::data`] copies shared data into.
     scratch: &'a Scratch,
-    /// `scratch` holds this message's data.
-    copied: Cell<bool>,
-    desc: *mut RawRxDesc,
-    kept: Cell<bool>,
     iface: &'a std::rc::Weak<IfaceInner>,
+    _data: std::marker::PhantomData<&'a [u8]>,
 }
+
+const SHARED: u8 = 1;
+const COPIED: u8 = 2;
+const KEPT: u8 = 4;
 
 /// A handler's copy of shared data; filled by one message at a time (a handler is never
 /// re-entered: [`HandlerBox`] defers what arrives while it runs).
 type Scratch = std::cell::UnsafeCell<Vec<u8>>;
 
 impl<'a> AmMessage<'a> {
+    /// A message of `len` bytes at `ptr` (in shared memory when `shared`; then `desc` is null).
+    ///
+    /// # Safety
+    /// `ptr` must be readable for `len` bytes for `'a`, and, unless `shared`, not written
+    /// meanwhile; `desc`, when not null, the transport's descriptor of that data.
+    #[inline(always)]
+    unsafe fn new(
+        ptr: *const u8,
+        len: usize,
+        shared: bool,
+        desc: *mut RawRxDesc,
+        scratch: &'a Scratch,
+        iface: &'a std::rc::Weak<IfaceInner>,
+    ) -> AmMessage<'a> {
+        AmMessage {
+            ptr,
+            len,
+            desc,
+            state: Cell::new(if shared { SHARED } else { 0 }),
+            scratch,
+            iface,
+            _data: std::marker::PhantomData,
+        }
+    }
+
+    #[inline(always)]
+    fn private(&self) -> &'a [u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: private data, readable and unchanged for `'a` (the constructor's contract).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
     /// The message: for `am_short`, the 8-byte header (little-endian) followed by the payload.
     /// Shared data ([`AmMessage::is_shared`]) is copied on the first call (into a buffer the
     /// handler reuses: no allocation once it is large enough).
+    #[inline]
     pub fn data(&self) -> &'a [u8] {
-        if self.shared.is_null() {
-            return self.data;
+        let st = self.state.get();
+        if st & SHARED == 0 {
+            return self.private();
         }
-        if !self.copied.get() {
-            // SAFETY: no slice of the scratch buffer is alive: `copied` is false, and the only
-            // message that hands them out is this one (a handler is never re-entered, see
+        if st & COPIED == 0 {
+            // SAFETY: no slice of the scratch buffer is alive: `COPIED` is not set, and the
+            // only message that hands them out is this one (a handler is never re-entered, see
             // `HandlerBox`, and a slice does not outlive the handler call).
             let v = unsafe { &mut *self.scratch.get() };
             v.clear();
-            self.extend_vec(0, v); // from the shared bytes: `copied` is still false
-            self.copied.set(true);
+            self.extend_vec(0, v); // from the shared bytes: `COPIED` is still clear
+            self.state.set(st | COPIED);
         }
         // SAFETY: filled above; not written again while this message lives.
         unsafe { &*self.scratch.get() }.as_slice()
     }
 
     /// The message's length in bytes (without copying shared data).
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// True for an empty message.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// True when the data lies in memory a peer can write: read it through
     /// [`AmMessage::copy_to`] (one copy, to where it goes) rather than [`AmMessage::data`].
+    #[inline]
     pub fn is_shared(&self) -> bool {
-        !self.shared.is_null()
+        self.state.get() & SHARED != 0
     }
 
     /// Copies the bytes from `offset` on into `dst` (as many as both have); returns how many.
+    #[inline]
     pub fn copy_to(&self, offset: usize, dst: &mut [u8]) -> usize {
         // SAFETY: `dst` is writable for its length.
         unsafe { self.copy_raw(offset, dst.as_mut_ptr(), dst.len()) }
@@ -182,16 +225,18 @@ impl<'a> AmMessage<'a> {
     ///
     /// # Safety
     /// `dst` must be writable for `cap` bytes and not overlap the message.
+    #[inline]
     unsafe fn copy_raw(&self, offset: usize, dst: *mut u8, cap: usize) -> usize {
         let n = self.len.saturating_sub(offset).min(cap);
         if n == 0 {
             return 0;
         }
-        let src = if self.shared.is_null() || self.copied.get() {
-            self.data()[offset..offset + n].as_ptr()
+        let src = if self.state.get() & (SHARED | COPIED) == (SHARED | COPIED) {
+            // SAFETY: our copy holds `len` bytes; `offset + n <= len`.
+            unsafe { (*self.scratch.get()).as_ptr().add(offset) }
         } else {
-            // SAFETY: `offset + n <= len`: inside the shared bytes.
-            unsafe { self.shared.add(offset) }
+            // SAFETY: `offset + n <= len`: inside the message.
+            unsafe { self.ptr.add(offset) }
         };
         // SAFETY: `n` readable bytes at `src` (private data, our copy, or shared bytes that
         // stay readable during the handler, where a peer's writes only change which bytes we
@@ -201,6 +246,7 @@ impl<'a> AmMessage<'a> {
     }
 
     /// The `am_short` header (first 8 bytes, little-endian); 0 if the message is shorter.
+    #[inline]
     pub fn header(&self) -> u64 {
         let mut b = [0u8; 8];
         if self.copy_to(0, &mut b) < 8 {
@@ -212,18 +258,25 @@ impl<'a> AmMessage<'a> {
     /// Keeps the data beyond the handler: the transport's descriptor itself when it can lend
     /// it (zero copy), otherwise a copy (always for shared data).
     pub fn keep(&self) -> RxDesc {
-        if !self.desc.is_null() && !self.kept.get() {
+        let st = self.state.get();
+        if !self.desc.is_null() && st & KEPT == 0 {
             if let Some(iface) = self.iface.upgrade() {
-                self.kept.set(true);
+                self.state.set(st | KEPT);
                 return RxDesc(Kept::Lent {
                     desc: self.desc,
-                    data: self.data.as_ptr(),
-                    len: self.data.len(),
+                    data: self.ptr,
+                    len: self.len,
                     _iface: iface,
                 });
             }
         }
         RxDesc(Kept::Copied(self.data().to_vec()))
+    }
+
+    /// The handler kept the descriptor.
+    #[inline(always)]
+    fn kept(&self) -> bool {
+        self.state.get() & KEPT != 0
     }
 }
 
@@ -319,60 +372,26 @@ unsafe extern "C" fn am_tramp<F: FnMut(&AmMessage<'_>) + 'static>(
     let h = unsafe { &*(arg as *const HandlerBox<F>) };
     let shared = flags & uct_transport::abi::AM_PARAM_SHARED != 0 && len > 0;
     if h.running.replace(true) {
-        // Re-entered: keep a copy for after the running call (nothing else may touch `f`).
-        let mut v = Vec::with_capacity(len);
-        if len > 0 {
-            // SAFETY: the transport passes `len` readable bytes at `data` for the call; `v`
-            // has room for `len` and is exposed only after they are written.
-            unsafe {
-                ucs::arch::copy_maybe_overlapping(data, v.as_mut_ptr(), len);
-                v.set_len(len);
-            }
-        }
-        h.deferred.borrow_mut().push_back(v);
-        h.has_deferred.set(true);
+        // SAFETY: as this function's (the transport's `data` and `len`).
+        unsafe { defer_reentered(h, data, len) };
         return 0;
     }
     // SAFETY: `running` was false: no other call uses the closure until it is reset below.
     let f = unsafe { &mut *h.f.get() };
-    let private = if len == 0 || shared {
-        &[][..]
-    } else {
-        // SAFETY: the transport passes `len` valid bytes at `data` for the duration of the
-        // call, which nobody else writes (not shared).
-        unsafe { std::slice::from_raw_parts(data, len) }
-    };
-    let kept = deliver(
-        f,
-        AmMessage {
-            data: private,
-            shared: if shared { data } else { std::ptr::null() },
+    // SAFETY: the transport passes `len` readable bytes at `data` for the call (written by
+    // nobody else unless `shared`), and a descriptor only for private data.
+    let kept = deliver(f, unsafe {
+        AmMessage::new(
+            data,
             len,
-            scratch: &h.scratch,
-            copied: Cell::new(false),
-            desc: if shared { std::ptr::null_mut() } else { desc },
-            kept: Cell::new(false),
-            iface: &h.iface,
-        },
-    );
-    while h.has_deferred.get() {
-        let Some(v) = h.deferred.borrow_mut().pop_front() else {
-            h.has_deferred.set(false);
-            break;
-        };
-        deliver(
-            f,
-            AmMessage {
-                data: &v,
-                shared: std::ptr::null(),
-                len: v.len(),
-                scratch: &h.scratch,
-                copied: Cell::new(false),
-                desc: std::ptr::null_mut(),
-                kept: Cell::new(false),
-                iface: &h.iface,
-            },
-        );
+            shared,
+            if shared { std::ptr::null_mut() } else { desc },
+            &h.scratch,
+            &h.iface,
+        )
+    });
+    if h.has_deferred.get() {
+        drain_deferred(h, f);
     }
     h.running.set(false);
     if kept {
@@ -382,12 +401,49 @@ unsafe extern "C" fn am_tramp<F: FnMut(&AmMessage<'_>) + 'static>(
     }
 }
 
+/// A message delivered while the handler runs: copied for [`drain_deferred`].
+///
+/// # Safety
+/// `data` must be readable for `len` bytes.
+#[cold]
+#[inline(never)]
+unsafe fn defer_reentered<F>(h: &HandlerBox<F>, data: *const u8, len: usize) {
+    let mut v = Vec::with_capacity(len);
+    if len > 0 {
+        // SAFETY: `len` readable bytes at `data` (the caller's contract); `v` has room for
+        // `len` and is exposed only after they are written.
+        unsafe {
+            ucs::arch::copy_maybe_overlapping(data, v.as_mut_ptr(), len);
+            v.set_len(len);
+        }
+    }
+    h.deferred.borrow_mut().push_back(v);
+    h.has_deferred.set(true);
+}
+
+/// Hands the handler what arrived while it ran, in order (more may arrive meanwhile).
+#[cold]
+#[inline(never)]
+fn drain_deferred<F: FnMut(&AmMessage<'_>)>(h: &HandlerBox<F>, f: &mut F) {
+    loop {
+        let Some(v) = h.deferred.borrow_mut().pop_front() else {
+            h.has_deferred.set(false);
+            return;
+        };
+        // SAFETY: `v` is ours, alive and unchanged for the call.
+        deliver(f, unsafe {
+            AmMessage::new(v.as_ptr(), v.len(), false, std::ptr::null_mut(), &h.scratch, &h.iface)
+        });
+    }
+}
+
 /// Calls the handler with `msg`; true when it kept the transport's descriptor.
+#[inline(always)]
 fn deliver<F: FnMut(&AmMessage<'_>)>(f: &mut F, msg: AmMessage<'_>) -> bool {
     if catch_unwind(AssertUnwindSafe(|| f(&msg))).is_err() {
         ucs::error!("panic in an AM handler (caught); message dropped");
     }
-    msg.kept.get()
+    msg.kept()
 }
 
 /// The iface's endpoints by transport handle, and the user's peer-failure handler.
