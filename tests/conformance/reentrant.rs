@@ -25,7 +25,13 @@ fn am_handler_sends_to_itself(s: &Setup) {
     let (depth, deepest) = (Rc::new(Cell::new(0u32)), Rc::new(Cell::new(0u32)));
     // Sends that met a full queue; the test's loop retries them.
     let later = Rc::new(RefCell::new(Vec::new()));
-    let (s2, d2, x2, l2, ep) = (seen.clone(), depth.clone(), deepest.clone(), later.clone(), to_self.clone());
+    let (s2, d2, x2, l2, ep) = (
+        seen.clone(),
+        depth.clone(),
+        deepest.clone(),
+        later.clone(),
+        to_self.clone(),
+    );
     p.rx.iface
         .set_am_handler(ID, p.am_flags(), move |m| {
             d2.set(d2.get() + 1);

@@ -10,7 +10,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use ucp::{AmFlags, CloseMode, Ep, EpParams, Features, Issued, Listener, ListenerParams, Status, Worker};
+use ucp::{
+    AmFlags, CloseMode, ConnRequest, Ep, EpParams, Features, Issued, Listener, ListenerParams, Status, Worker,
+};
 use uct::AsyncMode;
 
 use crate::harness::{context_with, pattern, Setup, DEADLINE};
@@ -73,18 +75,23 @@ impl Sides {
         l
     }
 
+    /// The next connection request `l` gets (progressing both sides until then).
+    pub fn next_request(&self, l: &Listener) -> ConnRequest {
+        let mut req = None;
+        self.wait_for("the connection request", || {
+            req = l.accept();
+            req.is_some()
+        });
+        req.unwrap()
+    }
+
     /// A client endpoint and the server endpoint its request was accepted into.
     pub fn connect(&self, l: &Listener) -> (Ep, Ep) {
         let c = self
             .client
             .connect_sockaddr(l.local_addr(), EpParams::new())
             .unwrap_or_else(|e| panic!("[{}] connect_sockaddr: {e}", self.name));
-        let mut req = None;
-        self.wait_for("the connection request", || {
-            req = l.accept();
-            req.is_some()
-        });
-        let req = req.unwrap();
+        let req = self.next_request(l);
         assert_eq!(req.client_id(), self.client.id());
         assert!(req.client_addr().ip().is_loopback());
         let s = req
@@ -139,12 +146,7 @@ fn sockaddr_am_both_ways(s: &Setup) {
         "[{}] sent before the exchange",
         w.name
     );
-    let mut req = None;
-    w.wait_for("the connection request", || {
-        req = l.accept();
-        req.is_some()
-    });
-    let server_ep = req.unwrap().accept(EpParams::new()).unwrap();
+    let server_ep = w.next_request(&l).accept(EpParams::new()).unwrap();
     w.wait_for("the early message", || to_server.borrow().len() == 1);
     assert_eq!(to_server.borrow()[0].1, b"early");
     w.wait_for("both sides wired", || {
@@ -302,17 +304,13 @@ fn sockaddr_nonblocking(s: &Setup) {
         .client
         .connect_sockaddr_nb(l.local_addr(), EpParams::new())
         .unwrap_or_else(|e| panic!("[{}] connect_sockaddr_nb: {e}", w.name));
-    let mut conn = None;
-    w.wait_for("the connection request", || {
-        conn = l.accept();
-        conn.is_some()
-    });
+    let conn = w.next_request(&l);
     assert!(
         !req.is_done(),
         "[{}] connected before the server accepted",
         w.name
     );
-    let srv = conn.unwrap().accept(EpParams::new()).unwrap();
+    let srv = conn.accept(EpParams::new()).unwrap();
     w.wait_for("the connect to complete", || req.is_done());
     let c = req
         .take()
@@ -443,7 +441,10 @@ fn failed_connect(w: &Sides, to: SocketAddr) -> ucp::Error {
     w.wait_for("the queued send to fail", || queued.is_done());
     assert_eq!(queued.take().unwrap().unwrap_err().status(), e.status());
     assert_eq!(c.error().map(|x| x.status()), Some(e.status()));
-    assert_eq!(c.am_send(1, &[], b"x", AmFlags::default()).unwrap_err().status(), e.status());
+    assert_eq!(
+        c.am_send(1, &[], b"x", AmFlags::default()).unwrap_err().status(),
+        e.status()
+    );
     e
 }
 

@@ -35,7 +35,9 @@ fn finish<T>(w: &Sides, i: Issued<T>) -> T {
 /// Everything issued before the server accepted arrives, in order, once it did.
 fn sockaddr_queued_in_order(s: &Setup) {
     let f = Features::AM | Features::TAG | Features::STREAM;
-    let Some(w) = Sides::with_features(s, f) else { return };
+    let Some(w) = Sides::with_features(s, f) else {
+        return;
+    };
     let l = w.listen(ListenerParams::new());
     let got = inbox(&w.server, 1);
     let c = w
@@ -48,14 +50,23 @@ fn sockaddr_queued_in_order(s: &Setup) {
     assert_eq!(c.am_protocol(0, 8, AmFlags::default(), false), AmProto::Queued);
     assert!(c.describe_lanes().is_empty());
     assert!(format!("{c:?}").contains("connecting to"), "{c:?}");
-    assert_eq!(c.rkey_unpack(&[0; 16]).unwrap_err().status(), Status::NotConnected);
+    assert_eq!(
+        c.rkey_unpack(&[0; 16]).unwrap_err().status(),
+        Status::NotConnected
+    );
 
     let sizes = [8usize, 70_000, 1 << 20];
     let mut sends = Vec::new();
     for (i, &n) in sizes.iter().enumerate() {
-        sends.push(pending("am_send", c.am_send(1, b"h", &pattern(n, i), AmFlags::default())));
+        sends.push(pending(
+            "am_send",
+            c.am_send(1, b"h", &pattern(n, i), AmFlags::default()),
+        ));
     }
-    let owned = pending("am_send_owned", c.am_send_owned(1, b"o", pattern(5000, 9), AmFlags::default()));
+    let owned = pending(
+        "am_send_owned",
+        c.am_send_owned(1, b"o", pattern(5000, 9), AmFlags::default()),
+    );
     let tagged = pending("tag_send", c.tag_send(0x77, b"tagged"));
     let streamed = pending("stream_send", c.stream_send(b"stream bytes"));
     let flushed = pending("flush", c.flush());
@@ -68,13 +79,9 @@ fn sockaddr_queued_in_order(s: &Setup) {
         h.set(h.get() + 1);
     });
 
-    let mut req = None;
-    w.wait_for("the connection request", || {
-        req = l.accept();
-        req.is_some()
-    });
+    let req = w.next_request(&l);
     assert!(!c.is_connected());
-    let srv = req.unwrap().accept(EpParams::new()).unwrap();
+    let srv = req.accept(EpParams::new()).unwrap();
     let tag_recv = w.server.tag_recv(0x77, u64::MAX, vec![0; 64]).unwrap();
     let server_stream = srv.stream_recv(vec![0; 12], true).unwrap();
     let _ = srv.stream_send(b"answer").unwrap();
@@ -105,7 +112,11 @@ fn sockaddr_queued_in_order(s: &Setup) {
     }
     let mut owned = owned;
     w.wait_for("the owned send", || owned.is_done());
-    assert_eq!(owned.take().unwrap().unwrap(), pattern(5000, 9), "the buffer comes back");
+    assert_eq!(
+        owned.take().unwrap().unwrap(),
+        pattern(5000, 9),
+        "the buffer comes back"
+    );
     let m = tag_recv.wait(&w.server).unwrap();
     assert_eq!((m.tag, &m.data[..]), (0x77, &b"tagged"[..]));
     assert_eq!(finish(&w, server_stream), b"stream bytes");
@@ -166,18 +177,16 @@ fn sockaddr_close_while_connecting(s: &Setup) {
         .client
         .connect_sockaddr(l.local_addr(), EpParams::new())
         .unwrap();
-    let sent = pending("am_send", c.am_send(2, b"h", b"before the close", AmFlags::default()));
+    let sent = pending(
+        "am_send",
+        c.am_send(2, b"h", b"before the close", AmFlags::default()),
+    );
     let closed = pending("close", Ok(c.close(CloseMode::Flush)));
     assert_eq!(
         c.am_send(2, &[], b"x", AmFlags::default()).unwrap_err().status(),
         Status::NotConnected
     );
-    let mut req = None;
-    w.wait_for("the connection request", || {
-        req = l.accept();
-        req.is_some()
-    });
-    let _srv = req.unwrap().accept(EpParams::new()).unwrap();
+    let _srv = w.next_request(&l).accept(EpParams::new()).unwrap();
     w.wait_for("the message", || got.borrow().len() == 1);
     assert_eq!(got.borrow()[0].1, b"before the close");
     let mut sent = sent;

@@ -962,7 +962,6 @@ impl Ep {
         let op = ep.fragments(id, header, data, flags, Done::Buf(c))?;
         ep.send_op(op, req)
     }
-
 }
 
 impl EpInner {
@@ -1007,7 +1006,11 @@ impl EpInner {
     }
 
     /// Sends `op` now as far as it goes, queueing the rest; `Done` when all of it went.
-    pub(crate) fn send_op<T>(self: &Rc<Self>, mut op: SendOp, mut req: crate::Request<T>) -> Result<Issued<T>> {
+    pub(crate) fn send_op<T>(
+        self: &Rc<Self>,
+        mut op: SendOp,
+        mut req: crate::Request<T>,
+    ) -> Result<Issued<T>> {
         let ep = self;
         if !ep.can_send_now() {
             self.enqueue(op);

@@ -100,7 +100,9 @@ pub(crate) fn on_stream(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
         Err(e) => return crate::wire::violation("stream message", &e),
     };
     if crate::rndv::find_ep(w, worker, src_ep).is_none() {
-        ucs::warn_limited!("ucp: stream message from worker {worker:#x}, which has no endpoint here: dropped");
+        ucs::warn_limited!(
+            "ucp: stream message from worker {worker:#x}, which has no endpoint here: dropped"
+        );
         return;
     }
     if data.is_empty() {
@@ -278,10 +280,9 @@ impl Ep {
     /// holding what arrived: at least one byte, or with `wait_all` exactly `buf.len()`.
     pub fn stream_recv(&self, buf: Vec<u8>, wait_all: bool) -> Result<Issued<Vec<u8>>> {
         let Some(ep) = self.ready() else {
-            if self.live(crate::Features::STREAM, "Ep::stream_recv")?.is_none() {
-                return self.defer(move |e| e.stream_recv(buf, wait_all));
-            }
-            unreachable!("live finds the endpoint ready finds")
+            // Still connecting (`live` only reports a failed or closed connect then).
+            self.live(crate::Features::STREAM, "Ep::stream_recv")?;
+            return self.defer(move |e| e.stream_recv(buf, wait_all));
         };
         ep.features.require(crate::Features::STREAM, "Ep::stream_recv")?;
         if let Err(e) = ep.check_usable() {

@@ -432,7 +432,14 @@ fn drain_deferred<F: FnMut(&AmMessage<'_>)>(h: &HandlerBox<F>, f: &mut F) {
         };
         // SAFETY: `v` is ours, alive and unchanged for the call.
         deliver(f, unsafe {
-            AmMessage::new(v.as_ptr(), v.len(), false, std::ptr::null_mut(), &h.scratch, &h.iface)
+            AmMessage::new(
+                v.as_ptr(),
+                v.len(),
+                false,
+                std::ptr::null_mut(),
+                &h.scratch,
+                &h.iface,
+            )
         });
     }
 }

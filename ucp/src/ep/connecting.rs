@@ -53,7 +53,9 @@ struct State {
 
 impl Ep {
     pub(crate) fn from_inner(inner: Rc<EpInner>) -> Ep {
-        Ep { repr: Repr::Ready(inner) }
+        Ep {
+            repr: Repr::Ready(inner),
+        }
     }
 
     /// The endpoint, once it exists (always, but for a sockaddr connect still under way).
@@ -68,31 +70,28 @@ impl Ep {
     /// the endpoint neither failed nor was closed. `Some`: the endpoint to run it on; `None`:
     /// it is still connecting, defer the operation ([`Ep::defer`]).
     pub(crate) fn live(&self, feature: Features, what: &str) -> Result<Option<&Rc<EpInner>>> {
-        match (&self.repr, self.ready()) {
-            (_, Some(ep)) => {
-                ep.features.require(feature, what)?;
-                ep.check_usable()?;
-                Ok(Some(ep))
-            }
-            (Repr::Connecting(c), None) => {
-                c.features.require(feature, what)?;
-                let s = c.state.borrow();
-                if let Some(e) = &s.error {
-                    return Err(e.clone());
-                }
-                if s.closed.is_some() {
-                    return Err(closed_error());
-                }
-                Ok(None)
-            }
-            (Repr::Ready(_), None) => unreachable!("a ready handle has its endpoint"),
+        let c = match &self.repr {
+            Repr::Ready(ep) => return ready_checks(ep, feature, what),
+            Repr::Connecting(c) => c,
+        };
+        if let Some(ep) = c.ep.get() {
+            return ready_checks(ep, feature, what);
         }
+        c.features.require(feature, what)?;
+        let s = c.state.borrow();
+        if let Some(e) = &s.error {
+            return Err(e.clone());
+        }
+        if s.closed.is_some() {
+            return Err(closed_error());
+        }
+        Ok(None)
     }
 
     /// The endpoint for an operation that needs its lanes now (remote keys, RMA): still
     /// connecting is `NotConnected`.
-    pub(crate) fn connected_ep(&self, feature: Features, what: &str) -> Result<&Rc<EpInner>> {
-        self.live(feature, what)?.ok_or_else(|| {
+    pub(crate) fn connected_ep(&self, what: &str) -> Result<&Rc<EpInner>> {
+        self.live(Features::NONE, what)?.ok_or_else(|| {
             Error::new(
                 Status::NotConnected,
                 format!(
@@ -158,7 +157,10 @@ impl Ep {
             s.closed = Some(mode);
             std::mem::take(&mut s.ops)
         };
-        let e = Error::new(Status::Canceled, "ucp: the endpoint was closed (CloseMode::Force)");
+        let e = Error::new(
+            Status::Canceled,
+            "ucp: the endpoint was closed (CloseMode::Force)",
+        );
         for op in ops {
             op(Err(&e));
         }
@@ -167,22 +169,29 @@ impl Ep {
 
     /// The error handler of a handle that may be connecting.
     pub(crate) fn set_handler(&self, f: ErrHandler) {
-        match (&self.repr, self.ready()) {
-            (_, Some(ep)) => *ep.err_handler.borrow_mut() = Some(f),
-            (Repr::Connecting(c), None) => c.state.borrow_mut().on_error = Some(f),
-            (Repr::Ready(_), None) => unreachable!("a ready handle has its endpoint"),
+        match &self.repr {
+            Repr::Ready(ep) => *ep.err_handler.borrow_mut() = Some(f),
+            Repr::Connecting(c) => match c.ep.get() {
+                Some(ep) => *ep.err_handler.borrow_mut() = Some(f),
+                None => c.state.borrow_mut().on_error = Some(f),
+            },
         }
     }
 
     /// The error mode, the connect's failure, whether it connected: for a connecting handle.
     pub(crate) fn connecting_state(&self) -> Option<(ErrMode, Option<Error>)> {
         match &self.repr {
-            Repr::Connecting(c) if c.ep.get().is_none() => {
-                Some((c.err_mode, c.state.borrow().error.clone()))
-            }
+            Repr::Connecting(c) if c.ep.get().is_none() => Some((c.err_mode, c.state.borrow().error.clone())),
             _ => None,
         }
     }
+}
+
+/// [`Ep::live`]'s checks of an endpoint that exists.
+fn ready_checks<'a>(ep: &'a Rc<EpInner>, feature: Features, what: &str) -> Result<Option<&'a Rc<EpInner>>> {
+    ep.features.require(feature, what)?;
+    ep.check_usable()?;
+    Ok(Some(ep))
 }
 
 fn closed_error() -> Error {
@@ -268,7 +277,10 @@ fn fail(c: &Rc<Connecting>, e: Error) {
     match handler {
         Some(mut h) => {
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(&handle, &e))).is_err() {
-                ucs::error!("ucp: panic in the error handler of the endpoint to {} (caught)", c.to);
+                ucs::error!(
+                    "ucp: panic in the error handler of the endpoint to {} (caught)",
+                    c.to
+                );
             }
         }
         None => ucs::warn!(
@@ -293,7 +305,10 @@ mod tests {
             .builtin(uct_self::module())
             .plugins(false)
             .build();
-        let ctx = Context::builder(uct).features(Features::AM | Features::TAG).build().unwrap();
+        let ctx = Context::builder(uct)
+            .features(Features::AM | Features::TAG)
+            .build()
+            .unwrap();
         Worker::new(&ctx).unwrap()
     }
 
@@ -308,7 +323,8 @@ mod tests {
         let w = worker();
         let got = Rc::new(RefCell::new(Vec::new()));
         let g = got.clone();
-        w.set_am_handler(3, move |m| g.borrow_mut().push(m.data().to_vec())).unwrap();
+        w.set_am_handler(3, move |m| g.borrow_mut().push(m.data().to_vec()))
+            .unwrap();
         let (ep, done) = connecting(&w, None);
         let mut reqs = Vec::new();
         for i in 0..5u8 {

@@ -482,7 +482,17 @@ impl Ep {
                 format!("ucp: atomic_post of {op:?}: it returns a value, use atomic_fetch / atomic_cswap"),
             ));
         }
-        issue(self.connected_ep(crate::Features::NONE, "Ep::atomic_post")?, op, width, true, value, 0, remote_addr, rkey, |_| ())
+        issue(
+            self.connected_ep("Ep::atomic_post")?,
+            op,
+            width,
+            true,
+            value,
+            0,
+            remote_addr,
+            rkey,
+            |_| (),
+        )
     }
 
     /// Applies `op` (add, and, or, xor, swap) with `value` to the `width`-bit word at
@@ -501,7 +511,17 @@ impl Ep {
                 "ucp: atomic_fetch of Cswap: use atomic_cswap (it takes the compare value)",
             ));
         }
-        issue(self.connected_ep(crate::Features::NONE, "Ep::atomic_fetch")?, op, width, false, value, 0, remote_addr, rkey, |v| v)
+        issue(
+            self.connected_ep("Ep::atomic_fetch")?,
+            op,
+            width,
+            false,
+            value,
+            0,
+            remote_addr,
+            rkey,
+            |v| v,
+        )
     }
 
     /// Writes `swap` to the `width`-bit word at `remote_addr` if it holds `compare`; the
@@ -515,7 +535,7 @@ impl Ep {
         rkey: &RemoteKey,
     ) -> Result<Issued<u64>> {
         issue(
-            self.connected_ep(crate::Features::NONE, "Ep::atomic_cswap")?,
+            self.connected_ep("Ep::atomic_cswap")?,
             AtomicOp::Cswap,
             width,
             false,

@@ -326,13 +326,27 @@ impl Ep {
     /// [`Ep::flush`] completes when it is in the peer's memory. `OutOfRange` for an access
     /// outside the region (nothing is sent); `Unsupported` without an RMA lane.
     pub fn put(&self, data: &[u8], remote_addr: u64, rkey: &RemoteKey) -> Result<Issued<()>> {
-        issue(self.connected_ep(crate::Features::NONE, "Ep::put")?, rkey, remote_addr, data.to_vec(), true, |_| ())
+        issue(
+            self.connected_ep("Ep::put")?,
+            rkey,
+            remote_addr,
+            data.to_vec(),
+            true,
+            |_| (),
+        )
     }
 
     /// [`Ep::put`] from an owned buffer (sent from it by zcopy, no copy), which comes back
     /// when the put completes.
     pub fn put_owned(&self, data: Vec<u8>, remote_addr: u64, rkey: &RemoteKey) -> Result<Issued<Vec<u8>>> {
-        issue(self.connected_ep(crate::Features::NONE, "Ep::put_owned")?, rkey, remote_addr, data, true, |v| v)
+        issue(
+            self.connected_ep("Ep::put_owned")?,
+            rkey,
+            remote_addr,
+            data,
+            true,
+            |v| v,
+        )
     }
 
     /// Reads `len` bytes of the peer's memory at `remote_addr` into a new buffer.
@@ -342,7 +356,14 @@ impl Ep {
 
     /// Reads `buf.len()` bytes of the peer's memory into `buf`, which comes back filled.
     pub fn get_into(&self, buf: Vec<u8>, remote_addr: u64, rkey: &RemoteKey) -> Result<Issued<Vec<u8>>> {
-        issue(self.connected_ep(crate::Features::NONE, "Ep::get")?, rkey, remote_addr, buf, false, |v| v)
+        issue(
+            self.connected_ep("Ep::get")?,
+            rkey,
+            remote_addr,
+            buf,
+            false,
+            |v| v,
+        )
     }
 
     /// The protocol a put of `len` bytes takes on this endpoint.
@@ -356,7 +377,7 @@ impl Ep {
     }
 
     fn rma_protocol(&self, put: bool, len: usize) -> Result<RmaProto> {
-        let ep = self.connected_ep(crate::Features::NONE, "Ep::put_protocol/get_protocol")?;
+        let ep = self.connected_ep("Ep::put_protocol/get_protocol")?;
         let lane = pick_lane(ep, None, put, len, if put { "put" } else { "get" })?;
         let w = worker_of(ep)?;
         let attr = w.ifaces[ep.lanes.lanes[lane].local].iface.attr();

@@ -244,7 +244,7 @@ impl Ep {
     /// its RMA and atomic lanes. `InvalidParam` for malformed bytes or a key of another worker
     /// than this endpoint's peer; `Unsupported` when the endpoint has no RMA or atomic lane.
     pub fn rkey_unpack(&self, packed: &[u8]) -> Result<RemoteKey> {
-        let ep = self.connected_ep(crate::Features::NONE, "Ep::rkey_unpack")?;
+        let ep = self.connected_ep("Ep::rkey_unpack")?;
         let p = PackedRkey::decode(packed)?;
         if p.worker != ep.remote.uuid {
             return Err(Error::new(

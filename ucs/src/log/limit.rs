@@ -39,7 +39,12 @@ impl RateLimit {
         if now >= next
             && self
                 .next_ns
-                .compare_exchange(next, now.saturating_add(interval), Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange(
+                    next,
+                    now.saturating_add(interval),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
                 .is_ok()
         {
             return Some(self.suppressed.swap(0, Ordering::Relaxed));
@@ -57,7 +62,10 @@ impl Default for RateLimit {
 
 fn now_ns() -> u64 {
     static BASE: OnceLock<Instant> = OnceLock::new();
-    BASE.get_or_init(Instant::now).elapsed().as_nanos().min(u64::MAX as u128) as u64
+    BASE.get_or_init(Instant::now)
+        .elapsed()
+        .as_nanos()
+        .min(u64::MAX as u128) as u64
 }
 
 /// `RUCX_LOG_RATE_LIMIT` in nanoseconds, read once (a bad value is reported, and 1 s used).
@@ -88,29 +96,27 @@ fn interval_ns() -> u64 {
 /// ```
 #[macro_export]
 macro_rules! warn_limited {
-    ($($arg:tt)+) => {{
-        static LIMIT: $crate::log::limit::RateLimit = $crate::log::limit::RateLimit::new();
-        if let ::std::option::Option::Some(n) = LIMIT.admit() {
-            if n == 0 {
-                $crate::warn!($($arg)+);
-            } else {
-                $crate::warn!("{} ({n} similar lines suppressed)", ::std::format_args!($($arg)+));
-            }
-        }
-    }};
+    ($($arg:tt)+) => { $crate::__log_limited!(warn, $($arg)+) };
 }
 
 /// [`crate::error!`] at most once per `RUCX_LOG_RATE_LIMIT` from this call site (see
 /// [`crate::warn_limited!`]).
 #[macro_export]
 macro_rules! error_limited {
-    ($($arg:tt)+) => {{
+    ($($arg:tt)+) => { $crate::__log_limited!(error, $($arg)+) };
+}
+
+/// The body of [`crate::warn_limited!`] and [`crate::error_limited!`]: a limiter per call site.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __log_limited {
+    ($level:ident, $($arg:tt)+) => {{
         static LIMIT: $crate::log::limit::RateLimit = $crate::log::limit::RateLimit::new();
         if let ::std::option::Option::Some(n) = LIMIT.admit() {
             if n == 0 {
-                $crate::error!($($arg)+);
+                $crate::$level!($($arg)+);
             } else {
-                $crate::error!("{} ({n} similar lines suppressed)", ::std::format_args!($($arg)+));
+                $crate::$level!("{} ({n} similar lines suppressed)", ::std::format_args!($($arg)+));
             }
         }
     }};
