@@ -5,6 +5,7 @@
 mod am;
 mod am_handler;
 mod atomic;
+mod copies;
 mod features;
 mod harness;
 mod hostile;

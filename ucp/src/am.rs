@@ -425,8 +425,11 @@ pub(crate) struct Reassembly {
     map: ucs::hash::FastMap<(u64, u64), Partial>,
 }
 
+/// A first fragment: its fields from a copy of its head, its user header and data copied
+/// once out of the message (which may lie in shared memory) into the reassembly buffer.
 pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
-    let f = match wire::decode_first(m.data()) {
+    let (h, n) = crate::wire::head::<{ wire::FIRST_HEAD_LEN }>(m);
+    let f = match wire::decode_first_head(&h[..n], m.len()) {
         Ok(f) => f,
         Err(e) => return violation("first fragment", &e),
     };
@@ -438,20 +441,20 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
         return violation("first fragment", &e);
     }
     let total = f.total as usize;
+    let carried = m.len() - f.data_at;
     // Room for what has arrived, growing with the fragments: a peer's claimed total alone
     // never reserves more than 1 MiB.
     let mut data = Vec::new();
-    if data
-        .try_reserve_exact(total.min(f.data.len().max(1 << 20)))
-        .is_err()
-    {
+    if data.try_reserve_exact(total.min(carried.max(1 << 20))).is_err() {
         let e = Error::new(Status::NoMemory, format!("no memory for a {total}-byte message"));
         return violation("first fragment", &e);
     }
-    data.extend_from_slice(f.data);
+    m.extend_vec(f.data_at, &mut data);
+    let mut header = vec![0u8; f.data_at - f.user_hdr_at];
+    m.copy_to(f.user_hdr_at, &mut header);
     let p = Partial {
         id: f.hdr.id,
-        header: f.user_hdr.to_vec(),
+        header,
         reply: f.reply_ep.map(|ep| ReplyTo { worker: f.worker, ep }),
         data,
         total,
@@ -466,11 +469,14 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     }
 }
 
+/// A later fragment: its data copied once, straight into the reassembly buffer.
 pub(crate) fn on_middle(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
-    let d = match wire::decode_middle(m.data()) {
+    let (h, n) = crate::wire::head::<{ wire::MIDDLE_PREFIX_LEN }>(m);
+    let d = match wire::decode_middle(&h[..n]) {
         Ok(d) => d,
         Err(e) => return violation("fragment", &e),
     };
+    let carried = m.len() - wire::MIDDLE_PREFIX_LEN;
     let key = (d.worker, d.msg_id);
     let done = {
         let mut r = w.reasm.borrow_mut();
@@ -481,13 +487,13 @@ pub(crate) fn on_middle(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
             );
             return violation("fragment", &e);
         };
-        if d.offset != p.data.len() as u64 || p.data.len() + d.data.len() > p.total {
+        if d.offset != p.data.len() as u64 || p.data.len() + carried > p.total {
             let e = Error::new(
                 Status::InvalidParam,
                 format!(
                     "fragment at {} with {} bytes, expected offset {} of {}",
                     d.offset,
-                    d.data.len(),
+                    carried,
                     p.data.len(),
                     p.total
                 ),
@@ -495,7 +501,7 @@ pub(crate) fn on_middle(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
             r.map.remove(&key);
             return violation("fragmented message", &e);
         }
-        p.data.extend_from_slice(d.data);
+        m.extend_vec(wire::MIDDLE_PREFIX_LEN, &mut p.data);
         if p.data.len() == p.total {
             r.map.remove(&key)
         } else {

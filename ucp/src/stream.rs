@@ -93,9 +93,11 @@ pub fn decode(b: &[u8]) -> Result<(u64, u64, &[u8])> {
     Ok((worker, src_ep, &b[PREFIX_LEN..]))
 }
 
-/// A stream message arrived.
+/// A stream message arrived: its bytes go straight into the receives waiting for them and
+/// the rest into the queue, copied once out of the message (which may lie in shared memory).
 pub(crate) fn on_stream(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
-    let (worker, src_ep, data) = match decode(m.data()) {
+    let (h, n) = crate::wire::head::<PREFIX_LEN>(m);
+    let (worker, src_ep, _) = match decode(&h[..n]) {
         Ok(d) => d,
         Err(e) => return crate::wire::violation("stream message", &e),
     };
@@ -105,22 +107,31 @@ pub(crate) fn on_stream(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
         );
         return;
     }
-    if data.is_empty() {
+    if m.len() == PREFIX_LEN {
         return;
     }
     let mut done = Vec::new();
     {
         let mut st = w.stream.borrow_mut();
         let q = st.queues.entry((worker, src_ep)).or_default();
-        q.data.push_back(data.to_vec());
-        while let Some(mut r) = q.recvs.pop_front() {
-            q.fill(&mut r);
+        let mut at = PREFIX_LEN;
+        // Queued bytes come first; receives wait only while nothing is queued.
+        while q.data.is_empty() && at < m.len() {
+            let Some(mut r) = q.recvs.pop_front() else { break };
+            let filled = r.filled;
+            let n = m.copy_to(at, &mut r.buf[filled..]);
+            r.filled += n;
+            at += n;
             if r.can_complete() {
                 done.push(r);
             } else {
                 q.recvs.push_front(r);
-                break;
             }
+        }
+        if at < m.len() {
+            let mut v = Vec::new();
+            m.extend_vec(at, &mut v);
+            q.data.push_back(v);
         }
     }
     for r in done {

@@ -37,6 +37,15 @@ pub mod am_id {
     pub const STREAM: u8 = 15;
 }
 
+/// The first `N` bytes of `m` (all of it when shorter) and how many there are: enough to
+/// decode a prefix without copying the data behind it out of shared memory.
+#[inline]
+pub(crate) fn head<const N: usize>(m: &uct::AmMessage<'_>) -> ([u8; N], usize) {
+    let mut h = [0u8; N];
+    let n = m.copy_to(0, &mut h);
+    (h, n)
+}
+
 /// Version of UCP's messages; a worker address carries it, so peers agree before any message.
 pub const PROTOCOL_VERSION: u8 = 1;
 
@@ -168,16 +177,18 @@ pub fn decode_single(b: &[u8]) -> Result<Single<'_>> {
 }
 
 /// The first fragment: header word, sender worker, message id, total data length, optional
-/// reply endpoint id, user header, first part of the data.
+/// reply endpoint id, user header, first part of the data. Its fields, as read from its first
+/// bytes: the user header follows at `user_hdr_at` (`hdr.user_hdr_len` bytes), the data at
+/// `data_at`, to the message's end.
 #[derive(Debug, PartialEq, Eq)]
-pub struct First<'a> {
+pub struct FirstHead {
     pub hdr: AmHeader,
     pub worker: u64,
     pub msg_id: u64,
     pub total: u64,
     pub reply_ep: Option<u64>,
-    pub user_hdr: &'a [u8],
-    pub data: &'a [u8],
+    pub user_hdr_at: usize,
+    pub data_at: usize,
 }
 
 /// Bytes before the user header of a first fragment.
@@ -207,17 +218,29 @@ pub fn put_first_prefix(
     }
 }
 
-/// Decodes a first fragment.
-pub fn decode_first(b: &[u8]) -> Result<First<'_>> {
-    if b.len() < 32 {
-        return Err(short("first fragment", 32, b.len()));
+/// The bytes of a first fragment [`decode_first_head`] reads (fewer when it is shorter).
+pub const FIRST_HEAD_LEN: usize = 40;
+
+/// Decodes a `len`-byte first fragment from `head`, its first [`FIRST_HEAD_LEN`] bytes (or all
+/// of it), without reading the user header or the data.
+pub fn decode_first_head(head: &[u8], len: usize) -> Result<FirstHead> {
+    if len < 32 {
+        return Err(short("first fragment", 32, len));
     }
+    if head.len() < len.min(FIRST_HEAD_LEN) {
+        return Err(short(
+            "first fragment's head",
+            len.min(FIRST_HEAD_LEN),
+            head.len(),
+        ));
+    }
+    let b = head;
     let hdr = read_header(b)?;
     let (worker, msg_id, total) = (get_u64(b, 8), get_u64(b, 16), get_u64(b, 24));
     let mut at = 32;
     let reply_ep = if hdr.flags & FLAG_REPLY != 0 {
-        if b.len() < 40 {
-            return Err(short("first fragment with reply field", 40, b.len()));
+        if len < 40 {
+            return Err(short("first fragment with reply field", 40, len));
         }
         at = 40;
         Some(get_u64(b, 32))
@@ -225,27 +248,24 @@ pub fn decode_first(b: &[u8]) -> Result<First<'_>> {
         None
     };
     let uh = hdr.user_hdr_len as usize;
-    if b.len() - at < uh {
-        return Err(short("first fragment header", at + uh, b.len()));
+    if len - at < uh {
+        return Err(short("first fragment header", at + uh, len));
     }
-    let data = &b[at + uh..];
-    if data.len() as u64 > total {
+    let data_len = len - at - uh;
+    if data_len as u64 > total {
         return Err(Error::new(
             Status::InvalidParam,
-            format!(
-                "ucp: first fragment carries {} bytes of a {total}-byte message",
-                data.len()
-            ),
+            format!("ucp: first fragment carries {data_len} bytes of a {total}-byte message"),
         ));
     }
-    Ok(First {
+    Ok(FirstHead {
         hdr,
         worker,
         msg_id,
         total,
         reply_ep,
-        user_hdr: &b[at..at + uh],
-        data,
+        user_hdr_at: at,
+        data_at: at + uh,
     })
 }
 
@@ -267,6 +287,8 @@ pub fn put_middle_prefix(out: &mut [u8], worker: u64, msg_id: u64, offset: u64) 
     MIDDLE_PREFIX_LEN
 }
 
+/// Decodes a later fragment (from its first [`MIDDLE_PREFIX_LEN`] bytes, the fields alone:
+/// `data` is what follows them in `b`).
 pub fn decode_middle(b: &[u8]) -> Result<Middle<'_>> {
     if b.len() < MIDDLE_PREFIX_LEN {
         return Err(short("fragment", MIDDLE_PREFIX_LEN, b.len()));
@@ -316,12 +338,22 @@ mod tests {
         let n = put_first_prefix(&mut b, hdr, 5, 6, 10, None);
         b.truncate(n);
         b.extend_from_slice(b"hh0123");
-        let f = decode_first(&b).unwrap();
-        assert_eq!((f.worker, f.msg_id, f.total, f.data), (5, 6, 10, &b"0123"[..]));
+        let f = decode_first_head(&b, b.len()).unwrap();
+        assert_eq!((f.worker, f.msg_id, f.total), (5, 6, 10));
+        assert_eq!(
+            (&b[f.user_hdr_at..f.data_at], &b[f.data_at..]),
+            (&b"hh"[..], &b"0123"[..])
+        );
+        // From its head alone, the same.
+        assert_eq!(
+            decode_first_head(&b[..FIRST_HEAD_LEN.min(b.len())], b.len()).unwrap(),
+            f
+        );
+        assert!(decode_first_head(&b[..20], b.len()).is_err());
         // More data than the total it announces.
         let mut lie = b.clone();
         lie[24..32].copy_from_slice(&3u64.to_le_bytes());
-        assert!(decode_first(&lie).is_err());
+        assert!(decode_first_head(&lie, lie.len()).is_err());
         let mut m = vec![0u8; 24];
         put_middle_prefix(&mut m, 5, 6, 4);
         m.extend_from_slice(b"456789");

@@ -521,24 +521,25 @@ fn install_handlers(inner: &Rc<WorkerInner>, idx: usize, iface: &Iface) -> Resul
     };
     type Handler = fn(&Rc<WorkerInner>, usize, &AmMessage<'_>);
     // Shared: the handler copies the data once, straight from a shared-memory transport's
-    // FIFO to where it goes (`AmCbFlags::SHARED_DATA`).
+    // FIFO to where it goes (`AmCbFlags::SHARED_DATA`). A single active message is not: its
+    // handler reads a slice, and may keep the transport's private copy without another.
     let shared = flags | AmCbFlags::SHARED_DATA;
     let table: [(u8, Handler, AmCbFlags); 15] = [
         (am_id::WIREUP, crate::wireup::on_message, flags),
         (am_id::SINGLE, crate::am::on_single, flags),
-        (am_id::FIRST, crate::am::on_first, flags),
-        (am_id::MIDDLE, crate::am::on_middle, flags),
+        (am_id::FIRST, crate::am::on_first, shared),
+        (am_id::MIDDLE, crate::am::on_middle, shared),
         (am_id::RTS, crate::rndv::on_rts, flags),
         (am_id::ATS, crate::rndv::on_ats, flags),
         (am_id::RTR, crate::rndv::on_rtr, flags),
         (am_id::DATA, crate::rndv::on_data, flags),
         (am_id::TAG_EAGER, crate::tag::on_eager, shared),
         (am_id::TAG_SYNC, crate::tag::on_sync, shared),
-        (am_id::TAG_FIRST, crate::tag::on_first, flags),
-        (am_id::TAG_MIDDLE, crate::tag::on_middle, flags),
+        (am_id::TAG_FIRST, crate::tag::on_first, shared),
+        (am_id::TAG_MIDDLE, crate::tag::on_middle, shared),
         (am_id::TAG_SYNC_ACK, crate::tag::on_sync_ack, flags),
         (am_id::TAG_RTS, crate::tag::on_rts, flags),
-        (am_id::STREAM, crate::stream::on_stream, flags),
+        (am_id::STREAM, crate::stream::on_stream, shared),
     ];
     for (id, h, flags) in table {
         let w = Rc::downgrade(inner);

@@ -119,6 +119,9 @@ pub struct AmMessage<'a> {
 const SHARED: u8 = 1;
 const COPIED: u8 = 2;
 const KEPT: u8 = 4;
+/// Counted in [`crate::copy_stats`] already.
+#[cfg(feature = "copy-stats")]
+const COUNTED: u8 = 8;
 
 /// A handler's copy of shared data; filled by one message at a time (a handler is never
 /// re-entered: [`HandlerBox`] defers what arrives while it runs).
@@ -175,6 +178,8 @@ impl<'a> AmMessage<'a> {
             let v = unsafe { &mut *self.scratch.get() };
             v.clear();
             self.extend_vec(0, v); // from the shared bytes: `COPIED` is still clear
+            #[cfg(feature = "copy-stats")]
+            crate::copy_stats::staged(v.len());
             self.state.set(st | COPIED);
         }
         // SAFETY: filled above; not written again while this message lives.
@@ -235,6 +240,12 @@ impl<'a> AmMessage<'a> {
             // SAFETY: our copy holds `len` bytes; `offset + n <= len`.
             unsafe { (*self.scratch.get()).as_ptr().add(offset) }
         } else {
+            #[cfg(feature = "copy-stats")]
+            if self.state.get() & SHARED != 0 {
+                let st = self.state.get();
+                crate::copy_stats::copied(n, st & COUNTED == 0);
+                self.state.set(st | COUNTED);
+            }
             // SAFETY: `offset + n <= len`: inside the message.
             unsafe { self.ptr.add(offset) }
         };

@@ -46,6 +46,8 @@
 mod completion;
 mod component;
 mod context;
+#[cfg(feature = "copy-stats")]
+pub mod copy_stats;
 mod ep;
 mod host;
 mod iface;

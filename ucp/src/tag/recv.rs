@@ -78,11 +78,15 @@ pub(crate) fn on_sync(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     }
 }
 
+/// A first fragment: its fields from a copy of its head, its data copied once out of the
+/// message (which may lie in shared memory), into the posted buffer or the unexpected one.
 pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
-    let f = match wire::decode_first(m.data()) {
+    let (h, n) = crate::wire::head::<{ wire::FIRST_LEN }>(m);
+    let f = match wire::decode_first_head(&h[..n], m.len()) {
         Ok(f) => f,
         Err(e) => return violation("tag first fragment", &e),
     };
+    let carried = m.len() - wire::FIRST_LEN;
     if f.total > MAX_MESSAGE {
         let e = Error::new(
             Status::ExceedsLimit,
@@ -102,17 +106,17 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
             if let Some(from) = f.sync_from() {
                 ack(w, from);
             }
-            p.put(0, f.data);
+            p.put_msg(0, m, wire::FIRST_LEN);
             Target::Posted(p)
         }
         None => {
             // Grows with the fragments: a claimed total alone reserves at most 1 MiB.
             let mut v = Vec::new();
-            if v.try_reserve_exact(total.min(f.data.len().max(1 << 20))).is_err() {
+            if v.try_reserve_exact(total.min(carried.max(1 << 20))).is_err() {
                 let e = Error::new(Status::NoMemory, format!("no memory for a {total}-byte message"));
                 return violation("tag first fragment", &e);
             }
-            v.extend_from_slice(f.data);
+            m.extend_vec(wire::FIRST_LEN, &mut v);
             Target::Unexp(v)
         }
     };
@@ -120,17 +124,17 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     let inc = Rc::new(RefCell::new(Incoming {
         tag: f.tag,
         total,
-        received: f.data.len(),
+        received: carried,
         target,
         sync: if matched { None } else { f.sync_from() },
     }));
     let mut t = w.tag.borrow_mut();
-    if f.data.len() < total {
+    if carried < total {
         t.incoming.insert(key, inc.clone());
     }
     if !matched {
         t.matcher.push_unexpected(f.tag, Unexp::Eager(inc));
-    } else if f.data.len() == total {
+    } else if carried == total {
         drop(t);
         finish(inc);
     }
@@ -150,11 +154,15 @@ fn finish(inc: Rc<RefCell<Incoming>>) {
     }
 }
 
+/// A later fragment: its data copied once, to where the message goes.
 pub(crate) fn on_middle(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
-    let d = match crate::wire::decode_middle(m.data()) {
+    use crate::wire::MIDDLE_PREFIX_LEN;
+    let (h, n) = crate::wire::head::<MIDDLE_PREFIX_LEN>(m);
+    let d = match crate::wire::decode_middle(&h[..n]) {
         Ok(d) => d,
         Err(e) => return violation("tag fragment", &e),
     };
+    let carried = m.len() - MIDDLE_PREFIX_LEN;
     let key = (d.worker, d.msg_id);
     let Some(inc) = w.tag.borrow().incoming.get(&key).cloned() else {
         let e = Error::new(
@@ -168,15 +176,12 @@ pub(crate) fn on_middle(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     };
     let complete = {
         let mut i = inc.borrow_mut();
-        if d.offset != i.received as u64 || i.received + d.data.len() > i.total {
+        if d.offset != i.received as u64 || i.received + carried > i.total {
             let e = Error::new(
                 Status::InvalidParam,
                 format!(
                     "fragment at {} with {} bytes, expected offset {} of {}",
-                    d.offset,
-                    d.data.len(),
-                    i.received,
-                    i.total
+                    d.offset, carried, i.received, i.total
                 ),
             );
             drop(i);
@@ -190,11 +195,11 @@ pub(crate) fn on_middle(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
         }
         let at = i.received;
         match &mut i.target {
-            Target::Posted(p) => p.put(at, d.data),
-            Target::Unexp(v) => v.extend_from_slice(d.data),
+            Target::Posted(p) => p.put_msg(at, m, MIDDLE_PREFIX_LEN),
+            Target::Unexp(v) => m.extend_vec(MIDDLE_PREFIX_LEN, v),
             Target::Gone => {}
         }
-        i.received += d.data.len();
+        i.received += carried;
         i.received == i.total
     };
     if complete {

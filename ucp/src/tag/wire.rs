@@ -95,10 +95,13 @@ impl First<'_> {
     }
 }
 
-pub fn decode_first(b: &[u8]) -> Result<First<'_>> {
-    if b.len() < FIRST_LEN {
-        return Err(short("tag first fragment", FIRST_LEN, b.len()));
+/// Decodes a `len`-byte first fragment from its first bytes `head` ([`FIRST_LEN`] or more):
+/// `data` is the part of the data `head` holds.
+pub fn decode_first_head(head: &[u8], len: usize) -> Result<First<'_>> {
+    if len < FIRST_LEN || head.len() < FIRST_LEN {
+        return Err(short("tag first fragment", FIRST_LEN, len.min(head.len())));
     }
+    let b = head;
     let f = First {
         tag: u64_at(b, 0),
         worker: u64_at(b, 8),
@@ -108,12 +111,12 @@ pub fn decode_first(b: &[u8]) -> Result<First<'_>> {
         ep: u64_at(b, 40),
         data: &b[FIRST_LEN..],
     };
-    if f.data.len() as u64 > f.total {
+    if (len - FIRST_LEN) as u64 > f.total {
         return Err(Error::new(
             Status::InvalidParam,
             format!(
                 "ucp: tag first fragment carries {} bytes of a {}-byte message",
-                f.data.len(),
+                len - FIRST_LEN,
                 f.total
             ),
         ));
@@ -167,7 +170,9 @@ mod tests {
             data: b"abc",
         };
         let bytes = [&f.prefix()[..], f.data].concat();
-        assert_eq!(decode_first(&bytes).unwrap(), f);
+        assert_eq!(decode_first_head(&bytes, bytes.len()).unwrap(), f);
+        let head = decode_first_head(&bytes[..FIRST_LEN], bytes.len()).unwrap();
+        assert_eq!((head.tag, head.total, head.data), (9, 6, &b""[..]));
         assert_eq!(
             f.sync_from(),
             Some(SyncFrom {
@@ -178,8 +183,9 @@ mod tests {
         );
         let mut lie = bytes.clone();
         lie[24..32].copy_from_slice(&2u64.to_le_bytes());
-        assert!(decode_first(&lie).is_err());
-        assert!(decode_first(&bytes[..47]).is_err());
+        assert!(decode_first_head(&lie, lie.len()).is_err());
+        assert!(decode_first_head(&lie[..FIRST_LEN], lie.len()).is_err());
+        assert!(decode_first_head(&bytes[..47], 47).is_err());
         assert_eq!(decode_ack(&encode_ack(3, 4)).unwrap(), (3, 4));
         assert!(decode_ack(&[0; 15]).is_err());
     }
