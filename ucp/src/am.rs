@@ -1,5 +1,5 @@
-//! Active messages: the application's handlers, the send protocols (short, bcopy, zcopy,
-//! fragmented) and the receive side (delivery, reassembly).
+//! Active messages: the application's handlers, the send calls (executed by
+//! [`crate::proto::send`]) and the receive side (delivery, reassembly).
 //!
 //! A message is `(id, header, data)`. It goes as one transport message when it fits the AM
 //! lane (short, then bcopy; zero-copy for an owned buffer from the zcopy threshold up), else
@@ -12,11 +12,11 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use ucs::{Error, Result, Status};
-use uct::{AmMessage, Completion, MemAccess, RxDesc};
+use uct::{AmMessage, RxDesc};
 
-use crate::ep::{Ep, EpInner};
-use crate::request::{request, Completer, Issued};
-use crate::wire::{self, am_id, AmHeader, ReplyTo, FLAG_REPLY};
+use crate::ep::Ep;
+use crate::request::Issued;
+use crate::wire::{self, ReplyTo};
 use crate::worker::WorkerInner;
 
 /// Largest message a receiver reassembles.
@@ -526,339 +526,48 @@ fn deliver_whole(w: &Rc<WorkerInner>, p: Partial) {
 
 // ------------------------------------------------------------------------------ sending
 
-/// What to tell when a queued send finishes.
-pub(crate) enum Done {
-    /// The operation completes its request itself (a flush, from its lanes' completions).
-    Nothing,
-    Unit(Completer<()>),
-    /// Gives the application's buffer back.
-    Buf(Completer<Vec<u8>>),
-    /// A rendezvous RTS: the transfer completes later (ATS, or the last DATA); a failed RTS
-    /// fails it.
-    Rndv(u64, std::rc::Weak<WorkerInner>),
-    /// A synchronous tag send's data: it completes once sent and acknowledged.
-    Sync(u64, std::rc::Weak<WorkerInner>),
-}
+use crate::proto::select::{select, Force, Msg, Op};
+use crate::proto::send::{send, Head, Message};
 
-/// A send that waits in an endpoint's queue (or is being sent in pieces).
-pub(crate) struct SendOp {
-    kind: OpKind,
-    done: Done,
-}
-
-enum OpKind {
-    /// One whole transport message, encoded (sent with bcopy).
-    Whole { uct_id: u8, bytes: Vec<u8> },
-    /// Flushes the lanes once everything before it was handed to them.
-    Flush(crate::ep::FlushOp),
-    /// A rendezvous step (the sender's DATA, the receiver's fetch).
-    Rndv(crate::rndv::RndvOp),
-    /// Stream bytes.
-    Stream(crate::stream::StreamOp),
-    /// A put, get or atomic (it completes its request itself).
-    Rma(crate::rma::RmaOp),
-    /// A fragmented message: the first fragment (uct AM id `ids.0`) carries `prefix` and the
-    /// header, the later ones (`ids.1`) offsets.
-    Frags {
-        ids: (u8, u8),
-        prefix: Vec<u8>,
-        header: Vec<u8>,
-        data: Vec<u8>,
-        msg_id: u64,
-        worker: u64,
-        sent: usize,
-        first_sent: bool,
-    },
-}
-
-impl SendOp {
-    pub(crate) fn flush(f: crate::ep::FlushOp) -> SendOp {
-        SendOp {
-            kind: OpKind::Flush(f),
-            done: Done::Nothing,
-        }
-    }
-
-    /// A wireup message that must follow the data queued before it (CLOSE).
-    pub(crate) fn wireup(bytes: Vec<u8>) -> SendOp {
-        SendOp::control(am_id::WIREUP, bytes, Done::Nothing)
-    }
-
-    /// One protocol message on the AM lane, in order with the data.
-    pub(crate) fn control(uct_id: u8, bytes: Vec<u8>, done: Done) -> SendOp {
-        SendOp {
-            kind: OpKind::Whole { uct_id, bytes },
-            done,
-        }
-    }
-
-    /// A message in fragments: `prefix` (and no header) on the first, offsets on the later
-    /// ones; `msg_id` and `worker` as the prefix names them.
-    pub(crate) fn frags(
-        ids: (u8, u8),
-        prefix: Vec<u8>,
-        data: Vec<u8>,
-        msg_id: u64,
-        worker: u64,
-        done: Done,
-    ) -> SendOp {
-        SendOp {
-            kind: OpKind::Frags {
-                ids,
-                prefix,
-                header: Vec::new(),
-                data,
-                msg_id,
-                worker,
-                sent: 0,
-                first_sent: false,
-            },
-            done,
-        }
-    }
-
-    pub(crate) fn stream(op: crate::stream::StreamOp, c: Completer<()>) -> SendOp {
-        SendOp {
-            kind: OpKind::Stream(op),
-            done: Done::Unit(c),
-        }
-    }
-
-    pub(crate) fn rndv(op: crate::rndv::RndvOp) -> SendOp {
-        SendOp {
-            kind: OpKind::Rndv(op),
-            done: Done::Nothing,
-        }
-    }
-
-    pub(crate) fn rma(op: crate::rma::RmaOp) -> SendOp {
-        SendOp {
-            kind: OpKind::Rma(op),
-            done: Done::Nothing,
-        }
-    }
-
-    /// The lane whose resources it waits for.
-    pub fn lane(&self, ep: &EpInner) -> usize {
-        match &self.kind {
-            OpKind::Rndv(r) => r.lane(ep),
-            OpKind::Rma(r) => r.lane(),
-            _ => ep.lanes.am,
-        }
-    }
-
-    /// Sends what it can: `Ok(true)` when all of it went, `Ok(false)` when the lane is out of
-    /// resources (call again later).
-    pub fn progress(&mut self, ep: &EpInner) -> Result<bool> {
-        let lane = ep.am_ep();
-        let max = ep.limits.max_bcopy;
-        match &mut self.kind {
-            OpKind::Whole { uct_id, bytes } => match lane.am_bcopy(*uct_id, |b| copy(b, &[bytes])) {
-                Ok(_) => Ok(true),
-                Err(e) if e == Status::NoResource => Ok(false),
-                Err(e) => Err(e),
-            },
-            OpKind::Flush(f) => f.progress(ep),
-            OpKind::Rndv(r) => r.progress(ep),
-            OpKind::Stream(s) => s.progress(ep),
-            OpKind::Rma(r) => r.progress(ep),
-            OpKind::Frags {
-                ids,
-                prefix,
-                header,
-                data,
-                msg_id,
-                worker,
-                sent,
-                first_sent,
-            } => {
-                while !*first_sent || *sent < data.len() {
-                    let r = if !*first_sent {
-                        let room = max.saturating_sub(prefix.len() + header.len());
-                        let n = room.min(data.len());
-                        lane.am_bcopy(ids.0, |b| copy(b, &[prefix, header, &data[..n]]))
-                            .map(|_| n)
-                    } else {
-                        let n = (max - wire::MIDDLE_PREFIX_LEN).min(data.len() - *sent);
-                        let mut mp = [0u8; wire::MIDDLE_PREFIX_LEN];
-                        wire::put_middle_prefix(&mut mp, *worker, *msg_id, *sent as u64);
-                        let chunk = &data[*sent..*sent + n];
-                        lane.am_bcopy(ids.1, |b| copy(b, &[&mp, chunk])).map(|_| n)
-                    };
-                    match r {
-                        Ok(n) => {
-                            *first_sent = true;
-                            *sent += n;
-                        }
-                        Err(e) if e == Status::NoResource => return Ok(false),
-                        Err(e) => return Err(e),
-                    }
-                }
-                Ok(true)
-            }
-        }
-    }
-
-    /// Completes the send's request (with the buffer, for owned sends).
-    pub fn finish(self, r: Result<()>) {
-        match self.done {
-            Done::Nothing => match (self.kind, r) {
-                (OpKind::Flush(f), Err(e)) => f.fail(e),
-                (OpKind::Rndv(op), r) => op.finish(r),
-                (OpKind::Rma(op), r) => op.finish(r),
-                _ => {}
-            },
-            Done::Sync(id, w) => {
-                if let Some(w) = w.upgrade() {
-                    crate::tag::sync_sent(&w, id, r);
-                }
-            }
-            Done::Rndv(id, w) => {
-                if let (Err(e), Some(w)) = (r, w.upgrade()) {
-                    crate::rndv::finish_send(&w, id, Err(e));
-                }
-            }
-            Done::Unit(c) => c.complete(r),
-            Done::Buf(c) => {
-                let data = match self.kind {
-                    OpKind::Frags { data, .. } => data,
-                    OpKind::Whole { .. }
-                    | OpKind::Flush(_)
-                    | OpKind::Rndv(_)
-                    | OpKind::Stream(_)
-                    | OpKind::Rma(_) => Vec::new(),
-                };
-                c.complete(r.map(|_| data));
-            }
-        }
+fn force(flags: AmFlags) -> Force {
+    if flags.contains(AmFlags::RNDV) {
+        Force::Rndv
+    } else if flags.contains(AmFlags::EAGER) {
+        Force::Eager
+    } else {
+        Force::Auto
     }
 }
 
-/// Concatenates `parts` into `b` (a bcopy pack); returns the length.
-fn copy(b: &mut [u8], parts: &[&[u8]]) -> usize {
-    let mut at = 0;
-    for p in parts {
-        b[at..at + p.len()].copy_from_slice(p);
-        at += p.len();
-    }
-    at
-}
-
-/// The first bytes of a single message.
-fn single_prefix(ep: &EpInner, id: u16, header: &[u8], flags: AmFlags) -> Result<([u8; 24], usize)> {
-    let reply = flags.contains(AmFlags::REPLY).then(|| ReplyTo {
-        worker: ep.remote_self_id(),
-        ep: ep.id.get(),
-    });
-    let hdr = AmHeader {
-        id,
-        flags: if reply.is_some() { FLAG_REPLY } else { 0 },
-        user_hdr_len: u32::try_from(header.len())
-            .map_err(|_| Error::new(Status::InvalidParam, "ucp: AM header longer than 4 GiB"))?,
-    };
-    let mut p = [0u8; 24];
-    let n = wire::put_single_prefix(&mut p, hdr, reply);
-    Ok((p, n))
-}
-
-impl EpInner {
-    /// Our worker's id (the sender's, in reply fields).
-    pub(crate) fn remote_self_id(&self) -> u64 {
-        self.worker.upgrade().map_or(0, |w| w.uuid)
-    }
-
-    #[inline]
-    pub(crate) fn check_usable(&self) -> Result<()> {
-        match self.wired.get() {
-            crate::ep::Wired::Ready | crate::ep::Wired::WaitingForPeer => Ok(()),
-            _ => Err(self.error()),
-        }
-    }
-
-    fn fragments(&self, id: u16, header: &[u8], data: Vec<u8>, flags: AmFlags, done: Done) -> Result<SendOp> {
-        let w = self
-            .worker
-            .upgrade()
-            .ok_or_else(|| Error::new(Status::NotConnected, "ucp: the worker is gone"))?;
-        let reply = flags.contains(AmFlags::REPLY);
-        let prefix_len = wire::first_prefix_len(reply);
-        if prefix_len + header.len() >= self.limits.max_bcopy {
-            return Err(Error::new(
-                Status::InvalidParam,
-                format!(
-                    "ucp: AM header of {} bytes does not fit the {}-byte segment of the AM lane",
-                    header.len(),
-                    self.limits.max_bcopy
-                ),
-            ));
-        }
-        let msg_id = w.next_msg_id.get();
-        w.next_msg_id.set(msg_id + 1);
-        let hdr = AmHeader {
+fn message<'a>(id: u16, header: &'a [u8], flags: AmFlags) -> Message<'a> {
+    Message {
+        head: Head::Am {
             id,
-            flags: if reply { FLAG_REPLY } else { 0 },
-            user_hdr_len: header.len() as u32,
-        };
-        let mut prefix = vec![0u8; prefix_len];
-        wire::put_first_prefix(
-            &mut prefix,
-            hdr,
-            w.uuid,
-            msg_id,
-            data.len() as u64,
-            reply.then(|| self.id.get()),
-        );
-        Ok(SendOp {
-            kind: OpKind::Frags {
-                ids: (am_id::FIRST, am_id::MIDDLE),
-                prefix,
-                header: header.to_vec(),
-                data,
-                msg_id,
-                worker: w.uuid,
-                sent: 0,
-                first_sent: false,
-            },
-            done,
-        })
+            reply: flags.contains(AmFlags::REPLY),
+        },
+        header,
+        force: force(flags),
     }
 }
 
 impl Ep {
     /// The protocol a message with a `header_len`-byte header and `len` bytes of data takes on
     /// this endpoint with `flags` ([`Ep::am_send`]; `owned`: [`Ep::am_send_owned`]), when the
-    /// lane has room for it at once.
+    /// lane has room for it at once: the choice the send itself makes.
     pub fn am_protocol(&self, header_len: usize, len: usize, flags: AmFlags, owned: bool) -> AmProto {
         let Some(ep) = self.ready() else {
             return AmProto::Queued;
         };
-        let l = ep.limits;
-        let reply = flags.contains(AmFlags::REPLY);
-        if wants_rndv(&l, header_len, len, flags)
-            && crate::rndv::wire::RTS_LEN + RKEY_ROOM + header_len <= l.max_bcopy
-        {
-            return AmProto::Rndv;
-        }
-        let pn = wire::single_prefix_len(reply);
-        let total = pn + header_len + len;
-        if owned
-            && len > 0
-            && len >= l.zcopy_thresh
-            && total <= l.max_zcopy
-            && pn + header_len <= l.max_zcopy_hdr
-        {
-            return AmProto::Zcopy;
-        }
-        if total <= l.max_short {
-            return AmProto::Short;
-        }
-        if total <= l.max_bcopy {
-            return AmProto::Bcopy;
-        }
-        let first = wire::first_prefix_len(reply) + header_len;
-        let first_room = l.max_bcopy.saturating_sub(first).max(1);
-        let per = l.max_bcopy.saturating_sub(wire::MIDDLE_PREFIX_LEN).max(1);
-        AmProto::Fragments(1 + len.saturating_sub(first_room).div_ceil(per))
+        let m = Msg {
+            op: Op::Am {
+                reply: flags.contains(AmFlags::REPLY),
+            },
+            header_len,
+            len,
+            lent: owned,
+            force: force(flags),
+        };
+        select(&ep.limits, &m)
     }
 
     /// Sends active message `id` with `header` and `data` (copied: the buffers are free again
@@ -871,46 +580,7 @@ impl Ep {
             let (header, data) = (header.to_vec(), data.to_vec());
             return self.defer(move |e| e.am_send(id, &header, &data, flags));
         };
-        if wants_rndv(&ep.limits, header.len(), data.len(), flags) {
-            let (req, c) = request(ep.worker.clone());
-            let word = rts_word(id, header, flags)?;
-            match crate::rndv::start(ep, am_id::RTS, word, header, data.to_vec(), Done::Unit(c))? {
-                Ok(op) => return ep.send_op(op, req),
-                Err(_) if flags.contains(AmFlags::RNDV) => return Err(rts_too_big(ep, header)),
-                Err(_) => {}
-            }
-        }
-        let (prefix, pn) = single_prefix(ep, id, header, flags)?;
-        let prefix = &prefix[..pn];
-        let total = pn + header.len() + data.len();
-        if total > ep.limits.max_bcopy {
-            let (req, c) = request(ep.worker.clone());
-            let op = ep.fragments(id, header, data.to_vec(), flags, Done::Unit(c))?;
-            return ep.send_op(op, req);
-        }
-        if ep.can_send_now() {
-            let lane = ep.am_ep();
-            let r = if total <= ep.limits.max_short {
-                lane.am_short_iov(am_id::SINGLE, &[prefix, header, data])
-            } else {
-                lane.am_bcopy(am_id::SINGLE, |b| copy(b, &[prefix, header, data]))
-                    .map(|_| ())
-            };
-            match r {
-                Ok(()) => return Ok(Issued::Done(())),
-                Err(e) if e == Status::NoResource => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let (req, c) = request(ep.worker.clone());
-        ep.enqueue(SendOp {
-            kind: OpKind::Whole {
-                uct_id: am_id::SINGLE,
-                bytes: [prefix, header, data].concat(),
-            },
-            done: Done::Unit(c),
-        });
-        Ok(Issued::Pending(req))
+        send(ep, &message(id, header, flags), data)
     }
 
     /// Sends active message `id` from a buffer the caller hands over: zero-copy where the lane
@@ -927,129 +597,7 @@ impl Ep {
             let header = header.to_vec();
             return self.defer(move |e| e.am_send_owned(id, &header, data, flags));
         };
-        let data = if wants_rndv(&ep.limits, header.len(), data.len(), flags) {
-            let (req, c) = request(ep.worker.clone());
-            let word = rts_word(id, header, flags)?;
-            match crate::rndv::start(ep, am_id::RTS, word, header, data, Done::Buf(c))? {
-                Ok(op) => return ep.send_op(op, req),
-                Err(_) if flags.contains(AmFlags::RNDV) => return Err(rts_too_big(ep, header)),
-                Err((data, _)) => data,
-            }
-        } else {
-            data
-        };
-        let (prefix, pn) = single_prefix(ep, id, header, flags)?;
-        let total = pn + header.len() + data.len();
-        let l = ep.limits;
-        let data = if !data.is_empty()
-            && data.len() >= l.zcopy_thresh
-            && total <= l.max_zcopy
-            && pn + header.len() <= l.max_zcopy_hdr
-            && ep.can_send_now()
-        {
-            match ep.zcopy(am_id::SINGLE, &[&prefix[..pn], header].concat(), data)? {
-                Ok(issued) => return Ok(issued),
-                Err(data) => data,
-            }
-        } else {
-            data
-        };
-        if total <= l.max_bcopy {
-            return Ok(match self.am_send(id, header, &data, flags)? {
-                Issued::Done(()) => Issued::Done(data),
-                Issued::Pending(r) => {
-                    let (req, c) = request(ep.worker.clone());
-                    r.on_complete(move |res| c.complete(res.map(|_| data)));
-                    Issued::Pending(req)
-                }
-            });
-        }
-        let (req, c) = request(ep.worker.clone());
-        let op = ep.fragments(id, header, data, flags, Done::Buf(c))?;
-        ep.send_op(op, req)
-    }
-}
-
-impl EpInner {
-    /// One zero-copy send of the application's buffer (registered for it, deregistered after).
-    /// `Err(data)` inside: the lane had no resources; the buffer comes back.
-    pub(crate) fn zcopy(
-        self: &Rc<Self>,
-        uct_id: u8,
-        hdr: &[u8],
-        data: Vec<u8>,
-    ) -> Result<std::result::Result<Issued<Vec<u8>>, Vec<u8>>> {
-        let ep = self;
-        let w = ep
-            .worker
-            .upgrade()
-            .ok_or_else(|| Error::new(Status::NotConnected, "ucp: the worker is gone"))?;
-        let md = &w.ifaces[ep.lanes.lanes[ep.lanes.am].local].md;
-        let mem = uct::Mem::register(md, data, MemAccess::LOCAL_READ)?;
-        let (req, c) = request(ep.worker.clone());
-        let keep = RefCell::new(Some(mem.clone()));
-        let c = RefCell::new(Some(c));
-        let comp = Completion::new(move |st| {
-            if let (Some(c), Some(m)) = (c.borrow_mut().take(), keep.borrow_mut().take()) {
-                let v = give_back(m);
-                c.complete(if st.is_err() { Err(st.into()) } else { Ok(v) });
-            }
-        });
-        // Bound first: the iov's hold on `mem` must end before the buffer is given back.
-        let sent = ep.am_ep().am_zcopy(uct_id, hdr, &[mem.whole()], Some(&comp));
-        match sent {
-            Ok(ucs::Outcome::InProgress) => Ok(Ok(Issued::Pending(req))),
-            Ok(ucs::Outcome::Done) => {
-                drop(comp);
-                Ok(Ok(Issued::Done(give_back(mem))))
-            }
-            Err(e) if e == Status::NoResource => {
-                drop(comp);
-                Ok(Err(give_back(mem)))
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Sends `op` now as far as it goes, queueing the rest; `Done` when all of it went.
-    pub(crate) fn send_op<T>(
-        self: &Rc<Self>,
-        mut op: SendOp,
-        mut req: crate::Request<T>,
-    ) -> Result<Issued<T>> {
-        let ep = self;
-        if !ep.can_send_now() {
-            self.enqueue(op);
-            return Ok(Issued::Pending(req));
-        }
-        // Sends a handler makes meanwhile (self delivers inside the call) queue behind this.
-        ep.dispatching.set(true);
-        let r = op.progress(ep);
-        ep.dispatching.set(false);
-        match r {
-            Ok(true) => {
-                op.finish(Ok(()));
-                ep.dispatch();
-                match req.take() {
-                    Some(r) => r.map(Issued::Done),
-                    None => Ok(Issued::Pending(req)),
-                }
-            }
-            Ok(false) => {
-                ep.queue.borrow_mut().push_front(op);
-                ep.dispatch();
-                Ok(Issued::Pending(req))
-            }
-            Err(e) => {
-                ep.dispatch();
-                Err(e)
-            }
-        }
-    }
-
-    pub(crate) fn enqueue(self: &Rc<Self>, op: SendOp) {
-        self.queue.borrow_mut().push_back(op);
-        self.dispatch();
+        send(ep, &message(id, header, flags), data)
     }
 }
 
@@ -1061,46 +609,4 @@ pub(crate) fn check_flags(flags: AmFlags) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// The header word of an active message's RTS.
-fn rts_word(id: u16, header: &[u8], flags: AmFlags) -> Result<u64> {
-    let user_hdr_len = u32::try_from(header.len())
-        .map_err(|_| Error::new(Status::InvalidParam, "ucp: AM header longer than 4 GiB"))?;
-    Ok(AmHeader {
-        id,
-        flags: if flags.contains(AmFlags::REPLY) {
-            FLAG_REPLY
-        } else {
-            0
-        },
-        user_hdr_len,
-    }
-    .word())
-}
-
-/// Room an RTS leaves for the rkey when `am_protocol` predicts (transports' rkeys are
-/// smaller).
-const RKEY_ROOM: usize = 64;
-
-/// Rendezvous by flag, or by size unless `EAGER`.
-pub(crate) fn wants_rndv(l: &crate::ep::Limits, header_len: usize, len: usize, flags: AmFlags) -> bool {
-    flags.contains(AmFlags::RNDV)
-        || (!flags.contains(AmFlags::EAGER) && header_len.saturating_add(len) >= l.rndv_thresh)
-}
-
-fn rts_too_big(ep: &EpInner, header: &[u8]) -> Error {
-    Error::new(
-        Status::InvalidParam,
-        format!(
-            "ucp: AmFlags::RNDV with a {}-byte header: the announcement does not fit the {}-byte              segment of the AM lane (shorten the header or send eagerly)",
-            header.len(),
-            ep.limits.max_bcopy
-        ),
-    )
-}
-
-/// The application's buffer back from a `Mem` no operation holds any more.
-fn give_back(mem: uct::Mem) -> Vec<u8> {
-    mem.into_vec().unwrap_or_default()
 }

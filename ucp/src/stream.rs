@@ -9,7 +9,6 @@ use std::rc::Rc;
 use ucs::{Error, Result, Status};
 use uct::AmMessage;
 
-use crate::am::SendOp;
 use crate::ep::{Ep, EpInner};
 use crate::request::{request, Completer, Issued};
 use crate::wire::am_id;
@@ -224,6 +223,15 @@ pub(crate) struct StreamOp {
 }
 
 impl StreamOp {
+    /// `data` to send in messages that each start with `prefix`.
+    pub fn new(prefix: [u8; PREFIX_LEN], data: Vec<u8>) -> StreamOp {
+        StreamOp {
+            prefix,
+            data,
+            sent: 0,
+        }
+    }
+
     pub fn progress(&mut self, ep: &EpInner) -> Result<bool> {
         let per = ep.limits.max_bcopy - PREFIX_LEN;
         while self.sent < self.data.len() {
@@ -256,35 +264,12 @@ impl Ep {
         if data.is_empty() {
             return Ok(Issued::Done(()));
         }
-        let mut prefix = [0u8; PREFIX_LEN];
-        prefix[..8].copy_from_slice(&ep.remote_self_id().to_le_bytes());
-        prefix[8..].copy_from_slice(&ep.id.get().to_le_bytes());
-        let total = PREFIX_LEN + data.len();
-        if total <= ep.limits.max_bcopy && ep.can_send_now() {
-            let lane = ep.am_ep();
-            let r = if total <= ep.limits.max_short {
-                lane.am_short_iov(am_id::STREAM, &[&prefix, data])
-            } else {
-                lane.am_bcopy(am_id::STREAM, |b| {
-                    b[..PREFIX_LEN].copy_from_slice(&prefix);
-                    b[PREFIX_LEN..total].copy_from_slice(data);
-                    total
-                })
-                .map(|_| ())
-            };
-            match r {
-                Ok(()) => return Ok(Issued::Done(())),
-                Err(e) if e == Status::NoResource => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let (req, c) = request(ep.worker.clone());
-        let op = StreamOp {
-            prefix,
-            data: data.to_vec(),
-            sent: 0,
+        let m = crate::proto::send::Message {
+            head: crate::proto::send::Head::Stream,
+            header: &[],
+            force: crate::proto::select::Force::Auto,
         };
-        ep.send_op(SendOp::stream(op, c), req)
+        crate::proto::send::send(ep, &m, data)
     }
 
     /// Receives bytes of the peer's stream into `buf` (at most `buf.len()`), handing it back

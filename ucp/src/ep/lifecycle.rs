@@ -11,7 +11,7 @@ use std::rc::Rc;
 use ucs::{Error, Result, Status};
 
 use super::{Ep, EpInner, Wired};
-use crate::am::SendOp;
+use crate::proto::op::SendOp;
 use crate::request::{request, Completer};
 use crate::worker::WorkerInner;
 use crate::Issued;

@@ -25,6 +25,9 @@ pub(crate) struct Limits {
     pub zcopy_thresh: usize,
     /// Payloads from this size up go rendezvous (unless `AmFlags::EAGER`).
     pub rndv_thresh: usize,
+    /// The largest rkey a rendezvous announcement carries (the rendezvous lane's memory
+    /// domain's; 0 for the AM pipeline).
+    pub rkey_max: usize,
 }
 
 impl Limits {
@@ -44,54 +47,27 @@ impl Limits {
             max_zcopy_hdr: if zcopy { l.am_max_hdr } else { 0 },
             zcopy_thresh: t.zcopy_thresh,
             rndv_thresh: t.rndv_thresh,
+            rkey_max: 0,
         }
     }
 }
 
 impl Limits {
-    /// One line per protocol range, in payload bytes.
+    /// One line per range of payload sizes and send call, with the protocol the send path
+    /// takes for it ([`crate::proto::select::describe`]).
     pub(crate) fn describe(&self, rndv_scheme: &str) -> String {
-        let h = AmHeader::LEN;
+        use crate::proto::select::{describe, Op};
         let mut out = String::new();
-        let mut line = |api: &str, from: usize, to: Option<usize>, what: &str| {
-            let to = to.map_or("..".to_owned(), |t| format!("..= {t}"));
-            out += &format!("  {api:<13} {from:>9} {to:<13} {what}\n");
-        };
-        let mut from = 0;
-        if self.max_short > h {
-            line("am_send", 0, Some(self.max_short - h), "eager short");
-            from = self.max_short - h + 1;
+        for (api, op, lent) in [
+            ("am_send", Op::Am { reply: false }, false),
+            ("am_send_owned", Op::Am { reply: false }, true),
+            ("tag_send", Op::Tag, false),
+            ("tag_send_owned", Op::Tag, true),
+            ("stream_send", Op::Stream, false),
+        ] {
+            out += &describe(self, api, op, 0, lent);
         }
-        let bcopy = self.max_bcopy.saturating_sub(h);
-        if from <= bcopy {
-            line("am_send", from, Some(bcopy), "eager bcopy");
-        }
-        let frag = self.max_bcopy.saturating_sub(crate::wire::MIDDLE_PREFIX_LEN);
-        line(
-            "am_send",
-            bcopy + 1,
-            None,
-            &format!("eager bcopy, fragments of {frag} B"),
-        );
-        let zcopy_to = self.max_zcopy.saturating_sub(h);
-        if self.zcopy_thresh <= zcopy_to {
-            let z = self.zcopy_thresh.max(1);
-            line(
-                "am_send_owned",
-                z,
-                Some(zcopy_to),
-                "eager zcopy (other sizes as am_send)",
-            );
-        } else {
-            line("am_send_owned", 0, None, "as am_send (no zero-copy)");
-        }
-        let r = self.rndv_thresh;
-        let r = if r == usize::MAX {
-            "never".to_owned()
-        } else {
-            format!("from {r} B")
-        };
-        out += &format!("  rendezvous    {r}: RTS, then {rndv_scheme}\n");
+        out += &format!("  rendezvous: RTS, then {rndv_scheme}\n");
         out
     }
 }

@@ -14,8 +14,8 @@ use ucs::{Error, Result, Status};
 use uct::IfaceFlags;
 
 use crate::address::WorkerAddress;
-use crate::am::SendOp;
 use crate::lanes::{self, LaneSet, SelectParams};
+use crate::proto::op::SendOp;
 use crate::worker::{reachable, WorkerInner};
 
 pub(crate) use connecting::handle as connecting_handle;
@@ -407,12 +407,13 @@ pub(crate) fn create(
     }
     let am = &lanes.lanes[lanes.am];
     let thr = endpoint_thresholds(w, &lanes, &remote);
-    let limits = Limits::new(
+    let mut limits = Limits::new(
         &w.ifaces[am.local].info.attr,
         &remote.entries[am.remote].tl.attr,
         &thr,
     );
     let rndv_lane = crate::rndv::get_lane(w, &lanes, &remote);
+    limits.rkey_max = rndv_lane.map_or(0, |l| w.ifaces[lanes.lanes[l].local].md.attr().rkey_packed_size);
     let mut used_ifaces = 0u64;
     for l in &lanes.lanes {
         if l.usage.bits() & !lanes::LaneUsage::WIREUP.bits() != 0 {

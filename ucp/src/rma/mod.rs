@@ -184,6 +184,6 @@ pub(crate) fn require(
 
 /// Queues `op` on `ep` and sends what the lanes take.
 pub(crate) fn submit(ep: &Rc<EpInner>, op: RmaOp) {
-    ep.queue.borrow_mut().push_back(crate::am::SendOp::rma(op));
+    ep.queue.borrow_mut().push_back(crate::proto::op::SendOp::rma(op));
     ep.dispatch();
 }

@@ -16,8 +16,8 @@ use std::rc::{Rc, Weak};
 use ucs::{Error, Result, Status};
 use uct::{IfaceFlags, MemAccess};
 
-use crate::am::{Done, SendOp};
 use crate::ep::EpInner;
+use crate::proto::op::{Done, SendOp};
 use crate::wire::am_id;
 use crate::worker::WorkerInner;
 

@@ -8,8 +8,9 @@ use ucs::{Error, Result, Status};
 use uct::{Completion, IfaceFlags, MemAccess};
 
 use super::wire;
-use crate::am::{self, SendOp};
+use crate::am;
 use crate::ep::{Ep, EpInner};
+use crate::proto::op::{self, SendOp};
 use crate::request::{request, Completer, Issued};
 use crate::wire::{am_id, FLAG_REPLY};
 use crate::worker::WorkerInner;
@@ -66,7 +67,7 @@ fn send_ats(ep: &Rc<EpInner>, rndv_id: u64, status: Status) {
     };
     ep.queue
         .borrow_mut()
-        .push_back(SendOp::control(am_id::ATS, ats.encode(), am::Done::Nothing));
+        .push_back(SendOp::control(am_id::ATS, ats.encode(), op::Done::Nothing));
     ep.dispatch();
 }
 
@@ -228,7 +229,7 @@ pub(crate) fn recv_data(
     };
     ep.queue
         .borrow_mut()
-        .push_back(SendOp::control(am_id::RTR, rtr.encode(), am::Done::Nothing));
+        .push_back(SendOp::control(am_id::RTR, rtr.encode(), op::Done::Nothing));
     ep.dispatch();
     Ok(Issued::Pending(req))
 }

@@ -9,7 +9,8 @@ use uct::AmMessage;
 
 use super::wire::{self, SyncFrom};
 use super::{receive_whole, truncated, Incoming, Posted, TagInfo, TagMsg, TagProbe, TagRecvd, Target, Unexp};
-use crate::am::{Done, SendOp, MAX_MESSAGE};
+use crate::am::MAX_MESSAGE;
+use crate::proto::op::{Done, SendOp};
 use crate::request::{request, Issued};
 use crate::worker::{Worker, WorkerInner};
 

@@ -1,0 +1,345 @@
+//! The one send path: active messages, tag messages and stream bytes alike take the protocol
+//! [`select`] gives them and are executed here — rendezvous, zero-copy, short, bcopy, or
+//! queued (whole or in pieces) when the lane has no room or the message needs several.
+//! What differs between operations is only their prefixes and uct AM ids ([`Head`]).
+
+use std::rc::Rc;
+
+use ucs::{Error, Result, Status};
+
+use super::op::{copy, Done, SendOp};
+use super::select::{self, select, Force, Msg, Op};
+use crate::ep::EpInner;
+use crate::request::{request, Completer, Issued};
+use crate::tag::wire::SyncFrom;
+use crate::wire::{self, am_id, AmHeader, ReplyTo, FLAG_REPLY};
+use crate::AmProto as Proto;
+
+/// The longest prefix a message starts with (a tag first fragment's).
+const MAX_PREFIX: usize = crate::tag::wire::FIRST_LEN;
+
+/// What identifies a message on the wire, per operation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Head {
+    Am { id: u16, reply: bool },
+    Tag(u64),
+    TagSync(u64, SyncFrom),
+    Stream,
+}
+
+impl Head {
+    pub(crate) fn op(self) -> Op {
+        match self {
+            Head::Am { reply, .. } => Op::Am { reply },
+            Head::Tag(_) => Op::Tag,
+            Head::TagSync(..) => Op::TagSync,
+            Head::Stream => Op::Stream,
+        }
+    }
+
+    /// The uct AM ids of a whole message, a first and a later fragment.
+    fn ids(self) -> (u8, u8, u8) {
+        match self {
+            Head::Am { .. } => (am_id::SINGLE, am_id::FIRST, am_id::MIDDLE),
+            Head::Tag(_) => (am_id::TAG_EAGER, am_id::TAG_FIRST, am_id::TAG_MIDDLE),
+            Head::TagSync(..) => (am_id::TAG_SYNC, am_id::TAG_FIRST, am_id::TAG_MIDDLE),
+            Head::Stream => (am_id::STREAM, am_id::STREAM, am_id::STREAM),
+        }
+    }
+
+    fn am_header(id: u16, reply: bool, header: &[u8]) -> Result<AmHeader> {
+        Ok(AmHeader {
+            id,
+            flags: if reply { FLAG_REPLY } else { 0 },
+            user_hdr_len: u32::try_from(header.len())
+                .map_err(|_| Error::new(Status::InvalidParam, "ucp: AM header longer than 4 GiB"))?,
+        })
+    }
+
+    /// The prefix of a message sent whole.
+    fn single_prefix(self, ep: &EpInner, header: &[u8], out: &mut [u8; MAX_PREFIX]) -> Result<usize> {
+        Ok(match self {
+            Head::Am { id, reply } => {
+                let hdr = Self::am_header(id, reply, header)?;
+                let to = reply.then(|| ReplyTo {
+                    worker: ep.remote_self_id(),
+                    ep: ep.id.get(),
+                });
+                wire::put_single_prefix(out, hdr, to)
+            }
+            Head::Tag(tag) => {
+                out[..8].copy_from_slice(&tag.to_le_bytes());
+                8
+            }
+            Head::TagSync(tag, from) => {
+                crate::tag::wire::put_sync_prefix(out, tag, from);
+                crate::tag::wire::SYNC_LEN
+            }
+            Head::Stream => stream_prefix(ep, out),
+        })
+    }
+
+    /// The prefix of the first of several messages of `total` payload bytes.
+    fn first_prefix(
+        self,
+        ep: &EpInner,
+        header: &[u8],
+        worker: u64,
+        msg_id: u64,
+        total: usize,
+    ) -> Result<Vec<u8>> {
+        let mut p = [0u8; MAX_PREFIX];
+        let n = match self {
+            Head::Am { id, reply } => {
+                let hdr = Self::am_header(id, reply, header)?;
+                let reply_ep = reply.then(|| ep.id.get());
+                wire::put_first_prefix(&mut p, hdr, worker, msg_id, total as u64, reply_ep)
+            }
+            Head::Tag(tag) | Head::TagSync(tag, _) => {
+                let from = match self {
+                    Head::TagSync(_, f) => Some(f),
+                    _ => None,
+                };
+                let first = crate::tag::wire::First {
+                    tag,
+                    worker,
+                    msg_id,
+                    total: total as u64,
+                    req: from.map_or(0, |s| s.req),
+                    ep: from.map_or(0, |s| s.ep),
+                    data: &[],
+                };
+                p = first.prefix();
+                p.len()
+            }
+            Head::Stream => stream_prefix(ep, &mut p),
+        };
+        Ok(p[..n].to_vec())
+    }
+
+    /// The RTS's AM id and header word.
+    fn rts(self, header: &[u8]) -> Result<(u8, u64)> {
+        match self {
+            Head::Am { id, reply } => Ok((am_id::RTS, Self::am_header(id, reply, header)?.word())),
+            Head::Tag(tag) | Head::TagSync(tag, _) => Ok((am_id::TAG_RTS, tag)),
+            Head::Stream => Err(Error::new(Status::Unsupported, "ucp: streams have no rendezvous")),
+        }
+    }
+}
+
+/// A stream message's prefix: our worker, our endpoint.
+fn stream_prefix(ep: &EpInner, out: &mut [u8]) -> usize {
+    out[..8].copy_from_slice(&ep.remote_self_id().to_le_bytes());
+    out[8..16].copy_from_slice(&ep.id.get().to_le_bytes());
+    crate::stream::PREFIX_LEN
+}
+
+/// A message: what identifies it, the application's header (active messages), the choice
+/// the caller forces.
+pub(crate) struct Message<'a> {
+    pub head: Head,
+    pub header: &'a [u8],
+    pub force: Force,
+}
+
+/// A payload the send path takes: borrowed (copied where it must outlive the call) or a
+/// buffer handed over (lent to the transport for zero-copy, given back on completion).
+pub(crate) trait Payload: Sized {
+    /// What the completed send gives back.
+    type Back: 'static;
+    fn bytes(&self) -> &[u8];
+    /// The caller lends the buffer until completion.
+    fn lent(&self) -> bool;
+    /// The bytes to keep for a send that outlives the call.
+    fn into_vec(self) -> Vec<u8>;
+    /// What a send finished in the call gives back.
+    fn back(self) -> Self::Back;
+    /// The completion of a queued send.
+    fn done(c: Completer<Self::Back>) -> Done;
+    /// A zero-copy send of the buffer (`Err(self)`: the lane has no room; nothing was sent).
+    fn zcopy(
+        self,
+        ep: &Rc<EpInner>,
+        uct_id: u8,
+        prefix: &[u8],
+    ) -> Result<std::result::Result<Issued<Self::Back>, Self>>;
+}
+
+impl Payload for &[u8] {
+    type Back = ();
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn lent(&self) -> bool {
+        false
+    }
+    fn into_vec(self) -> Vec<u8> {
+        self.to_vec()
+    }
+    fn back(self) {}
+    fn done(c: Completer<()>) -> Done {
+        Done::Unit(c)
+    }
+    fn zcopy(self, _: &Rc<EpInner>, _: u8, _: &[u8]) -> Result<std::result::Result<Issued<()>, Self>> {
+        Ok(Err(self))
+    }
+}
+
+impl Payload for Vec<u8> {
+    type Back = Vec<u8>;
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn lent(&self) -> bool {
+        true
+    }
+    fn into_vec(self) -> Vec<u8> {
+        self
+    }
+    fn back(self) -> Vec<u8> {
+        self
+    }
+    fn done(c: Completer<Vec<u8>>) -> Done {
+        Done::Buf(c)
+    }
+    fn zcopy(
+        self,
+        ep: &Rc<EpInner>,
+        uct_id: u8,
+        prefix: &[u8],
+    ) -> Result<std::result::Result<Issued<Vec<u8>>, Self>> {
+        ep.zcopy(uct_id, prefix, self)
+    }
+}
+
+/// The protocol `m` with `len` payload bytes takes on `ep` (`lent`: the buffer is handed
+/// over).
+pub(crate) fn protocol(ep: &EpInner, m: &Message<'_>, len: usize, lent: bool) -> Proto {
+    select(
+        &ep.limits,
+        &Msg {
+            op: m.head.op(),
+            header_len: m.header.len(),
+            len,
+            lent,
+            force: m.force,
+        },
+    )
+}
+
+/// Sends `m` with `data` by the protocol [`select`] gives it: `Done` when it went out in the
+/// call, else the request completes when it is sent (for a rendezvous: fetched).
+pub(crate) fn send<P: Payload>(ep: &Rc<EpInner>, m: &Message<'_>, data: P) -> Result<Issued<P::Back>> {
+    let proto = protocol(ep, m, data.bytes().len(), data.lent());
+    if m.force == Force::Rndv && proto != Proto::Rndv {
+        return Err(rts_too_big(ep, m.header));
+    }
+    let (single, _, _) = m.head.ids();
+    let mut p = [0u8; MAX_PREFIX];
+    let data = match proto {
+        Proto::Rndv => {
+            let (rts_id, word) = m.head.rts(m.header)?;
+            let (req, c) = request(ep.worker.clone());
+            return match crate::rndv::start(ep, rts_id, word, m.header, data.into_vec(), P::done(c))? {
+                Ok(op) => ep.send_op(op, req),
+                // The announcement did not fit after all (a larger rkey than the lane's
+                // maximum): eagerly, completing the same request.
+                Err((data, done)) => {
+                    let op = queued(ep, m, data, done)?;
+                    ep.send_op(op, req)
+                }
+            };
+        }
+        Proto::Zcopy if ep.can_send_now() => {
+            let n = m.head.single_prefix(ep, m.header, &mut p)?;
+            let prefix = [&p[..n], m.header].concat();
+            match data.zcopy(ep, single, &prefix)? {
+                Ok(issued) => return Ok(issued),
+                Err(data) => data,
+            }
+        }
+        Proto::Short | Proto::Bcopy if ep.can_send_now() => {
+            let n = m.head.single_prefix(ep, m.header, &mut p)?;
+            let (prefix, bytes) = (&p[..n], data.bytes());
+            let lane = ep.am_ep();
+            let r = if proto == Proto::Bcopy {
+                lane.am_bcopy(single, |b| copy(b, &[prefix, m.header, bytes]))
+                    .map(|_| ())
+            } else if n == 8 && m.header.is_empty() {
+                let word = u64::from_le_bytes(p[..8].try_into().expect("8 bytes"));
+                lane.am_short(single, word, bytes)
+            } else {
+                lane.am_short_iov(single, &[prefix, m.header, bytes])
+            };
+            match r {
+                Ok(()) => return Ok(Issued::Done(data.back())),
+                Err(e) if e == Status::NoResource => data,
+                Err(e) => return Err(e),
+            }
+        }
+        _ => data,
+    };
+    let (req, c) = request(ep.worker.clone());
+    let op = queued(ep, m, data.into_vec(), P::done(c))?;
+    ep.send_op(op, req)
+}
+
+/// The queued form of an eager message: one transport message when it fits, else pieces
+/// (fragments; a stream's independent messages).
+pub(crate) fn queued(ep: &EpInner, m: &Message<'_>, data: Vec<u8>, done: Done) -> Result<SendOp> {
+    let (single, first, middle) = m.head.ids();
+    let op = m.head.op();
+    let l = &ep.limits;
+    let mut p = [0u8; MAX_PREFIX];
+    let n = m.head.single_prefix(ep, m.header, &mut p)?;
+    if n + m.header.len() + data.len() <= l.max_bcopy {
+        return Ok(SendOp::whole(single, [&p[..n], m.header].concat(), data, done));
+    }
+    if op == Op::Stream {
+        let mut prefix = [0u8; crate::stream::PREFIX_LEN];
+        prefix.copy_from_slice(&p[..crate::stream::PREFIX_LEN]);
+        let c = match done {
+            Done::Unit(c) => c,
+            _ => unreachable!("stream sends complete a request"),
+        };
+        return Ok(SendOp::stream(crate::stream::StreamOp::new(prefix, data), c));
+    }
+    if !select::header_fits(l, op, m.header.len()) {
+        return Err(Error::new(
+            Status::InvalidParam,
+            format!(
+                "ucp: AM header of {} bytes does not fit the {}-byte segment of the AM lane",
+                m.header.len(),
+                l.max_bcopy
+            ),
+        ));
+    }
+    let w = ep
+        .worker
+        .upgrade()
+        .ok_or_else(|| Error::new(Status::NotConnected, "ucp: the worker is gone"))?;
+    let msg_id = w.next_msg_id.get();
+    w.next_msg_id.set(msg_id + 1);
+    let prefix = m.head.first_prefix(ep, m.header, w.uuid, msg_id, data.len())?;
+    Ok(SendOp::frags(
+        (first, middle),
+        prefix,
+        m.header.to_vec(),
+        data,
+        msg_id,
+        w.uuid,
+        done,
+    ))
+}
+
+fn rts_too_big(ep: &EpInner, header: &[u8]) -> Error {
+    Error::new(
+        Status::InvalidParam,
+        format!(
+            "ucp: AmFlags::RNDV with a {}-byte header: the announcement does not fit the {}-byte \
+             segment of the AM lane (shorten the header or send eagerly)",
+            header.len(),
+            ep.limits.max_bcopy
+        ),
+    )
+}
