@@ -10,6 +10,7 @@ mod features;
 mod harness;
 mod hostile;
 mod keepalive;
+mod lent;
 mod lifecycle;
 mod rma;
 mod rndv;

@@ -527,7 +527,7 @@ fn deliver_whole(w: &Rc<WorkerInner>, p: Partial) {
 // ------------------------------------------------------------------------------ sending
 
 use crate::proto::select::{select, Force, Msg, Op};
-use crate::proto::send::{send, Head, Message};
+use crate::proto::send::{send, Head, Lend, Message};
 
 fn force(flags: AmFlags) -> Force {
     if flags.contains(AmFlags::RNDV) {
@@ -583,21 +583,52 @@ impl Ep {
         send(ep, &message(id, header, flags), data)
     }
 
-    /// Sends active message `id` from a buffer the caller hands over: zero-copy where the lane
-    /// allows (from the zcopy threshold up), and the buffer comes back when the send finished.
-    pub fn am_send_owned(
+    /// Sends active message `id` from a buffer the caller lends until the send finished:
+    /// read in place (zero-copy where the lane allows, from the zcopy threshold up; a
+    /// rendezvous registers it for the peer), and given back, as the same value, with the
+    /// completion. Any [`uct::LentBytes`] works: a `Vec<u8>`, a `Box<[u8]>`, or an
+    /// `Arc<[u8]>` lent to many sends at once (clone it for each).
+    ///
+    /// ```
+    /// # fn main() -> ucs::Result<()> {
+    /// use std::sync::Arc;
+    /// let uct = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
+    /// let ctx = ucp::Context::builder(uct).build()?;
+    /// let w = ucp::Worker::new(&ctx)?;
+    /// let got = std::rc::Rc::new(std::cell::Cell::new(0));
+    /// let g = got.clone();
+    /// w.set_am_handler(1, move |m| g.set(g.get() + m.data().len()))?;
+    /// let ep = w.connect(w.address())?;
+    /// let buf: Arc<[u8]> = Arc::from(vec![7u8; 100_000]);
+    /// let sends: Vec<_> = (0..4)
+    ///     .map(|_| ep.am_send_owned(1, &[], buf.clone(), ucp::AmFlags::default()))
+    ///     .collect::<ucs::Result<_>>()?;
+    /// for s in sends {
+    ///     let back = match s {
+    ///         ucp::Issued::Done(b) => b,
+    ///         ucp::Issued::Pending(r) => r.wait(&w)?,
+    ///     };
+    ///     assert!(Arc::ptr_eq(&back, &buf));
+    /// }
+    /// while got.get() < 400_000 {
+    ///     w.progress();
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn am_send_owned<B: uct::LentBytes>(
         &self,
         id: u16,
         header: &[u8],
-        data: Vec<u8>,
+        data: B,
         flags: AmFlags,
-    ) -> Result<Issued<Vec<u8>>> {
+    ) -> Result<Issued<B>> {
         check_flags(flags)?;
         let Some(ep) = self.live(crate::Features::AM, "Ep::am_send_owned")? else {
             let header = header.to_vec();
             return self.defer(move |e| e.am_send_owned(id, &header, data, flags));
         };
-        send(ep, &message(id, header, flags), data)
+        send(ep, &message(id, header, flags), Lend(data))
     }
 }
 

@@ -27,6 +27,65 @@ enum Storage {
     /// Another registration's bytes, registered again on a further memory domain: kept alive
     /// (and unchanged) while this one exists. Held, never read.
     Alias(#[allow(dead_code)] Rc<MemInner>),
+    /// Bytes the application lends ([`LentBytes`]), read-only: given back by
+    /// [`Mem::into_lent`].
+    Lent(Option<Box<dyn std::any::Any>>),
+}
+
+/// Bytes an application lends to a transport for the time of an operation (zero-copy sends,
+/// rendezvous): readable at the same address, unchanged, for as long as the value lives.
+/// Several operations may read one buffer at once (an `Arc<[u8]>` sent many times).
+///
+/// # Safety
+/// `lent_bytes` must return the same slice (address, length, contents) on every call for the
+/// value's lifetime: nothing may move, free or write those bytes while the value exists
+/// (a value moved by its owner must keep them where they are, as a heap buffer does).
+pub unsafe trait LentBytes: 'static {
+    /// The bytes.
+    fn lent_bytes(&self) -> &[u8];
+}
+
+// SAFETY: a vector owned by the lender is never written or reallocated (only `&self` is
+// handed out); its heap buffer stays put when the `Vec` moves.
+unsafe impl LentBytes for Vec<u8> {
+    fn lent_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+// SAFETY: as for `Vec<u8>`: a boxed slice's heap buffer does not move with the box.
+unsafe impl LentBytes for Box<[u8]> {
+    fn lent_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+// SAFETY: an `Arc<[u8]>` is immutable and its allocation lives while any clone does.
+unsafe impl LentBytes for std::sync::Arc<[u8]> {
+    fn lent_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+// SAFETY: as for `Arc<[u8]>`.
+unsafe impl LentBytes for Rc<[u8]> {
+    fn lent_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+// SAFETY: static bytes never move or change.
+unsafe impl LentBytes for &'static [u8] {
+    fn lent_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+// SAFETY: the box's contents (a `LentBytes`, stable by its own contract) do not move with it.
+unsafe impl<T: LentBytes + ?Sized> LentBytes for Box<T> {
+    fn lent_bytes(&self) -> &[u8] {
+        (**self).lent_bytes()
+    }
 }
 
 pub(crate) struct MemInner {
@@ -65,6 +124,7 @@ impl MemInner {
             Storage::Alloc(_) => {}
             Storage::Vec(v) => std::mem::forget(v),
             Storage::Alias(owner) => std::mem::forget(owner),
+            Storage::Lent(b) => std::mem::forget(b),
         }
     }
 }
@@ -166,6 +226,79 @@ impl Mem {
         })
     }
 
+    /// Registers bytes the application lends (read-only: `access` must not include writes)
+    /// with `md`; [`Mem::into_lent`] gives them back. The buffer comes back with the error
+    /// when registration fails (an empty one is `InvalidParam`).
+    pub fn try_register_lent<B: LentBytes>(
+        md: &Md,
+        data: B,
+        access: MemAccess,
+    ) -> std::result::Result<Mem, (ucs::Error, B)> {
+        let writes = MemAccess::LOCAL_WRITE | MemAccess::REMOTE_PUT | MemAccess::REMOTE_ATOMIC;
+        if access.intersects(writes) {
+            return Err((
+                ucs::Error::new(
+                    Status::InvalidParam,
+                    "lent bytes are read-only: register them without write access",
+                ),
+                data,
+            ));
+        }
+        let (ptr, len) = {
+            let b = data.lent_bytes();
+            (b.as_ptr() as *mut u8, b.len())
+        };
+        if len == 0 {
+            return Err((
+                ucs::Error::new(Status::InvalidParam, "cannot register an empty buffer"),
+                data,
+            ));
+        }
+        let memh = match md.mem_reg_raw(ptr, len, access) {
+            Ok(h) => h,
+            Err(e) => return Err((e, data)),
+        };
+        Ok(Mem {
+            inner: Rc::new(MemInner {
+                ptr,
+                storage: Storage::Lent(Some(Box::new(data))),
+                len,
+                memh,
+                md: md.clone(),
+            }),
+        })
+    }
+
+    /// The lent bytes back, deregistered, when this is the last reference (no clone, no
+    /// operation outstanding) and they were lent as a `B`; otherwise `Err(self)`.
+    pub fn into_lent<B: 'static>(self) -> std::result::Result<B, Mem> {
+        let lent_as_b = matches!(&self.inner.storage, Storage::Lent(Some(b)) if b.is::<B>());
+        if !lent_as_b {
+            return Err(self);
+        }
+        match Rc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                if !inner.deregister() {
+                    // Still reachable by a peer: the bytes stay registered for good.
+                    inner.leak();
+                    return Err(Mem {
+                        inner: Rc::new(inner),
+                    });
+                }
+                match &mut inner.storage {
+                    Storage::Lent(b) => Ok(*b.take().expect("present").downcast::<B>().expect("checked")),
+                    _ => unreachable!("checked above"),
+                }
+            }
+            Err(inner) => Err(Mem { inner }),
+        }
+    }
+
+    /// True for lent bytes (read-only: [`Mem::write`] refuses them).
+    pub fn is_lent(&self) -> bool {
+        matches!(self.inner.storage, Storage::Lent(_))
+    }
+
     /// The same bytes registered on memory domain `md` too (for a buffer that transports of
     /// several memory domains access). The new `Mem` keeps this one's memory alive; its
     /// [`Mem::into_vec`] gives a copy.
@@ -199,7 +332,7 @@ impl Mem {
                 }
                 match &mut inner.storage {
                     Storage::Vec(v) => Ok(v.take().expect("vector present until taken")),
-                    Storage::Alloc(_) | Storage::Alias(_) => {
+                    Storage::Alloc(_) | Storage::Alias(_) | Storage::Lent(_) => {
                         let mut v = vec![0; inner.len];
                         // SAFETY: `ptr` holds `len` bytes of our allocation, deregistered: no
                         // transport touches it any more.
@@ -235,6 +368,14 @@ impl Mem {
     /// Packs the rkey a peer needs to access this memory.
     pub fn pack_rkey(&self) -> Result<Vec<u8>> {
         self.inner.md.mkey_pack_raw(self.inner.memh)
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.is_lent() {
+            ucs::error!("a write into lent (read-only) registered bytes was refused");
+            return Err(ucs::Error::new(Status::InvalidParam, "lent bytes are read-only"));
+        }
+        Ok(())
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<()> {
@@ -273,16 +414,21 @@ impl Mem {
         Some(unsafe { std::ptr::read_volatile(self.inner.ptr.add(offset)) })
     }
 
-    /// Copies `data` to `offset`.
+    /// Copies `data` to `offset`; `InvalidParam` for lent (read-only) bytes.
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check(offset, data.len())?;
+        self.check_writable()?;
         // SAFETY: in bounds (checked); `data` cannot overlap our private allocation.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.inner.ptr.add(offset), data.len()) };
         Ok(())
     }
 
-    /// Fills the whole buffer with `byte`.
+    /// Fills the whole buffer with `byte` (lent bytes are read-only: left as they are, with an
+    /// error logged).
     pub fn fill(&self, byte: u8) {
+        if self.check_writable().is_err() {
+            return;
+        }
         // SAFETY: the whole allocation is ours.
         unsafe { std::ptr::write_bytes(self.inner.ptr, byte, self.inner.len) };
     }

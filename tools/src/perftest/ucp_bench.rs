@@ -13,7 +13,7 @@ use ucs::{Error, Result, Status};
 use super::measure::Perf;
 use super::params::{AsyncKind, Params, TestType};
 use super::rte::{self, Rte};
-use super::ucp_rma::{Pending, Rma, RmaOp, SendPool};
+use super::ucp_rma::{Pending, Rma, RmaOp};
 use super::watch::PeerWatch;
 
 /// UCX's tag for the tag tests.
@@ -66,7 +66,8 @@ pub fn supported(name: &str) -> bool {
     Op::of(name).is_some()
 }
 
-/// Tag messages from this size are sent from owned, pooled buffers (no copy into the request).
+/// Tag messages from this size are sent from the one lent send buffer (as ucx_perftest sends
+/// from its buffer: read in place, zero-copy where the lane allows, no copy into a request).
 const OWNED_MIN: usize = 8192;
 
 /// The connected endpoint and the test's state.
@@ -78,8 +79,9 @@ pub struct UcpBench {
     window: usize,
     loopback: bool,
     sbuf: Vec<u8>,
-    /// Buffers of owned tag sends (messages of at least [`OWNED_MIN`] bytes).
-    send_pool: SendPool,
+    /// `sbuf` lent to every tag send in flight at once (messages of at least [`OWNED_MIN`]
+    /// bytes).
+    lent: std::sync::Arc<[u8]>,
     /// A spare receive buffer (tag and stream receives hand theirs back).
     rbuf: Option<Vec<u8>>,
     /// AM arrivals (eager, or rendezvous fetched), and payloads that failed `-V`.
@@ -152,7 +154,7 @@ impl UcpBench {
             window: p.max_outstanding.max(1) as usize,
             loopback: p.loopback,
             sbuf: (0..len).map(pattern).collect(),
-            send_pool: SendPool::default(),
+            lent: (0..len).map(pattern).collect(),
             rbuf: Some(vec![0; len]),
             am_count,
             am_seen: 0,
@@ -247,20 +249,12 @@ impl UcpBench {
         })
     }
 
-    /// A tag send that lends its buffer (as ucx_perftest sends from its own buffer, without a
-    /// copy): the buffer comes back to the pool when the send finishes.
+    /// A tag send that lends the send buffer (as ucx_perftest sends from its own buffer,
+    /// without a copy): every send in flight reads the same one.
     fn send_owned(&self) -> Result<Option<Pending>> {
-        let buf = self
-            .send_pool
-            .borrow_mut()
-            .pop()
-            .unwrap_or_else(|| self.sbuf.clone());
-        Ok(match self.ep.tag_send_owned(TAG, buf)? {
-            Issued::Done(b) => {
-                self.send_pool.borrow_mut().push(b);
-                None
-            }
-            Issued::Pending(q) => Some(Pending::Owned(q, self.send_pool.clone())),
+        Ok(match self.ep.tag_send_owned(TAG, self.lent.clone())? {
+            Issued::Done(_) => None,
+            Issued::Pending(q) => Some(Pending::Lent(q)),
         })
     }
 

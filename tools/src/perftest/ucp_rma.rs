@@ -42,12 +42,9 @@ pub enum Pending {
     Unit(Request<()>),
     Bytes(Request<Vec<u8>>),
     Word(Request<u64>),
-    /// An owned send: its buffer goes back to the pool when it finishes.
-    Owned(Request<Vec<u8>>, SendPool),
+    /// A send from the one lent buffer every message is sent from.
+    Lent(Request<std::sync::Arc<[u8]>>),
 }
-
-/// Send buffers for owned sends, reused (each holds the message's pattern).
-pub type SendPool = std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>>;
 
 impl Pending {
     /// `Some` once finished.
@@ -56,7 +53,7 @@ impl Pending {
             Pending::Unit(r) => r.take(),
             Pending::Bytes(r) => r.take().map(|v| v.map(drop)),
             Pending::Word(r) => r.take().map(|v| v.map(drop)),
-            Pending::Owned(r, pool) => r.take().map(|v| v.map(|b| pool.borrow_mut().push(b))),
+            Pending::Lent(r) => r.take().map(|v| v.map(drop)),
         }
     }
 }

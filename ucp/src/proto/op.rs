@@ -9,8 +9,9 @@ use std::rc::Rc;
 use ucs::{Error, Result, Status};
 use uct::{Completion, MemAccess};
 
+use super::payload::Held;
 use crate::ep::EpInner;
-use crate::request::{request, Completer, Issued};
+use crate::request::{Completer, Issued};
 use crate::wire::{self, am_id};
 use crate::worker::WorkerInner;
 
@@ -19,8 +20,8 @@ pub(crate) enum Done {
     /// The operation completes its request itself (a flush, from its lanes' completions).
     Nothing,
     Unit(Completer<()>),
-    /// Gives the application's buffer back.
-    Buf(Completer<Vec<u8>>),
+    /// Gives the application's buffer back (as the type it lent, see [`super::payload`]).
+    Back(Box<dyn FnOnce(Result<Held>)>),
     /// A rendezvous RTS: the transfer completes later (ATS, or the last DATA); a failed RTS
     /// fails it.
     Rndv(u64, std::rc::Weak<WorkerInner>),
@@ -37,11 +38,7 @@ pub(crate) struct SendOp {
 enum OpKind {
     /// One whole transport message (sent with bcopy): its prefix (and header), then the
     /// payload (an owned send's buffer, given back on completion).
-    Whole {
-        uct_id: u8,
-        bytes: Vec<u8>,
-        data: Vec<u8>,
-    },
+    Whole { uct_id: u8, bytes: Vec<u8>, data: Held },
     /// Flushes the lanes once everything before it was handed to them.
     Flush(crate::ep::FlushOp),
     /// A rendezvous step (the sender's DATA, the receiver's fetch).
@@ -56,7 +53,7 @@ enum OpKind {
         ids: (u8, u8),
         prefix: Vec<u8>,
         header: Vec<u8>,
-        data: Vec<u8>,
+        data: Held,
         msg_id: u64,
         worker: u64,
         sent: usize,
@@ -77,8 +74,8 @@ impl SendOp {
         SendOp::control(am_id::WIREUP, bytes, Done::Nothing)
     }
 
-    /// A message sent whole, queued: `prefix` then `data` (given back by `Done::Buf`).
-    pub(crate) fn whole(uct_id: u8, prefix: Vec<u8>, data: Vec<u8>, done: Done) -> SendOp {
+    /// A message sent whole, queued: `prefix` then `data` (given back by `Done::Back`).
+    pub(crate) fn whole(uct_id: u8, prefix: Vec<u8>, data: Held, done: Done) -> SendOp {
         SendOp {
             kind: OpKind::Whole {
                 uct_id,
@@ -95,7 +92,7 @@ impl SendOp {
             kind: OpKind::Whole {
                 uct_id,
                 bytes,
-                data: Vec::new(),
+                data: Held::Copy(Vec::new()),
             },
             done,
         }
@@ -108,7 +105,7 @@ impl SendOp {
         ids: (u8, u8),
         prefix: Vec<u8>,
         header: Vec<u8>,
-        data: Vec<u8>,
+        data: Held,
         msg_id: u64,
         worker: u64,
         done: Done,
@@ -165,7 +162,7 @@ impl SendOp {
         let max = ep.limits.max_bcopy;
         match &mut self.kind {
             OpKind::Whole { uct_id, bytes, data } => {
-                match lane.am_bcopy(*uct_id, |b| copy(b, &[bytes, data])) {
+                match lane.am_bcopy(*uct_id, |b| copy(b, &[bytes, data.bytes()])) {
                     Ok(_) => Ok(true),
                     Err(e) if e == Status::NoResource => Ok(false),
                     Err(e) => Err(e),
@@ -185,6 +182,7 @@ impl SendOp {
                 sent,
                 first_sent,
             } => {
+                let data = data.bytes();
                 while !*first_sent || *sent < data.len() {
                     let r = if !*first_sent {
                         let room = max.saturating_sub(prefix.len() + header.len());
@@ -232,12 +230,14 @@ impl SendOp {
                 }
             }
             Done::Unit(c) => c.complete(r),
-            Done::Buf(c) => {
+            Done::Back(back) => {
                 let data = match self.kind {
                     OpKind::Frags { data, .. } | OpKind::Whole { data, .. } => data,
-                    OpKind::Flush(_) | OpKind::Rndv(_) | OpKind::Stream(_) | OpKind::Rma(_) => Vec::new(),
+                    OpKind::Flush(_) | OpKind::Rndv(_) | OpKind::Stream(_) | OpKind::Rma(_) => {
+                        Held::Copy(Vec::new())
+                    }
                 };
-                c.complete(r.map(|_| data));
+                back(r.map(|_| data));
             }
         }
     }
@@ -269,42 +269,52 @@ impl EpInner {
 }
 
 impl EpInner {
-    /// One zero-copy send of the application's buffer (registered for it, deregistered after).
-    /// `Err(data)` inside: the lane had no resources; the buffer comes back.
+    /// One zero-copy send of `data` (registered for it, deregistered after), completing
+    /// `done`. `Ok(true)`: it finished in the call; `Err` inside: the lane had no resources,
+    /// nothing was sent, the payload and the completion come back.
     pub(crate) fn zcopy(
         self: &Rc<Self>,
         uct_id: u8,
         hdr: &[u8],
-        data: Vec<u8>,
-    ) -> Result<std::result::Result<Issued<Vec<u8>>, Vec<u8>>> {
+        data: Held,
+        done: Done,
+    ) -> Result<std::result::Result<bool, (Held, Done)>> {
         let ep = self;
         let w = ep
             .worker
             .upgrade()
             .ok_or_else(|| Error::new(Status::NotConnected, "ucp: the worker is gone"))?;
         let md = &w.ifaces[ep.lanes.lanes[ep.lanes.am].local].md;
-        let mem = uct::Mem::register(md, data, MemAccess::LOCAL_READ)?;
-        let (req, c) = request(ep.worker.clone());
-        let keep = RefCell::new(Some(mem.clone()));
-        let c = RefCell::new(Some(c));
+        let mem = match data.register(md, MemAccess::LOCAL_READ) {
+            Ok(m) => m,
+            Err((e, _)) => return Err(e),
+        };
+        // The registration and the completion, for whoever finishes first: the transport's
+        // callback, or this call when the send finished or did not start.
+        let slot = Rc::new(RefCell::new(Some((mem.clone(), done))));
+        let s2 = slot.clone();
         let comp = Completion::new(move |st| {
-            if let (Some(c), Some(m)) = (c.borrow_mut().take(), keep.borrow_mut().take()) {
-                let v = give_back(m);
-                c.complete(if st.is_err() { Err(st.into()) } else { Ok(v) });
+            if let Some((m, done)) = s2.borrow_mut().take() {
+                finish_zcopy(m, done, if st.is_err() { Err(st.into()) } else { Ok(()) });
             }
         });
         // Bound first: the iov's hold on `mem` must end before the buffer is given back.
         let sent = ep.am_ep().am_zcopy(uct_id, hdr, &[mem.whole()], Some(&comp));
+        drop(mem);
+        if matches!(sent, Ok(ucs::Outcome::InProgress)) {
+            return Ok(Ok(false));
+        }
+        drop(comp);
+        let taken = slot.borrow_mut().take();
+        let Some((m, done)) = taken else {
+            return sent.map(|_| Ok(true));
+        };
         match sent {
-            Ok(ucs::Outcome::InProgress) => Ok(Ok(Issued::Pending(req))),
-            Ok(ucs::Outcome::Done) => {
-                drop(comp);
-                Ok(Ok(Issued::Done(give_back(mem))))
+            Ok(_) => {
+                finish_zcopy(m, done, Ok(()));
+                Ok(Ok(true))
             }
-            Err(e) if e == Status::NoResource => {
-                drop(comp);
-                Ok(Err(give_back(mem)))
-            }
+            Err(e) if e == Status::NoResource => Ok(Err((Held::from_mem(m)?, done))),
             Err(e) => Err(e),
         }
     }
@@ -351,7 +361,11 @@ impl EpInner {
     }
 }
 
-/// The application's buffer back from a `Mem` no operation holds any more.
-fn give_back(mem: uct::Mem) -> Vec<u8> {
-    mem.into_vec().unwrap_or_default()
+/// Completes a zero-copy send: the payload back out of its registration.
+fn finish_zcopy(mem: uct::Mem, done: Done, r: Result<()>) {
+    match done {
+        Done::Back(back) => back(r.and_then(|_| Held::from_mem(mem))),
+        Done::Unit(c) => c.complete(r),
+        Done::Nothing | Done::Rndv(..) | Done::Sync(..) => {}
+    }
 }

@@ -8,12 +8,14 @@ use std::rc::Rc;
 use ucs::{Error, Result, Status};
 
 use super::op::{copy, Done, SendOp};
+use super::payload::{give_back, Held};
 use super::select::{self, select, Force, Msg, Op};
 use crate::ep::EpInner;
 use crate::request::{request, Completer, Issued};
 use crate::tag::wire::SyncFrom;
 use crate::wire::{self, am_id, AmHeader, ReplyTo, FLAG_REPLY};
 use crate::AmProto as Proto;
+use uct::LentBytes;
 
 /// The longest prefix a message starts with (a tag first fragment's).
 const MAX_PREFIX: usize = crate::tag::wire::FIRST_LEN;
@@ -143,26 +145,20 @@ pub(crate) struct Message<'a> {
 }
 
 /// A payload the send path takes: borrowed (copied where it must outlive the call) or a
-/// buffer handed over (lent to the transport for zero-copy, given back on completion).
+/// buffer handed over ([`Lend`]: read in place, zero-copy where the lane allows, given back
+/// on completion).
 pub(crate) trait Payload: Sized {
     /// What the completed send gives back.
     type Back: 'static;
     fn bytes(&self) -> &[u8];
     /// The caller lends the buffer until completion.
     fn lent(&self) -> bool;
-    /// The bytes to keep for a send that outlives the call.
-    fn into_vec(self) -> Vec<u8>;
+    /// What a send that outlives the call holds.
+    fn into_held(self) -> Held;
     /// What a send finished in the call gives back.
     fn back(self) -> Self::Back;
-    /// The completion of a queued send.
+    /// The completion of a send that outlives the call.
     fn done(c: Completer<Self::Back>) -> Done;
-    /// A zero-copy send of the buffer (`Err(self)`: the lane has no room; nothing was sent).
-    fn zcopy(
-        self,
-        ep: &Rc<EpInner>,
-        uct_id: u8,
-        prefix: &[u8],
-    ) -> Result<std::result::Result<Issued<Self::Back>, Self>>;
 }
 
 impl Payload for &[u8] {
@@ -173,42 +169,34 @@ impl Payload for &[u8] {
     fn lent(&self) -> bool {
         false
     }
-    fn into_vec(self) -> Vec<u8> {
-        self.to_vec()
+    fn into_held(self) -> Held {
+        Held::Copy(self.to_vec())
     }
     fn back(self) {}
     fn done(c: Completer<()>) -> Done {
         Done::Unit(c)
     }
-    fn zcopy(self, _: &Rc<EpInner>, _: u8, _: &[u8]) -> Result<std::result::Result<Issued<()>, Self>> {
-        Ok(Err(self))
-    }
 }
 
-impl Payload for Vec<u8> {
-    type Back = Vec<u8>;
+/// A buffer the caller lends for the send.
+pub(crate) struct Lend<B>(pub B);
+
+impl<B: LentBytes> Payload for Lend<B> {
+    type Back = B;
     fn bytes(&self) -> &[u8] {
-        self
+        self.0.lent_bytes()
     }
     fn lent(&self) -> bool {
         true
     }
-    fn into_vec(self) -> Vec<u8> {
-        self
+    fn into_held(self) -> Held {
+        Held::Lent(Box::new(self.0))
     }
-    fn back(self) -> Vec<u8> {
-        self
+    fn back(self) -> B {
+        self.0
     }
-    fn done(c: Completer<Vec<u8>>) -> Done {
-        Done::Buf(c)
-    }
-    fn zcopy(
-        self,
-        ep: &Rc<EpInner>,
-        uct_id: u8,
-        prefix: &[u8],
-    ) -> Result<std::result::Result<Issued<Vec<u8>>, Self>> {
-        ep.zcopy(uct_id, prefix, self)
+    fn done(c: Completer<B>) -> Done {
+        give_back(c)
     }
 }
 
@@ -240,7 +228,7 @@ pub(crate) fn send<P: Payload>(ep: &Rc<EpInner>, m: &Message<'_>, data: P) -> Re
         Proto::Rndv => {
             let (rts_id, word) = m.head.rts(m.header)?;
             let (req, c) = request(ep.worker.clone());
-            return match crate::rndv::start(ep, rts_id, word, m.header, data.into_vec(), P::done(c))? {
+            return match crate::rndv::start(ep, rts_id, word, m.header, data.into_held(), P::done(c))? {
                 Ok(op) => ep.send_op(op, req),
                 // The announcement did not fit after all (a larger rkey than the lane's
                 // maximum): eagerly, completing the same request.
@@ -253,10 +241,19 @@ pub(crate) fn send<P: Payload>(ep: &Rc<EpInner>, m: &Message<'_>, data: P) -> Re
         Proto::Zcopy if ep.can_send_now() => {
             let n = m.head.single_prefix(ep, m.header, &mut p)?;
             let prefix = [&p[..n], m.header].concat();
-            match data.zcopy(ep, single, &prefix)? {
-                Ok(issued) => return Ok(issued),
-                Err(data) => data,
-            }
+            let (mut req, c) = request(ep.worker.clone());
+            return match ep.zcopy(single, &prefix, data.into_held(), P::done(c))? {
+                Ok(true) => match req.take() {
+                    Some(r) => r.map(Issued::Done),
+                    None => Ok(Issued::Pending(req)),
+                },
+                Ok(false) => Ok(Issued::Pending(req)),
+                // No room: queued, eagerly (the lane's zero-copy waits for no one).
+                Err((data, done)) => {
+                    let op = queued(ep, m, data, done)?;
+                    ep.send_op(op, req)
+                }
+            };
         }
         Proto::Short | Proto::Bcopy if ep.can_send_now() => {
             let n = m.head.single_prefix(ep, m.header, &mut p)?;
@@ -280,13 +277,13 @@ pub(crate) fn send<P: Payload>(ep: &Rc<EpInner>, m: &Message<'_>, data: P) -> Re
         _ => data,
     };
     let (req, c) = request(ep.worker.clone());
-    let op = queued(ep, m, data.into_vec(), P::done(c))?;
+    let op = queued(ep, m, data.into_held(), P::done(c))?;
     ep.send_op(op, req)
 }
 
 /// The queued form of an eager message: one transport message when it fits, else pieces
 /// (fragments; a stream's independent messages).
-pub(crate) fn queued(ep: &EpInner, m: &Message<'_>, data: Vec<u8>, done: Done) -> Result<SendOp> {
+pub(crate) fn queued(ep: &EpInner, m: &Message<'_>, data: Held, done: Done) -> Result<SendOp> {
     let (single, first, middle) = m.head.ids();
     let op = m.head.op();
     let l = &ep.limits;
@@ -298,9 +295,8 @@ pub(crate) fn queued(ep: &EpInner, m: &Message<'_>, data: Vec<u8>, done: Done) -
     if op == Op::Stream {
         let mut prefix = [0u8; crate::stream::PREFIX_LEN];
         prefix.copy_from_slice(&p[..crate::stream::PREFIX_LEN]);
-        let c = match done {
-            Done::Unit(c) => c,
-            _ => unreachable!("stream sends complete a request"),
+        let (Done::Unit(c), Held::Copy(data)) = (done, data) else {
+            unreachable!("stream sends copy their bytes and complete a request")
         };
         return Ok(SendOp::stream(crate::stream::StreamOp::new(prefix, data), c));
     }

@@ -18,6 +18,7 @@ use uct::{IfaceFlags, MemAccess};
 
 use crate::ep::EpInner;
 use crate::proto::op::{Done, SendOp};
+use crate::proto::payload::Held;
 use crate::wire::am_id;
 use crate::worker::WorkerInner;
 
@@ -28,14 +29,14 @@ pub(crate) use recv::{desc_for, find_ep, on_data, on_rts, GetOp, RecvState};
 /// The sender's buffer: registered for the peer's `get_zcopy`, or plain (pipeline).
 pub(crate) enum SendBuf {
     Mem(uct::Mem),
-    Vec(Vec<u8>),
+    Held(Held),
 }
 
 impl SendBuf {
     fn len(&self) -> usize {
         match self {
             SendBuf::Mem(m) => m.len(),
-            SendBuf::Vec(v) => v.len(),
+            SendBuf::Held(v) => v.len(),
         }
     }
 
@@ -45,14 +46,14 @@ impl SendBuf {
                 // In bounds: the pipeline only reads below `len`.
                 let _ = m.read(offset, out);
             }
-            SendBuf::Vec(v) => out.copy_from_slice(&v[offset..offset + out.len()]),
+            SendBuf::Held(v) => out.copy_from_slice(&v.bytes()[offset..offset + out.len()]),
         }
     }
 
-    fn into_vec(self) -> Vec<u8> {
+    fn into_held(self) -> Result<Held> {
         match self {
-            SendBuf::Mem(m) => m.into_vec().unwrap_or_else(|m| m.to_vec()),
-            SendBuf::Vec(v) => v,
+            SendBuf::Mem(m) => Held::from_mem(m),
+            SendBuf::Held(v) => Ok(v),
         }
     }
 }
@@ -120,44 +121,44 @@ pub(crate) fn start(
     rts_id: u8,
     word: u64,
     header: &[u8],
-    data: Vec<u8>,
+    data: Held,
     done: Done,
-) -> Result<std::result::Result<SendOp, (Vec<u8>, Done)>> {
+) -> Result<std::result::Result<SendOp, (Held, Done)>> {
     let w = ep
         .worker
         .upgrade()
         .ok_or_else(|| Error::new(Status::NotConnected, "ucp: the worker is gone"))?;
     let mut resource = wire::NO_RESOURCE;
     let mut rkey = Vec::new();
-    let buf = match ep.rndv_lane.filter(|_| !data.is_empty()) {
+    let buf = match ep.rndv_lane.filter(|_| data.len() > 0) {
         Some(lane) => {
             let local = ep.lanes.lanes[lane].local;
             let access = MemAccess::LOCAL_READ | MemAccess::REMOTE_GET;
-            match uct::Mem::try_register(&w.ifaces[local].md, data, access) {
+            match data.register(&w.ifaces[local].md, access) {
                 Ok(m) => match m.pack_rkey() {
                     Ok(k) => {
                         resource = local as u8;
                         rkey = k;
                         SendBuf::Mem(m)
                     }
-                    Err(_) => SendBuf::Vec(m.into_vec().unwrap_or_default()),
+                    Err(_) => SendBuf::Held(Held::from_mem(m)?),
                 },
                 // Registration failed: the pipeline needs none.
                 Err((e, data)) => {
                     ucs::debug!("ucp: rendezvous without get_zcopy: {e}");
-                    SendBuf::Vec(data)
+                    SendBuf::Held(data)
                 }
             }
         }
-        None => SendBuf::Vec(data),
+        None => SendBuf::Held(data),
     };
     if wire::RTS_LEN + rkey.len() + header.len() > ep.limits.max_bcopy || rkey.len() > usize::from(u16::MAX) {
-        return Ok(Err((buf.into_vec(), done)));
+        return Ok(Err((buf.into_held()?, done)));
     }
     let rndv_id = w.rndv.borrow_mut().next_id();
     let addr = match &buf {
         SendBuf::Mem(m) => m.addr(),
-        SendBuf::Vec(_) => 0,
+        SendBuf::Held(_) => 0,
     };
     let rts = wire::Rts {
         word,
@@ -199,7 +200,10 @@ pub(crate) fn finish_send(w: &WorkerInner, rndv_id: u64, r: Result<()>) {
     }
     match s.done {
         Done::Unit(c) => c.complete(r),
-        Done::Buf(c) => c.complete(r.map(|_| buf.map(SendBuf::into_vec).unwrap_or_default())),
+        Done::Back(back) => back(r.and_then(|_| match buf {
+            Some(b) => b.into_held(),
+            None => Ok(Held::Copy(Vec::new())),
+        })),
         Done::Nothing | Done::Rndv(..) | Done::Sync(..) => {}
     }
 }

@@ -11,7 +11,7 @@ use super::SyncWait;
 use crate::ep::Ep;
 use crate::proto::op::Done;
 use crate::proto::select::Force;
-use crate::proto::send::{protocol, queued, send, Head, Message};
+use crate::proto::send::{protocol, queued, send, Head, Lend, Message};
 use crate::request::{request, Issued};
 use crate::AmProto;
 
@@ -35,13 +35,15 @@ impl Ep {
         send(ep, &message(Head::Tag(tag)), data)
     }
 
-    /// Sends `data` with `tag` from a buffer the caller hands over: zero-copy where the lane
-    /// allows (from the zcopy threshold up); the buffer comes back when the send finished.
-    pub fn tag_send_owned(&self, tag: u64, data: Vec<u8>) -> Result<Issued<Vec<u8>>> {
+    /// Sends `data` with `tag` from a buffer the caller lends until the send finished: read
+    /// in place (zero-copy where the lane allows, from the zcopy threshold up; a rendezvous
+    /// registers it for the peer), and given back, as the same value, with the completion
+    /// (as [`Ep::am_send_owned`]: a `Vec<u8>`, or an `Arc<[u8]>` lent to many sends at once).
+    pub fn tag_send_owned<B: uct::LentBytes>(&self, tag: u64, data: B) -> Result<Issued<B>> {
         let Some(ep) = self.live(crate::Features::TAG, "Ep::tag_send_owned")? else {
             return self.defer(move |e| e.tag_send_owned(tag, data));
         };
-        send(ep, &message(Head::Tag(tag)), data)
+        send(ep, &message(Head::Tag(tag)), Lend(data))
     }
 
     /// Sends `data` with `tag` and completes only once the receiver matched it (MPI's
@@ -89,7 +91,7 @@ impl Ep {
         let op = queued(
             ep,
             &message(Head::TagSync(tag, from)),
-            data.to_vec(),
+            crate::proto::payload::Held::Copy(data.to_vec()),
             Done::Sync(id, Rc::downgrade(&w)),
         )?;
         ep.send_op(op, req)
