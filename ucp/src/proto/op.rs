@@ -270,8 +270,9 @@ impl EpInner {
 
 impl EpInner {
     /// One zero-copy send of `data` (registered for it, deregistered after), completing
-    /// `done`. `Ok(true)`: it finished in the call; `Err` inside: the lane had no resources,
-    /// nothing was sent, the payload and the completion come back.
+    /// `done`. `Ok(true)`: it finished in the call; `Err` inside: the lane had no resources
+    /// or the buffer could not be registered, nothing was sent, the payload and the
+    /// completion come back (to be sent by copy).
     pub(crate) fn zcopy(
         self: &Rc<Self>,
         uct_id: u8,
@@ -287,7 +288,11 @@ impl EpInner {
         let md = &w.ifaces[ep.lanes.lanes[ep.lanes.am].local].md;
         let mem = match data.register(md, MemAccess::LOCAL_READ) {
             Ok(m) => m,
-            Err((e, _)) => return Err(e),
+            // Sent by copy instead: the caller keeps its buffer either way.
+            Err((e, data)) => {
+                ucs::debug!("ucp: zero-copy send without a registration ({e}): copied");
+                return Ok(Err((data, done)));
+            }
         };
         // The registration and the completion, for whoever finishes first: the transport's
         // callback, or this call when the send finished or did not start.

@@ -248,7 +248,7 @@ pub(crate) fn send<P: Payload>(ep: &Rc<EpInner>, m: &Message<'_>, data: P) -> Re
                     None => Ok(Issued::Pending(req)),
                 },
                 Ok(false) => Ok(Issued::Pending(req)),
-                // No room: queued, eagerly (the lane's zero-copy waits for no one).
+                // No room, or no registration: queued, sent by copy.
                 Err((data, done)) => {
                     let op = queued(ep, m, data, done)?;
                     ep.send_op(op, req)
