@@ -204,26 +204,34 @@ impl Mem {
         mut data: Vec<u8>,
         access: MemAccess,
     ) -> std::result::Result<Mem, (ucs::Error, Vec<u8>)> {
-        if data.is_empty() {
-            return Err((
-                ucs::Error::new(Status::InvalidParam, "cannot register an empty buffer"),
-                data,
+        let (ptr, len) = (data.as_mut_ptr(), data.len());
+        match Mem::register_raw(md, ptr, len, access) {
+            Ok(memh) => Ok(Mem::registered(md, ptr, len, memh, Storage::Vec(Some(data)))),
+            Err(e) => Err((e, data)),
+        }
+    }
+
+    /// Registers `len` bytes at `ptr` (`InvalidParam` when empty).
+    fn register_raw(md: &Md, ptr: *mut u8, len: usize, access: MemAccess) -> Result<*mut c_void> {
+        if len == 0 {
+            return Err(ucs::Error::new(
+                Status::InvalidParam,
+                "cannot register an empty buffer",
             ));
         }
-        let (ptr, len) = (data.as_mut_ptr(), data.len());
-        let memh = match md.mem_reg_raw(ptr, len, access) {
-            Ok(h) => h,
-            Err(e) => return Err((e, data)),
-        };
-        Ok(Mem {
+        md.mem_reg_raw(ptr, len, access)
+    }
+
+    fn registered(md: &Md, ptr: *mut u8, len: usize, memh: *mut c_void, storage: Storage) -> Mem {
+        Mem {
             inner: Rc::new(MemInner {
                 ptr,
-                storage: Storage::Vec(Some(data)),
+                storage,
                 len,
                 memh,
                 md: md.clone(),
             }),
-        })
+        }
     }
 
     /// Registers bytes the application lends (read-only: `access` must not include writes)
@@ -248,25 +256,16 @@ impl Mem {
             let b = data.lent_bytes();
             (b.as_ptr() as *mut u8, b.len())
         };
-        if len == 0 {
-            return Err((
-                ucs::Error::new(Status::InvalidParam, "cannot register an empty buffer"),
-                data,
-            ));
-        }
-        let memh = match md.mem_reg_raw(ptr, len, access) {
-            Ok(h) => h,
-            Err(e) => return Err((e, data)),
-        };
-        Ok(Mem {
-            inner: Rc::new(MemInner {
+        match Mem::register_raw(md, ptr, len, access) {
+            Ok(memh) => Ok(Mem::registered(
+                md,
                 ptr,
-                storage: Storage::Lent(Some(Box::new(data))),
                 len,
                 memh,
-                md: md.clone(),
-            }),
-        })
+                Storage::Lent(Some(Box::new(data))),
+            )),
+            Err(e) => Err((e, data)),
+        }
     }
 
     /// The lent bytes back, deregistered, when this is the last reference (no clone, no

@@ -88,14 +88,7 @@ impl SendOp {
 
     /// One protocol message on the AM lane, in order with the data.
     pub(crate) fn control(uct_id: u8, bytes: Vec<u8>, done: Done) -> SendOp {
-        SendOp {
-            kind: OpKind::Whole {
-                uct_id,
-                bytes,
-                data: Held::Copy(Vec::new()),
-            },
-            done,
-        }
+        SendOp::whole(uct_id, bytes, Held::Copy(Vec::new()), done)
     }
 
     /// A message in fragments: `prefix` and `header` on the first, offsets on the later ones;

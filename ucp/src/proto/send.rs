@@ -97,23 +97,8 @@ impl Head {
                 let reply_ep = reply.then(|| ep.id.get());
                 wire::put_first_prefix(&mut p, hdr, worker, msg_id, total as u64, reply_ep)
             }
-            Head::Tag(tag) | Head::TagSync(tag, _) => {
-                let from = match self {
-                    Head::TagSync(_, f) => Some(f),
-                    _ => None,
-                };
-                let first = crate::tag::wire::First {
-                    tag,
-                    worker,
-                    msg_id,
-                    total: total as u64,
-                    req: from.map_or(0, |s| s.req),
-                    ep: from.map_or(0, |s| s.ep),
-                    data: &[],
-                };
-                p = first.prefix();
-                p.len()
-            }
+            Head::Tag(tag) => tag_first(&mut p, tag, None, worker, msg_id, total),
+            Head::TagSync(tag, from) => tag_first(&mut p, tag, Some(from), worker, msg_id, total),
             Head::Stream => stream_prefix(ep, &mut p),
         };
         Ok(p[..n].to_vec())
@@ -127,6 +112,28 @@ impl Head {
             Head::Stream => Err(Error::new(Status::Unsupported, "ucp: streams have no rendezvous")),
         }
     }
+}
+
+/// A tag first fragment's prefix (with the synchronous sender's request, `from`).
+fn tag_first(
+    out: &mut [u8; MAX_PREFIX],
+    tag: u64,
+    from: Option<SyncFrom>,
+    worker: u64,
+    msg_id: u64,
+    total: usize,
+) -> usize {
+    let first = crate::tag::wire::First {
+        tag,
+        worker,
+        msg_id,
+        total: total as u64,
+        req: from.map_or(0, |s| s.req),
+        ep: from.map_or(0, |s| s.ep),
+        data: &[],
+    };
+    *out = first.prefix();
+    out.len()
 }
 
 /// A stream message's prefix: our worker, our endpoint.
