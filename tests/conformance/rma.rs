@@ -308,7 +308,45 @@ fn zcopy_large(s: &Setup) {
     }
 }
 
+/// `get_zcopy` into writable memory the caller lends (`Mem::try_register_lent_mut`, a receive
+/// buffer's route): the fetched range lands, every other byte keeps what the caller had there
+/// (nothing zeroed), and the same vector comes back.
+fn get_zcopy_lent(s: &Setup) {
+    let p = s.pair();
+    let (ep, n) = (p.ep(), p.name());
+    if !p.supports(IfaceFlags::GET_ZCOPY, "get_zcopy") {
+        return;
+    }
+    let len = p.attr().get.max_zcopy.min(100_000);
+    let r = target(&p, len);
+    let data = pattern(len, 91);
+    r.mem.write(GUARD, &data).unwrap();
+    let mine = pattern(len + 2 * GUARD, 17);
+    let lent = mine.clone();
+    let at = lent.as_ptr();
+    let mem = Mem::try_register_lent_mut(&p.tx.md, lent, uct::MemAccess::LOCAL_WRITE)
+        .unwrap_or_else(|(e, _)| panic!("[{n}] try_register_lent_mut: {e}"));
+    assert!(mem.is_lent(), "[{n}] a lent registration");
+    let what = format!("get_zcopy of {len} bytes into a lent vector");
+    let iov = [mem.iov(GUARD, len).unwrap()];
+    p.complete(&what, |comp| {
+        ep.get_zcopy(&iov, r.addr(GUARD), &r.rkey, Some(comp))
+    });
+    drop(iov);
+    let back: Vec<u8> = match mem.into_lent() {
+        Ok(v) => v,
+        Err(_) => panic!("[{n}] {what}: the lent vector did not come back"),
+    };
+    assert_eq!(back.as_ptr(), at, "[{n}] {what}: the same vector, not a copy");
+    assert_bytes(&format!("[{n}] {what}"), &back[GUARD..GUARD + len], &data);
+    assert!(
+        back[..GUARD] == mine[..GUARD] && back[GUARD + len..] == mine[GUARD + len..],
+        "[{n}] {what}: bytes outside the fetched range changed"
+    );
+}
+
 conformance_test!(
+    get_zcopy_lent,
     zcopy_large,
     put_short_sizes,
     put_bcopy_sizes,

@@ -59,7 +59,7 @@ pub use component::{Component, Md, Rkey};
 pub use context::{Context, ContextBuilder, ModuleConfigVar, ModuleInfo, ModuleStatus};
 pub use ep::{AtomicWidth, Ep, PendingRequest};
 pub use iface::{AmMessage, EpKey, Iface, IfaceParams, RxDesc};
-pub use mem::{LentBytes, Mem, MemIov, MEM_ALIGN};
+pub use mem::{LentBytes, LentBytesMut, Mem, MemIov, MEM_ALIGN};
 pub use ucs::async_ctx::AsyncMode;
 pub use ucs::{Error, Outcome, Result, Status};
 pub use uct_transport::abi::{RawModule as Module, ABI_VERSION as PLUGIN_ABI_VERSION};

@@ -30,6 +30,9 @@ enum Storage {
     /// Bytes the application lends ([`LentBytes`]), read-only: given back by
     /// [`Mem::into_lent`].
     Lent(Option<Box<dyn std::any::Any>>),
+    /// Bytes the application lends for transports and peers to write ([`LentBytesMut`]):
+    /// given back by [`Mem::into_lent`].
+    LentMut(Option<Box<dyn std::any::Any>>),
 }
 
 /// Bytes an application lends to a transport for the time of an operation (zero-copy sends,
@@ -88,6 +91,41 @@ unsafe impl<T: LentBytes + ?Sized> LentBytes for Box<T> {
     }
 }
 
+/// Memory an application lends for an operation to write (a receive's destination, an RMA
+/// target): writable at the same address, by rucx and its peers only, for as long as the value
+/// lives. Its previous contents are not cleared first: only what the operation writes changes.
+///
+/// # Safety
+/// `lent_bytes_mut` must return the same slice (address and length) on every call for the
+/// value's lifetime, and nothing else may read, write, move or free those bytes while the value
+/// exists (a value moved by its owner must keep them where they are, as a heap buffer does).
+pub unsafe trait LentBytesMut: 'static {
+    /// The bytes.
+    fn lent_bytes_mut(&mut self) -> &mut [u8];
+}
+
+// SAFETY: only the lender's `&mut self` reaches the vector's heap buffer, which is never
+// reallocated here (its length is kept) and does not move with the `Vec`.
+unsafe impl LentBytesMut for Vec<u8> {
+    fn lent_bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+// SAFETY: as for `Vec<u8>`: a boxed slice's heap buffer does not move with the box.
+unsafe impl LentBytesMut for Box<[u8]> {
+    fn lent_bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+// SAFETY: the box's contents (a `LentBytesMut`, stable by its own contract) do not move with it.
+unsafe impl<T: LentBytesMut + ?Sized> LentBytesMut for Box<T> {
+    fn lent_bytes_mut(&mut self) -> &mut [u8] {
+        (**self).lent_bytes_mut()
+    }
+}
+
 pub(crate) struct MemInner {
     ptr: *mut u8,
     storage: Storage,
@@ -124,7 +162,7 @@ impl MemInner {
             Storage::Alloc(_) => {}
             Storage::Vec(v) => std::mem::forget(v),
             Storage::Alias(owner) => std::mem::forget(owner),
-            Storage::Lent(b) => std::mem::forget(b),
+            Storage::Lent(b) | Storage::LentMut(b) => std::mem::forget(b),
         }
     }
 }
@@ -268,10 +306,51 @@ impl Mem {
         }
     }
 
+    /// Registers writable bytes the application lends with `md` (e.g. a receive buffer that a
+    /// `get_zcopy` fills, or an RMA target); [`Mem::into_lent`] gives them back. Their contents
+    /// are kept (not zeroed). The buffer comes back with the error when registration fails (an
+    /// empty one is `InvalidParam`).
+    ///
+    /// ```
+    /// use uct::{Mem, MemAccess};
+    ///
+    /// let ctx = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
+    /// let (md, _) = ctx.find_resource("self", "memory0")?;
+    /// let buf: Box<[u8]> = vec![7u8; 16].into_boxed_slice();
+    /// let mem = Mem::try_register_lent_mut(&md, buf, MemAccess::LOCAL_WRITE)
+    ///     .map_err(|(e, _)| e)?;
+    /// assert_eq!(mem.to_vec(), [7u8; 16]); // not zeroed
+    /// mem.write(0, b"hi")?;
+    /// let back: Box<[u8]> = mem.into_lent().ok().expect("last reference");
+    /// assert_eq!(&back[..3], b"hi\x07");
+    /// # Ok::<(), uct::Error>(())
+    /// ```
+    pub fn try_register_lent_mut<B: LentBytesMut>(
+        md: &Md,
+        mut data: B,
+        access: MemAccess,
+    ) -> std::result::Result<Mem, (ucs::Error, B)> {
+        let (ptr, len) = {
+            let b = data.lent_bytes_mut();
+            (b.as_mut_ptr(), b.len())
+        };
+        match Mem::register_raw(md, ptr, len, access) {
+            Ok(memh) => Ok(Mem::registered(
+                md,
+                ptr,
+                len,
+                memh,
+                Storage::LentMut(Some(Box::new(data))),
+            )),
+            Err(e) => Err((e, data)),
+        }
+    }
+
     /// The lent bytes back, deregistered, when this is the last reference (no clone, no
     /// operation outstanding) and they were lent as a `B`; otherwise `Err(self)`.
     pub fn into_lent<B: 'static>(self) -> std::result::Result<B, Mem> {
-        let lent_as_b = matches!(&self.inner.storage, Storage::Lent(Some(b)) if b.is::<B>());
+        let lent_as_b = matches!(&self.inner.storage,
+            Storage::Lent(Some(b)) | Storage::LentMut(Some(b)) if b.is::<B>());
         if !lent_as_b {
             return Err(self);
         }
@@ -285,7 +364,9 @@ impl Mem {
                     });
                 }
                 match &mut inner.storage {
-                    Storage::Lent(b) => Ok(*b.take().expect("present").downcast::<B>().expect("checked")),
+                    Storage::Lent(b) | Storage::LentMut(b) => {
+                        Ok(*b.take().expect("present").downcast::<B>().expect("checked"))
+                    }
                     _ => unreachable!("checked above"),
                 }
             }
@@ -293,9 +374,10 @@ impl Mem {
         }
     }
 
-    /// True for lent bytes (read-only: [`Mem::write`] refuses them).
+    /// True for lent bytes, read-only ([`Mem::try_register_lent`]: [`Mem::write`] refuses
+    /// them) or writable ([`Mem::try_register_lent_mut`]).
     pub fn is_lent(&self) -> bool {
-        matches!(self.inner.storage, Storage::Lent(_))
+        matches!(self.inner.storage, Storage::Lent(_) | Storage::LentMut(_))
     }
 
     /// The same bytes registered on memory domain `md` too (for a buffer that transports of
@@ -331,7 +413,7 @@ impl Mem {
                 }
                 match &mut inner.storage {
                     Storage::Vec(v) => Ok(v.take().expect("vector present until taken")),
-                    Storage::Alloc(_) | Storage::Alias(_) | Storage::Lent(_) => {
+                    Storage::Alloc(_) | Storage::Alias(_) | Storage::Lent(_) | Storage::LentMut(_) => {
                         let mut v = vec![0; inner.len];
                         // SAFETY: `ptr` holds `len` bytes of our allocation, deregistered: no
                         // transport touches it any more.
@@ -370,7 +452,7 @@ impl Mem {
     }
 
     fn check_writable(&self) -> Result<()> {
-        if self.is_lent() {
+        if matches!(self.inner.storage, Storage::Lent(_)) {
             ucs::error!("a write into lent (read-only) registered bytes was refused");
             return Err(ucs::Error::new(Status::InvalidParam, "lent bytes are read-only"));
         }
