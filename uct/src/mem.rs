@@ -27,12 +27,12 @@ enum Storage {
     /// Another registration's bytes, registered again on a further memory domain: kept alive
     /// (and unchanged) while this one exists. Held, never read.
     Alias(#[allow(dead_code)] Rc<MemInner>),
-    /// Bytes the application lends ([`LentBytes`]), read-only: given back by
-    /// [`Mem::into_lent`].
-    Lent(Option<Box<dyn std::any::Any>>),
-    /// Bytes the application lends for transports and peers to write ([`LentBytesMut`]):
-    /// given back by [`Mem::into_lent`].
-    LentMut(Option<Box<dyn std::any::Any>>),
+    /// Bytes the application lends, read-only ([`LentBytes`]) or `writable`
+    /// ([`LentBytesMut`]): given back by [`Mem::into_lent`].
+    Lent {
+        value: Option<Box<dyn std::any::Any>>,
+        writable: bool,
+    },
 }
 
 /// Bytes an application lends to a transport for the time of an operation (zero-copy sends,
@@ -162,7 +162,7 @@ impl MemInner {
             Storage::Alloc(_) => {}
             Storage::Vec(v) => std::mem::forget(v),
             Storage::Alias(owner) => std::mem::forget(owner),
-            Storage::Lent(b) | Storage::LentMut(b) => std::mem::forget(b),
+            Storage::Lent { value, .. } => std::mem::forget(value),
         }
     }
 }
@@ -294,16 +294,7 @@ impl Mem {
             let b = data.lent_bytes();
             (b.as_ptr() as *mut u8, b.len())
         };
-        match Mem::register_raw(md, ptr, len, access) {
-            Ok(memh) => Ok(Mem::registered(
-                md,
-                ptr,
-                len,
-                memh,
-                Storage::Lent(Some(Box::new(data))),
-            )),
-            Err(e) => Err((e, data)),
-        }
+        Mem::register_lent(md, ptr, len, access, data, false)
     }
 
     /// Registers writable bytes the application lends with `md` (e.g. a receive buffer that a
@@ -334,14 +325,29 @@ impl Mem {
             let b = data.lent_bytes_mut();
             (b.as_mut_ptr(), b.len())
         };
+        Mem::register_lent(md, ptr, len, access, data, true)
+    }
+
+    /// Registers the `len` bytes at `ptr` that `data` lends, keeping `data` until given back.
+    fn register_lent<B: 'static>(
+        md: &Md,
+        ptr: *mut u8,
+        len: usize,
+        access: MemAccess,
+        data: B,
+        writable: bool,
+    ) -> std::result::Result<Mem, (ucs::Error, B)> {
         match Mem::register_raw(md, ptr, len, access) {
-            Ok(memh) => Ok(Mem::registered(
-                md,
-                ptr,
-                len,
-                memh,
-                Storage::LentMut(Some(Box::new(data))),
-            )),
+            Ok(memh) => {
+                let value = Some(Box::new(data) as Box<dyn std::any::Any>);
+                Ok(Mem::registered(
+                    md,
+                    ptr,
+                    len,
+                    memh,
+                    Storage::Lent { value, writable },
+                ))
+            }
             Err(e) => Err((e, data)),
         }
     }
@@ -349,8 +355,7 @@ impl Mem {
     /// The lent bytes back, deregistered, when this is the last reference (no clone, no
     /// operation outstanding) and they were lent as a `B`; otherwise `Err(self)`.
     pub fn into_lent<B: 'static>(self) -> std::result::Result<B, Mem> {
-        let lent_as_b = matches!(&self.inner.storage,
-            Storage::Lent(Some(b)) | Storage::LentMut(Some(b)) if b.is::<B>());
+        let lent_as_b = matches!(&self.inner.storage, Storage::Lent { value: Some(b), .. } if b.is::<B>());
         if !lent_as_b {
             return Err(self);
         }
@@ -364,8 +369,8 @@ impl Mem {
                     });
                 }
                 match &mut inner.storage {
-                    Storage::Lent(b) | Storage::LentMut(b) => {
-                        Ok(*b.take().expect("present").downcast::<B>().expect("checked"))
+                    Storage::Lent { value, .. } => {
+                        Ok(*value.take().expect("present").downcast::<B>().expect("checked"))
                     }
                     _ => unreachable!("checked above"),
                 }
@@ -377,7 +382,7 @@ impl Mem {
     /// True for lent bytes, read-only ([`Mem::try_register_lent`]: [`Mem::write`] refuses
     /// them) or writable ([`Mem::try_register_lent_mut`]).
     pub fn is_lent(&self) -> bool {
-        matches!(self.inner.storage, Storage::Lent(_) | Storage::LentMut(_))
+        matches!(self.inner.storage, Storage::Lent { .. })
     }
 
     /// The same bytes registered on memory domain `md` too (for a buffer that transports of
@@ -413,7 +418,7 @@ impl Mem {
                 }
                 match &mut inner.storage {
                     Storage::Vec(v) => Ok(v.take().expect("vector present until taken")),
-                    Storage::Alloc(_) | Storage::Alias(_) | Storage::Lent(_) | Storage::LentMut(_) => {
+                    Storage::Alloc(_) | Storage::Alias(_) | Storage::Lent { .. } => {
                         let mut v = vec![0; inner.len];
                         // SAFETY: `ptr` holds `len` bytes of our allocation, deregistered: no
                         // transport touches it any more.
@@ -452,7 +457,7 @@ impl Mem {
     }
 
     fn check_writable(&self) -> Result<()> {
-        if matches!(self.inner.storage, Storage::Lent(_)) {
+        if matches!(self.inner.storage, Storage::Lent { writable: false, .. }) {
             ucs::error!("a write into lent (read-only) registered bytes was refused");
             return Err(ucs::Error::new(Status::InvalidParam, "lent bytes are read-only"));
         }
