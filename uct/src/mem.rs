@@ -314,6 +314,10 @@ impl Mem {
     /// mem.write(0, b"hi")?;
     /// let back: Box<[u8]> = mem.into_lent().ok().expect("last reference");
     /// assert_eq!(&back[..3], b"hi\x07");
+    ///
+    /// // Read-only lent bytes (`try_register_lent`) refuse writes.
+    /// let ro = Mem::try_register_lent(&md, back, MemAccess::LOCAL_READ).map_err(|(e, _)| e)?;
+    /// assert!(ro.write(0, b"x").is_err());
     /// # Ok::<(), uct::Error>(())
     /// ```
     pub fn try_register_lent_mut<B: LentBytesMut>(
