@@ -375,7 +375,7 @@ fn fetch_then_deliver(
             ),
         }
     };
-    match crate::rndv::recv_data(w, desc, Vec::new()) {
+    match crate::rndv::recv_data_vec(w, desc, Vec::new()) {
         Ok(fetch) => fetch.on_complete(done),
         Err(e) => done(Err(e)),
     }

@@ -28,6 +28,7 @@ pub mod fuzz;
 mod keepalive;
 pub mod lanes;
 pub mod proto;
+mod recv_buf;
 mod request;
 pub mod rma;
 mod rndv;

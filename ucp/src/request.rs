@@ -59,13 +59,61 @@ impl<T> Completer<T> {
 impl<T> Drop for Completer<T> {
     fn drop(&mut self) {
         if let Some(s) = self.0.take() {
-            let e = ucs::Error::new(
-                ucs::Status::Canceled,
-                "ucp: the operation was dropped before it finished (its endpoint was destroyed)",
-            );
-            finish(&s, Err(e));
+            finish(&s, Err(dropped()));
         }
     }
+}
+
+/// A request's value made from `X`, the value one internal path produces for every buffer
+/// type the application may give (a receive into a `Vec` or into lent memory).
+pub(crate) trait FromRecv<X>: Sized {
+    fn from_recv(x: X) -> Result<Self>;
+}
+
+trait FinishFrom<X> {
+    fn finish_from(self: Rc<Self>, r: Result<X>);
+}
+
+impl<X, T: FromRecv<X>> FinishFrom<X> for RefCell<Shared<T>> {
+    fn finish_from(self: Rc<Self>, r: Result<X>) {
+        finish(&self, r.and_then(T::from_recv));
+    }
+}
+
+/// A [`Completer`] whose request's type is erased: it completes with an `X`, which the
+/// request turns into its own value ([`FromRecv`]). No allocation beyond the request's.
+pub(crate) struct CompleterFrom<X>(Option<Rc<dyn FinishFrom<X>>>);
+
+impl<X> CompleterFrom<X> {
+    pub fn complete(mut self, r: Result<X>) {
+        if let Some(s) = self.0.take() {
+            s.finish_from(r);
+        }
+    }
+}
+
+impl<X> Drop for CompleterFrom<X> {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            s.finish_from(Err(dropped()));
+        }
+    }
+}
+
+/// A request of type `T` and the erased completer its operation keeps.
+pub(crate) fn request_from<X: 'static, T: FromRecv<X> + 'static>(
+    owner: std::rc::Weak<WorkerInner>,
+) -> (Request<T>, CompleterFrom<X>) {
+    let (req, mut c) = request::<T>(owner);
+    let s = c.0.take().expect("a new completer holds its request");
+    (req, CompleterFrom(Some(s as Rc<dyn FinishFrom<X>>)))
+}
+
+fn dropped() -> ucs::Error {
+    ucs::Error::new(
+        ucs::Status::Canceled,
+        "ucp: the operation was dropped before it finished (its endpoint was destroyed)",
+    )
 }
 
 fn finish<T>(s: &Rc<RefCell<Shared<T>>>, r: Result<T>) {

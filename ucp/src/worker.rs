@@ -459,7 +459,47 @@ impl Worker {
             .ctx
             .features()
             .require(Features::AM, "Worker::am_recv_data")?;
-        crate::rndv::recv_data(&self.inner, desc, buf)
+        crate::rndv::recv_data_vec(&self.inner, desc, buf)
+    }
+
+    /// [`Worker::am_recv_data`] into memory the application lends (any
+    /// [`uct::LentBytesMut`]): the data lands in its first [`crate::AmDataDesc::len`] bytes, in
+    /// place (registered for `get_zcopy` as it is, never zeroed or reallocated), and the
+    /// buffer comes back whole. `MessageTruncated` (the message discarded, the sender told)
+    /// when the buffer is shorter than the message.
+    pub fn am_recv_data_into<B: uct::LentBytesMut>(
+        &self,
+        desc: crate::AmDataDesc,
+        buf: B,
+    ) -> Result<crate::Issued<B>> {
+        self.inner
+            .ctx
+            .features()
+            .require(Features::AM, "Worker::am_recv_data_into")?;
+        crate::rndv::recv_data_lent(&self.inner, desc, buf)
+    }
+
+    /// [`Worker::am_recv_data`] into `len` bytes at `offset` of memory this worker mapped (as
+    /// [`Worker::tag_recv_mapped`]); the request gives a clone of the handle back.
+    /// `MessageTruncated` when `len` is shorter than the message.
+    pub fn am_recv_data_mapped(
+        &self,
+        desc: crate::AmDataDesc,
+        mem: &crate::MemHandle,
+        offset: usize,
+        len: usize,
+    ) -> Result<crate::Issued<crate::MemHandle>> {
+        self.inner
+            .ctx
+            .features()
+            .require(Features::AM, "Worker::am_recv_data_mapped")?;
+        mem.check_recv(&self.inner, offset, len)?;
+        let buf = crate::recv_buf::RecvBuf::Mapped {
+            mem: mem.clone(),
+            offset,
+            len,
+        };
+        crate::rndv::recv_data_as(&self.inner, desc, buf)
     }
 
     /// Installs the handler of active messages with id `id` (any `u16`): it runs from

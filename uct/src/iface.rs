@@ -231,7 +231,7 @@ impl<'a> AmMessage<'a> {
     /// # Safety
     /// `dst` must be writable for `cap` bytes and not overlap the message.
     #[inline]
-    unsafe fn copy_raw(&self, offset: usize, dst: *mut u8, cap: usize) -> usize {
+    pub(crate) unsafe fn copy_raw(&self, offset: usize, dst: *mut u8, cap: usize) -> usize {
         let n = self.len.saturating_sub(offset).min(cap);
         if n == 0 {
             return 0;

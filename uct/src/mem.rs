@@ -513,6 +513,19 @@ impl Mem {
         Ok(())
     }
 
+    /// Copies message `m` from `at` on to `offset`, at most `cap` bytes and as much as fits
+    /// (one copy, also from a message in shared memory); returns how many bytes. Nothing for
+    /// read-only lent bytes.
+    pub fn write_msg(&self, offset: usize, m: &crate::AmMessage<'_>, at: usize, cap: usize) -> usize {
+        if offset >= self.inner.len || self.check_writable().is_err() {
+            return 0;
+        }
+        let cap = cap.min(self.inner.len - offset);
+        // SAFETY: `cap` bytes from `offset` are ours to write (in bounds, checked); a message
+        // never lies in this buffer (messages are transports' memory).
+        unsafe { m.copy_raw(at, self.inner.ptr.add(offset), cap) }
+    }
+
     /// Fills the whole buffer with `byte` (lent bytes are read-only: left as they are, with an
     /// error logged).
     pub fn fill(&self, byte: u8) {

@@ -49,7 +49,8 @@ struct MemInner {
 
 impl Worker {
     /// Maps `buf` (taken over; [`MemHandle::into_vec`] gives it back) for remote access by
-    /// this worker's endpoints' peers. `InvalidParam` for an empty buffer; `Unsupported` when
+    /// this worker's endpoints' peers, or as the destination of receives
+    /// ([`Worker::tag_recv_mapped`], [`Worker::am_recv_data_mapped`]). `InvalidParam` for an empty buffer; `Unsupported` when
     /// none of the worker's transports does put/get or atomics.
     pub fn mem_map(&self, buf: Vec<u8>) -> Result<MemHandle> {
         map(&self.inner, Some(buf), 0)
@@ -66,8 +67,14 @@ fn map(w: &WorkerInner, buf: Option<Vec<u8>>, len: usize) -> Result<MemHandle> {
     use crate::Features;
     super::require(
         w,
-        &[Features::RMA, Features::AMO32, Features::AMO64],
-        "Features::RMA, AMO32 or AMO64",
+        &[
+            Features::RMA,
+            Features::AMO32,
+            Features::AMO64,
+            Features::TAG,
+            Features::AM,
+        ],
+        "Features::RMA, AMO32, AMO64, TAG or AM",
         "mem_map",
     )?;
     if buf.as_ref().map_or(len, Vec::len) == 0 {
@@ -235,6 +242,33 @@ impl MemHandle {
             }
             Err(inner) => Err(MemHandle { inner }),
         }
+    }
+}
+
+impl MemHandle {
+    /// Checks that `[offset, offset + len)` lies in the region and that worker `w` mapped it
+    /// (a receive into it uses its registrations).
+    pub(crate) fn check_recv(&self, w: &WorkerInner, offset: usize, len: usize) -> Result<()> {
+        if self.inner.uuid != w.uuid {
+            return Err(Error::new(
+                Status::InvalidParam,
+                format!(
+                    "ucp: a receive on worker {:#x} into memory worker {:#x} mapped",
+                    w.uuid, self.inner.uuid
+                ),
+            ));
+        }
+        self.check(offset, len)
+    }
+
+    /// This region's registration on `md`, if it has one.
+    pub(crate) fn reg_on(&self, md: &uct::Md) -> Option<&uct::Mem> {
+        self.inner.regs.iter().find(|m| m.md().same(md))
+    }
+
+    /// Copies message `m` from `at` on to `offset`, at most `cap` bytes (one copy).
+    pub(crate) fn write_msg(&self, offset: usize, m: &uct::AmMessage<'_>, at: usize, cap: usize) {
+        self.base().write_msg(offset, m, at, cap);
     }
 }
 

@@ -22,9 +22,9 @@ use crate::proto::payload::Held;
 use crate::wire::am_id;
 use crate::worker::WorkerInner;
 
-pub(crate) use recv::recv_data;
 pub use recv::AmDataDesc;
 pub(crate) use recv::{desc_for, find_ep, on_data, on_rts, GetOp, RecvState};
+pub(crate) use recv::{recv_data, recv_data_as, recv_data_lent, recv_data_vec};
 
 /// The sender's buffer: registered for the peer's `get_zcopy`, or plain (pipeline).
 pub(crate) enum SendBuf {

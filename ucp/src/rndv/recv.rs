@@ -11,7 +11,8 @@ use super::wire;
 use crate::am;
 use crate::ep::{Ep, EpInner};
 use crate::proto::op::{self, SendOp};
-use crate::request::{request, Completer, Issued};
+use crate::recv_buf::{RecvBuf, RecvDone, RegisteredBuf};
+use crate::request::{request_from, Issued};
 use crate::wire::{am_id, FLAG_REPLY};
 use crate::worker::WorkerInner;
 
@@ -137,24 +138,48 @@ pub(crate) fn desc_for(w: &WorkerInner, r: &wire::Rts<'_>) -> Option<AmDataDesc>
 pub(crate) struct RecvState {
     pub ep_id: u64,
     sender: u64,
-    buf: Vec<u8>,
+    buf: RecvBuf,
+    total: usize,
     received: usize,
-    done: Completer<Vec<u8>>,
+    done: RecvDone,
 }
 
-/// [`crate::Worker::am_recv_data`].
-pub(crate) fn recv_data(
+/// [`crate::Worker::am_recv_data`] into an owned vector (grown or cut to the message).
+pub(crate) fn recv_data_vec(w: &Rc<WorkerInner>, desc: AmDataDesc, buf: Vec<u8>) -> Result<Issued<Vec<u8>>> {
+    recv_data_as(w, desc, RecvBuf::Owned(buf))
+}
+
+/// [`crate::Worker::am_recv_data_into`]: into lent memory of at least the message's length.
+pub(crate) fn recv_data_lent<B: uct::LentBytesMut>(
     w: &Rc<WorkerInner>,
-    mut desc: AmDataDesc,
-    mut buf: Vec<u8>,
-) -> Result<Issued<Vec<u8>>> {
+    desc: AmDataDesc,
+    buf: B,
+) -> Result<Issued<B>> {
+    recv_data_as(w, desc, RecvBuf::lend(buf))
+}
+
+pub(crate) fn recv_data_as<B: 'static>(
+    w: &Rc<WorkerInner>,
+    desc: AmDataDesc,
+    buf: RecvBuf,
+) -> Result<Issued<B>> {
+    let (mut req, c) = request_from::<RecvBuf, B>(Rc::downgrade(w));
+    recv_data(w, desc, buf, RecvDone::Data(c));
+    Ok(match req.take() {
+        Some(r) => Issued::Done(r?),
+        None => Issued::Pending(req),
+    })
+}
+
+/// Fetches `desc`'s data into `buf`, then completes `done` (perhaps before returning).
+pub(crate) fn recv_data(w: &Rc<WorkerInner>, mut desc: AmDataDesc, mut buf: RecvBuf, done: RecvDone) {
     // The descriptor drops with the error: the message is discarded, the sender released.
     let foreign = desc
         .0
         .as_ref()
         .is_some_and(|d| !std::ptr::eq(d.ep.worker.as_ptr(), Rc::as_ptr(w)));
     if foreign {
-        return Err(Error::new(
+        return done.fail(Error::new(
             Status::InvalidParam,
             format!(
                 "ucp: am_recv_data on worker {:#x} of a message another worker received \
@@ -163,41 +188,55 @@ pub(crate) fn recv_data(
             ),
         ));
     }
-    let d = desc.0.take().ok_or_else(|| {
-        Error::new(
+    let Some(d) = desc.0.take() else {
+        return done.fail(Error::new(
             Status::InvalidParam,
             "ucp: am_recv_data: the descriptor was already used",
-        )
-    })?;
-    let ep = d.ep.clone();
-    ep.check_usable()?;
-    // The fetch overwrites the buffer: what it already holds needs no zeroing, only the
-    // bytes it must grow by.
-    buf.truncate(d.total);
-    if buf.try_reserve_exact(d.total - buf.len()).is_err() {
-        send_ats(&ep, d.rndv_id, Status::NoMemory);
-        return Err(Error::new(
-            Status::NoMemory,
-            format!("ucp: am_recv_data: no memory for {} bytes", d.total),
         ));
+    };
+    let ep = d.ep.clone();
+    if let Err(e) = ep.check_usable() {
+        return done.fail(e);
     }
-    buf.resize(d.total, 0);
-    if d.total == 0 {
+    let total = d.total;
+    match &mut buf {
+        // The fetch overwrites the buffer: what it already holds needs no zeroing, only the
+        // bytes it must grow by.
+        RecvBuf::Owned(v) => {
+            v.truncate(total);
+            if v.try_reserve_exact(total - v.len()).is_err() {
+                send_ats(&ep, d.rndv_id, Status::NoMemory);
+                return done.fail(Error::new(
+                    Status::NoMemory,
+                    format!("ucp: am_recv_data: no memory for {total} bytes"),
+                ));
+            }
+            v.resize(total, 0);
+        }
+        lent => {
+            let room = lent.room();
+            if room < total {
+                // Discarded, as a dropped descriptor is: the sender is released.
+                send_ats(&ep, d.rndv_id, Status::Ok);
+                return done.fail(crate::recv_buf::truncated("rendezvous message", total, room));
+            }
+        }
+    }
+    if total == 0 {
         send_ats(&ep, d.rndv_id, Status::Ok);
-        return Ok(Issued::Done(buf));
+        return done.complete(Ok(buf), 0);
     }
-    let (req, c) = request(Rc::downgrade(w));
     let buf = match get_plan(w, &d) {
         Some((lane, rkey)) => {
             let md = &w.ifaces[ep.lanes.lanes[lane].local].md;
-            match uct::Mem::try_register(md, buf, MemAccess::LOCAL_WRITE) {
+            match buf.register(md, MemAccess::LOCAL_WRITE) {
                 Ok(mem) => {
-                    let op = GetOp::new(&ep, &d, lane, rkey, mem, c);
+                    let op = GetOp::new(&ep, &d, lane, rkey, mem, done);
                     ep.queue
                         .borrow_mut()
                         .push_back(SendOp::rndv(super::RndvOp::Get(op)));
                     ep.dispatch();
-                    return Ok(Issued::Pending(req));
+                    return;
                 }
                 Err((e, buf)) => {
                     ucs::debug!("ucp: rendezvous receive without get_zcopy: {e}");
@@ -216,8 +255,9 @@ pub(crate) fn recv_data(
                 ep_id: ep.id.get(),
                 sender: ep.remote.uuid,
                 buf,
+                total,
                 received: 0,
-                done: c,
+                done,
             },
         );
         id
@@ -231,7 +271,6 @@ pub(crate) fn recv_data(
         .borrow_mut()
         .push_back(SendOp::control(am_id::RTR, rtr.encode(), op::Done::Nothing));
     ep.dispatch();
-    Ok(Issued::Pending(req))
 }
 
 /// The lane and unpacked rkey for fetching `d` with `get_zcopy`: a lane of ours to the
@@ -267,7 +306,7 @@ pub(crate) fn on_data(w: &Rc<WorkerInner>, _iface: usize, m: &uct::AmMessage<'_>
         let mut st = w.rndv.borrow_mut();
         match st.recvs.get_mut(&d.recv_id) {
             Some(r) if r.sender == d.worker => {
-                if d.offset != r.received as u64 || r.received + d.data.len() > r.buf.len() {
+                if d.offset != r.received as u64 || r.received + d.data.len() > r.total {
                     Some(Err(Error::new(
                         Status::InvalidParam,
                         format!(
@@ -275,13 +314,13 @@ pub(crate) fn on_data(w: &Rc<WorkerInner>, _iface: usize, m: &uct::AmMessage<'_>
                             d.offset,
                             d.data.len(),
                             r.received,
-                            r.buf.len()
+                            r.total
                         ),
                     )))
                 } else {
-                    r.buf[r.received..r.received + d.data.len()].copy_from_slice(d.data);
+                    r.buf.put(r.received, d.data);
                     r.received += d.data.len();
-                    (r.received == r.buf.len()).then_some(Ok(()))
+                    (r.received == r.total).then_some(Ok(()))
                 }
             }
             _ => {
@@ -307,7 +346,7 @@ pub(crate) fn on_data(w: &Rc<WorkerInner>, _iface: usize, m: &uct::AmMessage<'_>
 pub(crate) fn finish_recv(w: &WorkerInner, recv_id: u64, r: Result<()>) {
     let s = w.rndv.borrow_mut().recvs.remove(&recv_id);
     if let Some(s) = s {
-        s.done.complete(r.map(|_| s.buf));
+        s.done.complete(r.map(|_| s.buf), s.total);
     }
 }
 
@@ -316,8 +355,9 @@ struct GetState {
     /// Bytes not fetched yet (issued or not).
     remaining: Cell<usize>,
     error: RefCell<Option<Error>>,
-    mem: RefCell<Option<uct::Mem>>,
-    done: RefCell<Option<Completer<Vec<u8>>>>,
+    mem: RefCell<Option<RegisteredBuf>>,
+    total: usize,
+    done: RefCell<Option<RecvDone>>,
     ep: Weak<EpInner>,
     rndv_id: u64,
 }
@@ -334,20 +374,17 @@ impl GetState {
         let Some(c) = self.done.borrow_mut().take() else {
             return;
         };
-        let buf = self
-            .mem
-            .borrow_mut()
-            .take()
-            .map(|m| m.into_vec().unwrap_or_else(|m| m.to_vec()))
-            .unwrap_or_default();
+        let buf = self.mem.borrow_mut().take().map(RegisteredBuf::unregister);
         let err = self.error.borrow_mut().take();
         if let Some(ep) = self.ep.upgrade() {
             send_ats(&ep, self.rndv_id, err.as_ref().map_or(Status::Ok, |e| e.status()));
         }
-        c.complete(match err {
-            None => Ok(buf),
-            Some(e) => Err(e.context_with("ucp: fetching a rendezvous message")),
-        });
+        let r = match (err, buf) {
+            (None, Some(buf)) => buf,
+            (Some(e), _) => Err(e.context_with("ucp: fetching a rendezvous message")),
+            (None, None) => Err(Error::new(Status::IoError, "ucp: a fetch lost its buffer")),
+        };
+        c.complete(r, self.total);
     }
 }
 
@@ -367,8 +404,8 @@ impl GetOp {
         d: &Desc,
         lane: usize,
         rkey: uct::Rkey,
-        mem: uct::Mem,
-        c: Completer<Vec<u8>>,
+        mem: RegisteredBuf,
+        c: RecvDone,
     ) -> GetOp {
         GetOp {
             lane,
@@ -380,6 +417,7 @@ impl GetOp {
                 remaining: Cell::new(d.total),
                 error: RefCell::new(None),
                 mem: RefCell::new(Some(mem)),
+                total: d.total,
                 done: RefCell::new(Some(c)),
                 ep: Rc::downgrade(ep),
                 rndv_id: d.rndv_id,

@@ -6,8 +6,10 @@
 //! RTS) travels in order on the endpoint's AM lane and is matched on arrival.
 //!
 //! Receive buffers: `tag_recv(tag, mask, buf)` accepts up to `buf.len()` bytes and hands the
-//! buffer back holding the message (its length is the message's). A longer message completes
-//! the receive with `MessageTruncated` and nothing is written past the buffer.
+//! buffer back holding the message (its length is the message's); `tag_recv_into` lands the
+//! message in memory the application lends (any [`uct::LentBytesMut`]), not zeroed first, and
+//! hands it back whole. A longer message completes the receive with `MessageTruncated` and
+//! nothing is written past the buffer.
 
 pub mod matcher;
 pub(crate) mod recv;
@@ -17,9 +19,10 @@ pub(crate) mod wire;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use ucs::{Error, Result, Status};
+use ucs::{Error, Result};
 
-use crate::request::Completer;
+use crate::recv_buf::{Received, RecvBuf};
+use crate::request::{Completer, CompleterFrom};
 use crate::rndv::AmDataDesc;
 use crate::worker::WorkerInner;
 use matcher::Matcher;
@@ -27,14 +30,28 @@ use wire::SyncFrom;
 
 pub(crate) use recv::{on_eager, on_first, on_middle, on_rts, on_sync, on_sync_ack};
 
-/// A completed tag receive: the sender's tag and the message (the receive buffer, holding
-/// exactly the message).
+/// A completed tag receive: the sender's tag, the message's length and the receive buffer
+/// holding the message. [`crate::Worker::tag_recv`]'s `Vec` is cut to the message;
+/// [`crate::Worker::tag_recv_into`]'s lent buffer `B` comes back whole, only its first
+/// `length` bytes written.
 #[derive(Debug, PartialEq, Eq)]
-pub struct TagRecvd {
+pub struct TagRecvd<B = Vec<u8>> {
     /// The tag the sender gave.
     pub tag: u64,
-    /// The message: the receive buffer, cut to the message's length.
-    pub data: Vec<u8>,
+    /// The message's length in bytes.
+    pub length: usize,
+    /// The receive buffer, holding the message in its first `length` bytes.
+    pub data: B,
+}
+
+impl<B: 'static> crate::request::FromRecv<Received> for TagRecvd<B> {
+    fn from_recv(r: Received) -> Result<Self> {
+        Ok(TagRecvd {
+            tag: r.tag,
+            length: r.length,
+            data: r.buf.into_lent()?,
+        })
+    }
 }
 
 /// What a probe saw: the sender's tag and the message's length.
@@ -79,53 +96,42 @@ pub struct TagProbe {
 
 /// A posted receive.
 pub(crate) struct Posted {
-    buf: Vec<u8>,
-    done: Completer<TagRecvd>,
+    buf: RecvBuf,
+    done: CompleterFrom<Received>,
 }
 
 impl Posted {
-    /// Copies `bytes` to `offset`, never past the buffer.
-    fn put(&mut self, offset: usize, bytes: &[u8]) {
-        if offset < self.buf.len() {
-            let n = bytes.len().min(self.buf.len() - offset);
-            self.buf[offset..offset + n].copy_from_slice(&bytes[..n]);
-        }
-    }
-
-    /// Copies `m` from `at` on to `offset`, never past the buffer (the one copy of a message
-    /// that may lie in shared memory).
-    fn put_msg(&mut self, offset: usize, m: &uct::AmMessage<'_>, at: usize) {
-        if offset < self.buf.len() {
-            m.copy_to(at, &mut self.buf[offset..]);
-        }
-    }
-
     /// Completes with a `total`-byte message (all of it arrived).
     fn complete(self, tag: u64, total: usize) {
         let Posted { mut buf, done } = self;
-        if total > buf.len() {
-            return done.complete(Err(truncated(total, buf.len())));
+        let room = buf.room();
+        if total > room {
+            return done.complete(Err(truncated(total, room)));
         }
-        buf.truncate(total);
-        done.complete(Ok(TagRecvd { tag, data: buf }));
+        done.complete(Ok(Received {
+            tag,
+            length: total,
+            buf: buf.holding(total),
+        }));
     }
 }
 
-/// A whole message received into `buf`: the buffer holding exactly it, or `MessageTruncated`.
-fn receive_whole(mut buf: Vec<u8>, tag: u64, data: &[u8]) -> Result<TagRecvd> {
-    if data.len() > buf.len() {
-        return Err(truncated(data.len(), buf.len()));
+/// A whole message received into `buf`: the buffer holding it, or `MessageTruncated`.
+fn receive_whole(mut buf: RecvBuf, tag: u64, data: &[u8]) -> Result<Received> {
+    let room = buf.room();
+    if data.len() > room {
+        return Err(truncated(data.len(), room));
     }
-    buf.truncate(data.len());
-    buf.copy_from_slice(data);
-    Ok(TagRecvd { tag, data: buf })
+    buf.put(0, data);
+    Ok(Received {
+        tag,
+        length: data.len(),
+        buf: buf.holding(data.len()),
+    })
 }
 
 fn truncated(total: usize, room: usize) -> Error {
-    Error::new(
-        Status::MessageTruncated,
-        format!("ucp: a {total}-byte tag message for a {room}-byte receive buffer"),
-    )
+    crate::recv_buf::truncated("tag message", total, room)
 }
 
 /// Where an eager message's bytes go.

@@ -11,7 +11,9 @@ use super::wire::{self, SyncFrom};
 use super::{receive_whole, truncated, Incoming, Posted, TagInfo, TagMsg, TagProbe, TagRecvd, Target, Unexp};
 use crate::am::MAX_MESSAGE;
 use crate::proto::op::{Done, SendOp};
-use crate::request::{request, Issued};
+use crate::recv_buf::{Received, RecvBuf, RecvDone};
+use crate::request::FromRecv;
+use crate::request::{request_from, Issued};
 use crate::worker::{Worker, WorkerInner};
 
 use crate::wire::violation;
@@ -47,7 +49,7 @@ fn on_whole(w: &Rc<WorkerInner>, tag: u64, m: &AmMessage<'_>, at: usize, sync: O
             if let Some(from) = sync {
                 ack(w, from);
             }
-            p.put_msg(0, m, at);
+            p.buf.put_msg(0, m, at);
             p.complete(tag, m.len() - at);
         }
         None => {
@@ -107,7 +109,7 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
             if let Some(from) = f.sync_from() {
                 ack(w, from);
             }
-            p.put_msg(0, m, wire::FIRST_LEN);
+            p.buf.put_msg(0, m, wire::FIRST_LEN);
             Target::Posted(p)
         }
         None => {
@@ -196,7 +198,7 @@ pub(crate) fn on_middle(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
         }
         let at = i.received;
         match &mut i.target {
-            Target::Posted(p) => p.put_msg(at, m, MIDDLE_PREFIX_LEN),
+            Target::Posted(p) => p.buf.put_msg(at, m, MIDDLE_PREFIX_LEN),
             Target::Unexp(v) => m.extend_vec(MIDDLE_PREFIX_LEN, v),
             Target::Gone => {}
         }
@@ -257,7 +259,7 @@ fn bind(w: &Rc<WorkerInner>, tag: u64, msg: Unexp, mut p: Posted) {
                     ack(w, from);
                 }
                 if let Target::Unexp(v) = std::mem::replace(&mut i.target, Target::Gone) {
-                    p.put(0, &v);
+                    p.buf.put(0, &v);
                 }
                 i.target = Target::Posted(p);
                 i.received == i.total
@@ -268,33 +270,63 @@ fn bind(w: &Rc<WorkerInner>, tag: u64, msg: Unexp, mut p: Posted) {
         }
         Unexp::Rndv(desc) => {
             let total = desc.len();
-            if total > p.buf.len() {
+            let room = p.buf.room();
+            if total > room {
                 // The sender is released (its data is not wanted whole).
                 drop(desc);
-                return p.done.complete(Err(truncated(total, p.buf.len())));
+                return p.done.complete(Err(truncated(total, room)));
             }
             let Posted { buf, done } = p;
-            match crate::rndv::recv_data(w, desc, buf) {
-                Ok(Issued::Done(data)) => done.complete(Ok(TagRecvd { tag, data })),
-                Ok(Issued::Pending(r)) => {
-                    r.on_complete(move |res| done.complete(res.map(|data| TagRecvd { tag, data })))
-                }
-                Err(e) => done.complete(Err(e)),
-            }
+            crate::rndv::recv_data(w, desc, buf, RecvDone::Tag(tag, done));
         }
     }
 }
 
 /// Posts a receive into `buf` for `(tag, mask)`: its request, cancellable until matched.
 #[inline]
-fn post(w: &Rc<WorkerInner>, tag: u64, mask: u64, buf: Vec<u8>) -> crate::Request<TagRecvd> {
-    let (req, done) = request(Rc::downgrade(w));
+fn post<B: 'static>(w: &Rc<WorkerInner>, tag: u64, mask: u64, buf: RecvBuf) -> crate::Request<TagRecvd<B>> {
+    let (req, done) = request_from::<Received, TagRecvd<B>>(Rc::downgrade(w));
     let id = w.tag.borrow_mut().matcher.post(tag, mask, Posted { buf, done });
     req.set_cancel(crate::request::Cancel {
         worker: Rc::downgrade(w),
         id,
     });
     req
+}
+
+/// A receive into `buf` ([`Worker::tag_recv`], [`Worker::tag_recv_into`]).
+fn recv<B: 'static>(w: &Rc<WorkerInner>, tag: u64, mask: u64, buf: RecvBuf) -> Result<Issued<TagRecvd<B>>> {
+    if w.tag.borrow().matcher.unexpected_len() == 0 {
+        // Nothing arrived unasked (the usual case): post at once.
+        return Ok(Issued::Pending(post(w, tag, mask, buf)));
+    }
+    let found = w.tag.borrow_mut().matcher.take_unexpected(tag, mask);
+    // A whole message already here: copied out, no request needed.
+    let found = match found {
+        Some((t, Unexp::Whole(data, sync))) => {
+            if let Some(from) = sync {
+                ack(w, from);
+            }
+            return receive_whole(buf, t, &data)
+                .and_then(TagRecvd::from_recv)
+                .map(Issued::Done);
+        }
+        other => other,
+    };
+    let Some((t, msg)) = found else {
+        return Ok(Issued::Pending(post(w, tag, mask, buf)));
+    };
+    bound(w, t, msg, buf)
+}
+
+/// Message `msg` received into `buf`: done at once, or its request.
+fn bound<B: 'static>(w: &Rc<WorkerInner>, tag: u64, msg: Unexp, buf: RecvBuf) -> Result<Issued<TagRecvd<B>>> {
+    let (mut req, c) = request_from::<Received, TagRecvd<B>>(Rc::downgrade(w));
+    bind(w, tag, msg, Posted { buf, done: c });
+    Ok(match req.take() {
+        Some(r) => Issued::Done(r?),
+        None => Issued::Pending(req),
+    })
 }
 
 /// Withdraws posted receive `c.id` if no message matched it yet ([`Request::cancel`]).
@@ -315,34 +347,97 @@ impl Worker {
     /// back holding the message. The oldest matching message that already arrived is taken;
     /// else the receive waits for one (`Request::cancel` withdraws it until then).
     pub fn tag_recv(&self, tag: u64, mask: u64, buf: Vec<u8>) -> Result<Issued<TagRecvd>> {
-        let w = &self.inner;
-        w.ctx
+        self.inner
+            .ctx
             .features()
             .require(crate::Features::TAG, "Worker::tag_recv")?;
-        if w.tag.borrow().matcher.unexpected_len() == 0 {
-            // Nothing arrived unasked (the usual case): post at once.
-            return Ok(Issued::Pending(post(w, tag, mask, buf)));
-        }
-        let found = w.tag.borrow_mut().matcher.take_unexpected(tag, mask);
-        // A whole message already here: copied out, no request needed.
-        let found = match found {
-            Some((t, Unexp::Whole(data, sync))) => {
-                if let Some(from) = sync {
-                    ack(w, from);
-                }
-                return receive_whole(buf, t, &data).map(Issued::Done);
-            }
-            other => other,
+        recv(&self.inner, tag, mask, RecvBuf::Owned(buf))
+    }
+
+    /// [`Worker::tag_recv`] into memory the application lends (a `Vec`, a boxed slice, or
+    /// its own [`uct::LentBytesMut`] type): the message lands in its first bytes, in place,
+    /// with no zeroing and no reallocation, and the buffer comes back whole with the
+    /// message's length ([`TagRecvd::length`]); the bytes after it keep what they held. One
+    /// buffer can so serve receive after receive. A message longer than the buffer fails the
+    /// receive with `MessageTruncated` (the buffer is dropped with the error).
+    ///
+    /// ```
+    /// use ucp::{Context, Features, Worker};
+    ///
+    /// let uct = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
+    /// let ctx = Context::builder(uct).features(Features::TAG).build()?;
+    /// let worker = Worker::new(&ctx)?;
+    /// let ep = worker.connect(worker.address())?;
+    ///
+    /// let mut buf = vec![b'.'; 8];
+    /// for msg in [&b"hello"[..], b"hi"] {
+    ///     ep.tag_send(7, msg)?.wait(&worker)?;
+    ///     let got = worker.tag_recv_into(7, u64::MAX, buf)?.wait(&worker)?;
+    ///     assert_eq!(&got.data[..got.length], msg);
+    ///     buf = got.data; // the same 8 bytes, reused
+    /// }
+    /// assert_eq!(buf, b"hillo...");
+    /// # Ok::<(), ucp::Error>(())
+    /// ```
+    pub fn tag_recv_into<B: uct::LentBytesMut>(
+        &self,
+        tag: u64,
+        mask: u64,
+        buf: B,
+    ) -> Result<Issued<TagRecvd<B>>> {
+        self.inner
+            .ctx
+            .features()
+            .require(crate::Features::TAG, "Worker::tag_recv_into")?;
+        recv(&self.inner, tag, mask, RecvBuf::lend(buf))
+    }
+
+    /// [`Worker::tag_recv`] into `len` bytes at `offset` of memory this worker mapped
+    /// ([`Worker::mem_map`], [`Worker::mem_alloc`]): eager data is copied in, a rendezvous
+    /// message is fetched straight into it through the registrations it already has (no
+    /// registration per receive). Nothing is lent as a reference, so several receives may
+    /// target the same bytes at once (as `ucx_perftest` posts a window of receives into one
+    /// buffer); the bytes then hold whichever message wrote last. The request's
+    /// [`TagRecvd::data`] is a clone of the handle. `OutOfRange` outside the region,
+    /// `InvalidParam` for memory another worker mapped.
+    ///
+    /// ```
+    /// use ucp::{Context, Features, Worker};
+    ///
+    /// let uct = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
+    /// let ctx = Context::builder(uct).features(Features::TAG).build()?;
+    /// let worker = Worker::new(&ctx)?;
+    /// let ep = worker.connect(worker.address())?;
+    ///
+    /// let mem = worker.mem_alloc(64)?;
+    /// let r = worker.tag_recv_mapped(3, u64::MAX, &mem, 8, 16)?;
+    /// ep.tag_send(3, b"mapped")?.wait(&worker)?;
+    /// let got = r.wait(&worker)?;
+    /// assert_eq!(got.length, 6);
+    /// let mut out = [0u8; 6];
+    /// mem.read(8, &mut out)?;
+    /// assert_eq!(&out, b"mapped");
+    /// # Ok::<(), ucp::Error>(())
+    /// ```
+    pub fn tag_recv_mapped(
+        &self,
+        tag: u64,
+        mask: u64,
+        mem: &crate::MemHandle,
+        offset: usize,
+        len: usize,
+    ) -> Result<Issued<TagRecvd<crate::MemHandle>>> {
+        self.inner
+            .ctx
+            .features()
+            .require(crate::Features::TAG, "Worker::tag_recv_mapped")?;
+        mem.check_recv(&self.inner, offset, len)?;
+        let buf = RecvBuf::Mapped {
+            mem: mem.clone(),
+            offset,
+            len,
         };
-        let Some((t, msg)) = found else {
-            return Ok(Issued::Pending(post(w, tag, mask, buf)));
-        };
-        let (mut req, c) = request(Rc::downgrade(w));
-        bind(w, t, msg, Posted { buf, done: c });
-        Ok(match req.take() {
-            Some(r) => Issued::Done(r?),
-            None => Issued::Pending(req),
-        })
+        recv(&self.inner, tag, mask, buf)
     }
 
     /// Looks for an arrived message matching `(tag, mask)` without receiving it (progress is
@@ -385,24 +480,29 @@ impl Worker {
     /// Receives a message a probe removed into `buf` (as [`Worker::tag_recv`]).
     /// `InvalidParam` (the message discarded) when another worker's probe removed it.
     pub fn tag_msg_recv(&self, msg: TagMsg, buf: Vec<u8>) -> Result<Issued<TagRecvd>> {
-        self.inner
-            .ctx
-            .features()
-            .require(crate::Features::TAG, "Worker::tag_msg_recv")?;
+        self.msg_recv(msg, RecvBuf::Owned(buf), "Worker::tag_msg_recv")
+    }
+
+    /// [`Worker::tag_msg_recv`] into lent memory (as [`Worker::tag_recv_into`]).
+    pub fn tag_msg_recv_into<B: uct::LentBytesMut>(
+        &self,
+        msg: TagMsg,
+        buf: B,
+    ) -> Result<Issued<TagRecvd<B>>> {
+        self.msg_recv(msg, RecvBuf::lend(buf), "Worker::tag_msg_recv_into")
+    }
+
+    fn msg_recv<B: 'static>(&self, msg: TagMsg, buf: RecvBuf, what: &str) -> Result<Issued<TagRecvd<B>>> {
+        self.inner.ctx.features().require(crate::Features::TAG, what)?;
         if msg.worker != self.inner.uuid {
             return Err(Error::new(
                 Status::InvalidParam,
                 format!(
-                    "ucp: tag_msg_recv on worker {:#x} of a message worker {:#x} received",
+                    "ucp: {what} on worker {:#x} of a message worker {:#x} received",
                     self.inner.uuid, msg.worker
                 ),
             ));
         }
-        let (mut req, c) = request(Rc::downgrade(&self.inner));
-        bind(&self.inner, msg.info.tag, msg.msg, Posted { buf, done: c });
-        Ok(match req.take() {
-            Some(r) => Issued::Done(r?),
-            None => Issued::Pending(req),
-        })
+        bound(&self.inner, msg.info.tag, msg.msg, buf)
     }
 }
