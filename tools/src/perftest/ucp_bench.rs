@@ -84,6 +84,13 @@ pub struct UcpBench {
     lent: std::sync::Arc<[u8]>,
     /// A spare receive buffer (tag and stream receives hand theirs back).
     rbuf: Option<Vec<u8>>,
+    /// The tag bandwidth tests' one receive buffer, mapped: every receive of the `-O` window
+    /// lands in it (as ucx_perftest's all use one buffer). `None` where no transport maps
+    /// memory (or for empty messages): then receives take owned buffers, handed back and
+    /// reused. Latency tests reuse one owned buffer.
+    rmem: Option<ucp::MemHandle>,
+    /// Owned tag receive buffers handed back (without `rmem`).
+    spare: Vec<Vec<u8>>,
     /// AM arrivals (eager, or rendezvous fetched), and payloads that failed `-V`.
     am_count: Rc<Cell<u64>>,
     /// AM arrivals waited for so far, over all runs (a message may arrive during the barrier
@@ -95,6 +102,33 @@ pub struct UcpBench {
     rma: Option<Rma>,
     /// Ends every wait once the peer is gone.
     watch: PeerWatch,
+}
+
+/// A posted tag receive, into the mapped buffer or an owned one.
+enum RecvReq {
+    Mapped(Request<ucp::TagRecvd<ucp::MemHandle>>),
+    Owned(Request<ucp::TagRecvd>),
+}
+
+impl RecvReq {
+    fn take(&mut self) -> Option<Result<Got>> {
+        match self {
+            RecvReq::Mapped(q) => q.take().map(|r| r.map(|g| Got::Mapped(g.length))),
+            RecvReq::Owned(q) => q.take().map(|r| r.map(|g| Got::Owned(g.data))),
+        }
+    }
+}
+
+/// A finished tag receive: the length landed in the mapped buffer, or the owned buffer.
+enum Got {
+    Mapped(usize),
+    Owned(Vec<u8>),
+}
+
+/// A tag receive just posted.
+enum Posting {
+    Done(Got),
+    Pending(RecvReq),
 }
 
 fn pattern(i: usize) -> u8 {
@@ -146,6 +180,10 @@ impl UcpBench {
         if op == Op::Am {
             install_am_handler(&worker, len, p.validate, &am_count, &bad)?;
         }
+        let rmem = match op {
+            Op::Tag | Op::TagSync if len > 0 => worker.mem_alloc(len).ok(),
+            _ => None,
+        };
         let b = UcpBench {
             op,
             worker,
@@ -156,6 +194,8 @@ impl UcpBench {
             sbuf: (0..len).map(pattern).collect(),
             lent: (0..len).map(pattern).collect(),
             rbuf: Some(vec![0; len]),
+            rmem,
+            spare: Vec::new(),
             am_count,
             am_seen: 0,
             bad,
@@ -275,6 +315,67 @@ impl UcpBench {
         }
     }
 
+    /// Posts one tag receive: into the mapped buffer when `window` receives are posted at once
+    /// (they all share it) and messages are of at least [`OWNED_MIN`] bytes (where `-O`
+    /// buffers of their own would crowd the caches), else into `spare`'s last buffer (or a
+    /// new one): the cheaper path for small messages, and one receive at a time reuses one.
+    fn post_tag(&self, spare: &mut Vec<Vec<u8>>, window: bool) -> Result<Posting> {
+        let shared = window && self.len >= OWNED_MIN;
+        Ok(match self.rmem.as_ref().filter(|_| shared) {
+            Some(m) => match self.worker.tag_recv_mapped(TAG, u64::MAX, m, 0, self.len)? {
+                Issued::Done(got) => Posting::Done(Got::Mapped(got.length)),
+                Issued::Pending(q) => Posting::Pending(RecvReq::Mapped(q)),
+            },
+            None => {
+                let buf = spare.pop().unwrap_or_else(|| vec![0; self.len]);
+                match self.worker.tag_recv(TAG, u64::MAX, buf)? {
+                    Issued::Done(got) => Posting::Done(Got::Owned(got.data)),
+                    Issued::Pending(q) => Posting::Pending(RecvReq::Owned(q)),
+                }
+            }
+        })
+    }
+
+    /// A finished receive: checked (`-V`), its owned buffer back to `spare`.
+    fn received(&self, got: Got, spare: &mut Vec<Vec<u8>>) {
+        match got {
+            Got::Owned(v) => {
+                self.check(&v);
+                spare.push(v);
+            }
+            Got::Mapped(n) if self.validate => {
+                let mut v = vec![0; n];
+                match self.rmem.as_ref().map(|m| m.read(0, &mut v)) {
+                    Some(Ok(())) => self.check(&v),
+                    _ => self.bad.set(self.bad.get() + 1),
+                }
+            }
+            Got::Mapped(n) => {
+                if n != self.len {
+                    self.bad.set(self.bad.get() + 1);
+                }
+            }
+        }
+    }
+
+    /// One tag receive, waited for.
+    fn tag_recv_wait(&mut self) -> Result<()> {
+        // Taken and put back: no allocation.
+        let mut spare = std::mem::take(&mut self.spare);
+        let got = match self.post_tag(&mut spare, false)? {
+            Posting::Done(g) => g,
+            Posting::Pending(mut q) => loop {
+                if let Some(r) = q.take() {
+                    break r?;
+                }
+                self.turn()?;
+            },
+        };
+        self.received(got, &mut spare);
+        self.spare = spare;
+        Ok(())
+    }
+
     fn check(&self, data: &[u8]) {
         if self.validate && (data.len() != self.len || data.iter().enumerate().any(|(i, &b)| b != pattern(i)))
         {
@@ -285,12 +386,7 @@ impl UcpBench {
     /// Receives one whole message.
     fn recv_wait(&mut self) -> Result<()> {
         match self.op {
-            Op::Tag | Op::TagSync => {
-                let buf = self.rbuf.take().unwrap_or_else(|| vec![0; self.len]);
-                let got = self.wait(self.worker.tag_recv(TAG, u64::MAX, buf))?;
-                self.check(&got.data);
-                self.rbuf = Some(got.data);
-            }
+            Op::Tag | Op::TagSync => self.tag_recv_wait()?,
             Op::Am => {
                 self.am_seen += 1;
                 while self.am_count.get() < self.am_seen {
@@ -351,28 +447,25 @@ impl UcpBench {
         let len = self.len as u64;
         match self.op {
             Op::Tag | Op::TagSync => {
-                let mut posted: VecDeque<Request<ucp::TagRecvd>> = VecDeque::new();
+                let mut posted: VecDeque<RecvReq> = VecDeque::new();
                 let mut spare: Vec<Vec<u8>> = Vec::new();
                 let mut issued = 0u64;
                 while !perf.done() {
                     while posted.len() < self.window && issued < perf.max_iter() {
-                        let buf = spare.pop().unwrap_or_else(|| vec![0; self.len]);
                         issued += 1;
-                        match self.worker.tag_recv(TAG, u64::MAX, buf)? {
-                            Issued::Done(got) => {
-                                self.check(&got.data);
-                                spare.push(got.data);
+                        match self.post_tag(&mut spare, true)? {
+                            Posting::Done(got) => {
+                                self.received(got, &mut spare);
                                 perf.update(1, len);
                             }
-                            Issued::Pending(q) => posted.push_back(q),
+                            Posting::Pending(q) => posted.push_back(q),
                         }
                     }
                     self.turn()?;
                     while let Some(q) = posted.front_mut() {
                         let Some(r) = q.take() else { break };
                         let got = r?;
-                        self.check(&got.data);
-                        spare.push(got.data);
+                        self.received(got, &mut spare);
                         posted.pop_front();
                         perf.update(1, len);
                     }
@@ -404,12 +497,20 @@ impl UcpBench {
         // first for tags, so that the send can complete.
         match self.op {
             Op::Tag | Op::TagSync => {
-                let buf = self.rbuf.take().unwrap_or_else(|| vec![0; self.len]);
-                let r = self.worker.tag_recv(TAG, u64::MAX, buf)?;
+                let mut spare = std::mem::take(&mut self.spare);
+                let posted = self.post_tag(&mut spare, false)?;
                 self.send_wait()?;
-                let got = self.wait(Ok(r))?;
-                self.check(&got.data);
-                self.rbuf = Some(got.data);
+                let got = match posted {
+                    Posting::Done(g) => g,
+                    Posting::Pending(mut q) => loop {
+                        if let Some(r) = q.take() {
+                            break r?;
+                        }
+                        self.turn()?;
+                    },
+                };
+                self.received(got, &mut spare);
+                self.spare = spare;
                 Ok(())
             }
             _ => {
