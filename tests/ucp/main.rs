@@ -6,6 +6,7 @@ mod am;
 mod am_handler;
 mod atomic;
 mod copies;
+mod datatype;
 mod features;
 mod harness;
 mod hostile;

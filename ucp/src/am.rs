@@ -583,6 +583,48 @@ impl Ep {
         send(ep, &message(id, header, flags), data)
     }
 
+    /// Sends active message `id` with the io-vector `segments` as its data (gathered at the
+    /// call, as [`Ep::tag_send_iov`]).
+    pub fn am_send_iov(
+        &self,
+        id: u16,
+        header: &[u8],
+        segments: &[&[u8]],
+        flags: AmFlags,
+    ) -> Result<Issued<()>> {
+        let data = crate::datatype::gather(segments)?;
+        self.am_send_staged(id, header, data, flags, "Ep::am_send_iov")
+    }
+
+    /// Sends active message `id` with what `pack` packs as its data (packed at the call, as
+    /// [`Ep::tag_send_packed`]).
+    pub fn am_send_packed(
+        &self,
+        id: u16,
+        header: &[u8],
+        pack: &mut dyn crate::Pack,
+        flags: AmFlags,
+    ) -> Result<Issued<()>> {
+        let data = crate::datatype::pack_all(pack)?;
+        self.am_send_staged(id, header, data, flags, "Ep::am_send_packed")
+    }
+
+    fn am_send_staged(
+        &self,
+        id: u16,
+        header: &[u8],
+        data: Vec<u8>,
+        flags: AmFlags,
+        what: &'static str,
+    ) -> Result<Issued<()>> {
+        check_flags(flags)?;
+        let Some(ep) = self.live(crate::Features::AM, what)? else {
+            let header = header.to_vec();
+            return self.defer(move |e| e.am_send_staged(id, &header, data, flags, what));
+        };
+        send(ep, &message(id, header, flags), crate::proto::send::Staged(data))
+    }
+
     /// Sends active message `id` from a buffer the caller lends until the send finished:
     /// read in place (zero-copy where the lane allows, from the zcopy threshold up; a
     /// rendezvous registers it for the peer), and given back, as the same value, with the

@@ -22,6 +22,7 @@ pub mod config;
 mod context;
 mod ep;
 // Fuzz bodies for the cargo-fuzz crate (`fuzz/`), not API: hidden from the docs.
+mod datatype;
 #[cfg(any(test, feature = "fuzz"))]
 #[doc(hidden)]
 pub mod fuzz;
@@ -48,6 +49,7 @@ pub use am::{AmData, AmFlags, AmHandlerFlags, AmMsg, AmProto};
 pub use am_stream::{AmMessage, AmStream};
 pub use cm::{ConnRequest, Listener, ListenerParams};
 pub use context::{Context, ContextBuilder, Features};
+pub use datatype::{Pack, Unpack};
 pub use ep::{CloseMode, Ep, EpParams, ErrMode};
 pub use request::{Issued, Request};
 pub use rma::{AtomicOp, AtomicWidth, MemHandle, RemoteKey, RmaProto};

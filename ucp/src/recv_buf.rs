@@ -8,6 +8,7 @@ use std::any::Any;
 use ucs::{Error, Result, Status};
 use uct::{AmMessage, LentBytesMut};
 
+use crate::datatype::{scatter, ErasedUnpack, IovSegments, Unpack};
 use crate::request::{CompleterFrom, FromRecv};
 
 /// A lent buffer of any type (erased so that one matcher and one rendezvous path hold them all).
@@ -38,6 +39,14 @@ pub(crate) enum RecvBuf {
         offset: usize,
         len: usize,
     },
+    /// A lent scatter-gather list, filled in order (`room`: its total length).
+    Iov { segs: Box<dyn IovSegments>, room: usize },
+    /// A generic datatype's unpacker (`error`: the first its `unpack` returned).
+    Unpack {
+        u: Box<dyn ErasedUnpack>,
+        room: usize,
+        error: Option<Error>,
+    },
 }
 
 impl RecvBuf {
@@ -55,12 +64,35 @@ impl RecvBuf {
         }
     }
 
-    /// The bytes a message may fill (`None` for mapped memory, written only by copy).
+    /// The application's scatter-gather list `segs`, lent.
+    pub fn iov<B: LentBytesMut>(segs: Vec<B>) -> RecvBuf {
+        let mut segs: Box<dyn IovSegments> = Box::new(segs);
+        let room = crate::datatype::iov_room(&mut *segs);
+        RecvBuf::Iov { segs, room }
+    }
+
+    /// The application's unpacker `u`.
+    pub fn unpack<U: Unpack>(u: U) -> RecvBuf {
+        let room = u.packed_size();
+        RecvBuf::Unpack {
+            u: Box::new(u),
+            room,
+            error: None,
+        }
+    }
+
+    /// True where a fetch can write the bytes in place (one contiguous buffer).
+    fn contiguous(&self) -> bool {
+        !matches!(self, RecvBuf::Iov { .. } | RecvBuf::Unpack { .. })
+    }
+
+    /// The bytes a message may fill (`None` for mapped memory, written only by copy, and for
+    /// the non-contiguous kinds).
     fn bytes_mut(&mut self) -> Option<&mut [u8]> {
         match self {
             RecvBuf::Owned(v) | RecvBuf::LentVec(v) => Some(v),
             RecvBuf::Lent(b) => Some(b.lent_bytes_mut()),
-            RecvBuf::Mapped { .. } => None,
+            RecvBuf::Mapped { .. } | RecvBuf::Iov { .. } | RecvBuf::Unpack { .. } => None,
         }
     }
 
@@ -68,6 +100,7 @@ impl RecvBuf {
     pub fn room(&mut self) -> usize {
         match self {
             RecvBuf::Mapped { len, .. } => *len,
+            RecvBuf::Iov { room, .. } | RecvBuf::Unpack { room, .. } => *room,
             b => b.bytes_mut().map_or(0, |b| b.len()),
         }
     }
@@ -85,6 +118,16 @@ impl RecvBuf {
             } => {
                 // In range: checked when the receive was posted.
                 let _ = mem.write(*base + offset, bytes);
+            }
+            RecvBuf::Iov { segs, .. } => scatter(&mut **segs, offset, bytes.len(), |part, from| {
+                part.copy_from_slice(&bytes[from - offset..from - offset + part.len()])
+            }),
+            RecvBuf::Unpack { u, error, .. } => {
+                if error.is_none() {
+                    if let Err(e) = u.unpack(offset, bytes) {
+                        *error = Some(e.context_with("ucp: the receive's Unpack::unpack"));
+                    }
+                }
             }
             b => {
                 if let Some(b) = b.bytes_mut() {
@@ -105,6 +148,19 @@ impl RecvBuf {
             RecvBuf::Mapped {
                 mem, offset: base, ..
             } => mem.write_msg(*base + offset, m, at, room - offset),
+            RecvBuf::Iov { segs, .. } => {
+                let n = m.len().saturating_sub(at).min(room - offset);
+                scatter(&mut **segs, offset, n, |part, from| {
+                    m.copy_to(at + from - offset, part);
+                })
+            }
+            RecvBuf::Unpack { .. } => {
+                // The unpacker takes a slice: a message in shared memory is first copied into
+                // the handler's reused staging buffer (`data`).
+                let n = m.len().saturating_sub(at).min(room - offset);
+                let d = m.data();
+                self.put(offset, &d[at..at + n]);
+            }
             b => {
                 if let Some(b) = b.bytes_mut() {
                     m.copy_to(at, &mut b[offset..]);
@@ -113,12 +169,19 @@ impl RecvBuf {
         }
     }
 
-    /// The buffer holding a `total`-byte message: an owned one cut to it.
-    pub fn holding(mut self, total: usize) -> RecvBuf {
-        if let RecvBuf::Owned(v) = &mut self {
-            v.truncate(total);
+    /// The buffer holding a `total`-byte message: an owned one cut to it; the error an
+    /// unpacker returned, if it did.
+    pub fn holding(mut self, total: usize) -> Result<RecvBuf> {
+        match &mut self {
+            RecvBuf::Owned(v) => v.truncate(total),
+            RecvBuf::Unpack { error, .. } => {
+                if let Some(e) = error.take() {
+                    return Err(e);
+                }
+            }
+            _ => {}
         }
-        self
+        Ok(self)
     }
 
     /// The buffer back as the type it was given as.
@@ -131,6 +194,8 @@ impl RecvBuf {
                     .and_then(Option::take)
             }
             RecvBuf::Lent(b) => <dyn ErasedLentMut>::into_any(b).downcast::<B>().ok().map(|b| *b),
+            RecvBuf::Iov { segs, .. } => segs.into_any().downcast::<B>().ok().map(|b| *b),
+            RecvBuf::Unpack { u, .. } => <dyn ErasedUnpack>::into_any(u).downcast::<B>().ok().map(|b| *b),
             RecvBuf::Mapped { mem, .. } => {
                 let mut slot = Some(mem);
                 (&mut slot as &mut dyn Any)
@@ -180,6 +245,13 @@ impl RecvBuf {
         access: uct::MemAccess,
     ) -> std::result::Result<RegisteredBuf, (Error, RecvBuf)> {
         let reg = |mem, kind| RegisteredBuf { mem, base: 0, kind };
+        if !self.contiguous() {
+            let e = Error::new(
+                Status::Unsupported,
+                "a non-contiguous receive is not fetched in place",
+            );
+            return Err((e, self));
+        }
         match self {
             RecvBuf::Owned(v) => uct::Mem::try_register(md, v, access)
                 .map(|mem| reg(mem, Kind::Vec(false)))
@@ -204,6 +276,7 @@ impl RecvBuf {
                     Err((e, RecvBuf::Mapped { mem, offset, len }))
                 }
             },
+            other => Err((Error::new(Status::Unsupported, "not contiguous"), other)),
         }
     }
 }
@@ -266,11 +339,13 @@ impl RecvDone {
     /// Completes with `r`, a `length`-byte message's buffer.
     pub fn complete(self, r: Result<RecvBuf>, length: usize) {
         match self {
-            RecvDone::Data(c) => c.complete(r.map(|b| b.holding(length))),
-            RecvDone::Tag(tag, c) => c.complete(r.map(|b| Received {
-                tag,
-                length,
-                buf: b.holding(length),
+            RecvDone::Data(c) => c.complete(r.and_then(|b| b.holding(length))),
+            RecvDone::Tag(tag, c) => c.complete(r.and_then(|b| {
+                Ok(Received {
+                    tag,
+                    length,
+                    buf: b.holding(length)?,
+                })
             })),
         }
     }
@@ -298,7 +373,7 @@ mod tests {
         let mut v = RecvBuf::lend(vec![9u8; 8]);
         assert!(matches!(v, RecvBuf::LentVec(_)));
         v.put(2, b"abcdefghij");
-        let v: Vec<u8> = v.holding(3).into_lent().unwrap();
+        let v: Vec<u8> = v.holding(3).unwrap().into_lent().unwrap();
         assert_eq!(v, b"\x09\x09abcdef");
 
         let mut b = RecvBuf::lend(vec![1u8; 4].into_boxed_slice());
@@ -315,7 +390,7 @@ mod tests {
     fn owned_buffers_are_cut_to_the_message() {
         let mut o = RecvBuf::Owned(vec![0u8; 8]);
         o.put(0, b"hey");
-        let v: Vec<u8> = o.holding(3).into_lent().unwrap();
+        let v: Vec<u8> = o.holding(3).unwrap().into_lent().unwrap();
         assert_eq!(v, b"hey");
     }
 }

@@ -479,6 +479,34 @@ impl Worker {
         crate::rndv::recv_data_lent(&self.inner, desc, buf)
     }
 
+    /// [`Worker::am_recv_data`] into a scatter-gather list the application lends (as
+    /// [`Worker::tag_recv_iov`]); the list comes back whole.
+    pub fn am_recv_data_iov<B: uct::LentBytesMut>(
+        &self,
+        desc: crate::AmDataDesc,
+        segments: Vec<B>,
+    ) -> Result<crate::Issued<Vec<B>>> {
+        self.inner
+            .ctx
+            .features()
+            .require(Features::AM, "Worker::am_recv_data_iov")?;
+        crate::rndv::recv_data_as(&self.inner, desc, crate::recv_buf::RecvBuf::iov(segments))
+    }
+
+    /// [`Worker::am_recv_data`] through the application's [`crate::Unpack`] (as
+    /// [`Worker::tag_recv_unpack`]); the unpacker comes back.
+    pub fn am_recv_data_unpack<U: crate::Unpack>(
+        &self,
+        desc: crate::AmDataDesc,
+        unpack: U,
+    ) -> Result<crate::Issued<U>> {
+        self.inner
+            .ctx
+            .features()
+            .require(Features::AM, "Worker::am_recv_data_unpack")?;
+        crate::rndv::recv_data_as(&self.inner, desc, crate::recv_buf::RecvBuf::unpack(unpack))
+    }
+
     /// [`Worker::am_recv_data`] into `len` bytes at `offset` of memory this worker mapped (as
     /// [`Worker::tag_recv_mapped`]); the request gives a clone of the handle back.
     /// `MessageTruncated` when `len` is shorter than the message.

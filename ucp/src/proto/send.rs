@@ -207,6 +207,27 @@ impl<B: LentBytes> Payload for Lend<B> {
     }
 }
 
+/// A buffer the send path made (an io-vector gathered, a generic datatype packed): owned by
+/// the send, read in place as a lent buffer would be.
+pub(crate) struct Staged(pub Vec<u8>);
+
+impl Payload for Staged {
+    type Back = ();
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+    fn lent(&self) -> bool {
+        true
+    }
+    fn into_held(self) -> Held {
+        Held::Copy(self.0)
+    }
+    fn back(self) {}
+    fn done(c: Completer<()>) -> Done {
+        Done::Unit(c)
+    }
+}
+
 /// The protocol `m` with `len` payload bytes takes on `ep` (`lent`: the buffer is handed
 /// over).
 pub(crate) fn protocol(ep: &EpInner, m: &Message<'_>, len: usize, lent: bool) -> Proto {

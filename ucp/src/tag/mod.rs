@@ -108,10 +108,10 @@ impl Posted {
         if total > room {
             return done.complete(Err(truncated(total, room)));
         }
-        done.complete(Ok(Received {
+        done.complete(buf.holding(total).map(|buf| Received {
             tag,
             length: total,
-            buf: buf.holding(total),
+            buf,
         }));
     }
 }
@@ -126,7 +126,7 @@ fn receive_whole(mut buf: RecvBuf, tag: u64, data: &[u8]) -> Result<Received> {
     Ok(Received {
         tag,
         length: data.len(),
-        buf: buf.holding(data.len()),
+        buf: buf.holding(data.len())?,
     })
 }
 

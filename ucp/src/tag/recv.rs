@@ -392,6 +392,56 @@ impl Worker {
         recv(&self.inner, tag, mask, RecvBuf::lend(buf))
     }
 
+    /// [`Worker::tag_recv`] into a scatter-gather list the application lends (UCX's iov
+    /// datatype): the message fills the segments in order, in place, and the list comes back
+    /// whole with the message's length; bytes past it keep their contents. A rendezvous
+    /// message arrives through the sender's DATA messages (not fetched in place).
+    ///
+    /// ```
+    /// use ucp::{Context, Features, Worker};
+    ///
+    /// let uct = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
+    /// let ctx = Context::builder(uct).features(Features::TAG).build()?;
+    /// let worker = Worker::new(&ctx)?;
+    /// let ep = worker.connect(worker.address())?;
+    ///
+    /// let r = worker.tag_recv_iov(1, u64::MAX, vec![vec![0u8; 2], vec![0u8; 8]])?;
+    /// ep.tag_send_iov(1, &[b"he", b"llo"])?.wait(&worker)?;
+    /// let got = r.wait(&worker)?;
+    /// assert_eq!(got.length, 5);
+    /// assert_eq!(got.data, [b"he".to_vec(), b"llo\0\0\0\0\0".to_vec()]);
+    /// # Ok::<(), ucp::Error>(())
+    /// ```
+    pub fn tag_recv_iov<B: uct::LentBytesMut>(
+        &self,
+        tag: u64,
+        mask: u64,
+        segments: Vec<B>,
+    ) -> Result<Issued<TagRecvd<Vec<B>>>> {
+        self.inner
+            .ctx
+            .features()
+            .require(crate::Features::TAG, "Worker::tag_recv_iov")?;
+        recv(&self.inner, tag, mask, RecvBuf::iov(segments))
+    }
+
+    /// [`Worker::tag_recv`] through the application's [`crate::Unpack`] (UCX's generic
+    /// datatype, as MPI's derived datatypes need): each piece of the message is handed to
+    /// `unpack` at its offset as it arrives, and the unpacker comes back with the message's
+    /// length. An error from `unpack` fails the receive with it.
+    pub fn tag_recv_unpack<U: crate::Unpack>(
+        &self,
+        tag: u64,
+        mask: u64,
+        unpack: U,
+    ) -> Result<Issued<TagRecvd<U>>> {
+        self.inner
+            .ctx
+            .features()
+            .require(crate::Features::TAG, "Worker::tag_recv_unpack")?;
+        recv(&self.inner, tag, mask, RecvBuf::unpack(unpack))
+    }
+
     /// [`Worker::tag_recv`] into `len` bytes at `offset` of memory this worker mapped
     /// ([`Worker::mem_map`], [`Worker::mem_alloc`]): eager data is copied in, a rendezvous
     /// message is fetched straight into it through the registrations it already has (no

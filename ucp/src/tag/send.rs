@@ -11,7 +11,7 @@ use super::SyncWait;
 use crate::ep::Ep;
 use crate::proto::op::Done;
 use crate::proto::select::Force;
-use crate::proto::send::{protocol, queued, send, Head, Lend, Message};
+use crate::proto::send::{protocol, queued, send, Head, Lend, Message, Staged};
 use crate::request::{request, Issued};
 use crate::AmProto;
 
@@ -44,6 +44,55 @@ impl Ep {
             return self.defer(move |e| e.tag_send_owned(tag, data));
         };
         send(ep, &message(Head::Tag(tag)), Lend(data))
+    }
+
+    /// Sends the io-vector `segments` with `tag` as one message (UCX's iov datatype): they
+    /// are gathered at the call into one buffer the send owns (so they are free when it
+    /// returns), which then goes as [`Ep::tag_send_owned`]'s would. The receiver sees one
+    /// message of their total length, received into any destination.
+    pub fn tag_send_iov(&self, tag: u64, segments: &[&[u8]]) -> Result<Issued<()>> {
+        let data = crate::datatype::gather(segments)?;
+        self.tag_send_staged(tag, data, "Ep::tag_send_iov")
+    }
+
+    /// Sends what `pack` packs with `tag` (UCX's generic datatype, as MPI's derived datatypes
+    /// need): [`crate::Pack::pack`] is called at the call, filling one buffer the send owns
+    /// with [`crate::Pack::packed_size`] bytes; `InvalidParam` when it gives fewer.
+    ///
+    /// ```
+    /// use ucp::{Context, Features, Pack, Worker};
+    ///
+    /// /// The first byte of each 4-byte record.
+    /// struct Firsts(Vec<u8>);
+    /// impl Pack for Firsts {
+    ///     fn packed_size(&self) -> usize {
+    ///         self.0.len() / 4
+    ///     }
+    ///     fn pack(&mut self, offset: usize, dst: &mut [u8]) -> usize {
+    ///         let src = self.0.chunks(4).skip(offset).map(|c| c[0]);
+    ///         dst.iter_mut().zip(src).map(|(d, s)| *d = s).count()
+    ///     }
+    /// }
+    ///
+    /// let uct = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
+    /// let ctx = Context::builder(uct).features(Features::TAG).build()?;
+    /// let worker = Worker::new(&ctx)?;
+    /// let ep = worker.connect(worker.address())?;
+    /// let r = worker.tag_recv(2, u64::MAX, vec![0; 16])?;
+    /// ep.tag_send_packed(2, &mut Firsts(b"a...b...c...".to_vec()))?.wait(&worker)?;
+    /// assert_eq!(r.wait(&worker)?.data, b"abc");
+    /// # Ok::<(), ucp::Error>(())
+    /// ```
+    pub fn tag_send_packed(&self, tag: u64, pack: &mut dyn crate::Pack) -> Result<Issued<()>> {
+        let data = crate::datatype::pack_all(pack)?;
+        self.tag_send_staged(tag, data, "Ep::tag_send_packed")
+    }
+
+    fn tag_send_staged(&self, tag: u64, data: Vec<u8>, what: &'static str) -> Result<Issued<()>> {
+        let Some(ep) = self.live(crate::Features::TAG, what)? else {
+            return self.defer(move |e| e.tag_send_staged(tag, data, what));
+        };
+        send(ep, &message(Head::Tag(tag)), Staged(data))
     }
 
     /// Sends `data` with `tag` and completes only once the receiver matched it (MPI's
