@@ -127,7 +127,7 @@ fn errors_exit_like_ucx_perftest() {
 }
 
 /// The UCP tests, over tcp, in one process (`-l`) and as two threads with their own workers
-/// (`-L`): messages at an eager and a rendezvous size (with `-V`), RMA at 8 B and 1 MiB,
+/// (`-L`): messages at an eager and a rendezvous size (with `-V`; `-D iov` too), RMA at 8 B and 1 MiB,
 /// atomics at both widths. Each completes its iterations. Few iterations; no timing is checked.
 #[test]
 fn ucp_tests_run_over_tcp() {
@@ -140,6 +140,12 @@ fn ucp_tests_run_over_tcp() {
         ("ucp_am_bw", &["8", "1048576"], "-V"),
         ("stream_lat", &["8", "1048576"], "-V"),
         ("stream_bw", &["8", "1048576"], "-V"),
+        // Scatter-gather lists (one entry per -s size) both ways, and each way alone.
+        ("tag_lat", &["8,24", "1000,0,1048576"], "-V -D iov"),
+        ("tag_bw", &["8,24", "1000,0,1048576"], "-V -D iov"),
+        ("tag_bw", &["100,1048576"], "-V -D contig,iov"),
+        ("tag_sync_bw", &["100,1048576"], "-V -D iov,contig"),
+        ("ucp_am_bw", &["8,24", "1000,1048576"], "-V -D iov,contig"),
         ("ucp_put_lat", &["8", "1048576"], ""),
         ("ucp_put_bw", &["8", "1048576"], ""),
         ("ucp_get", &["8", "1048576"], ""),

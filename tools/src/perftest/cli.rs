@@ -266,7 +266,7 @@ pub fn usage(program: &str) -> String {
     );
     let _ = writeln!(
         s,
-        "                        iov      - scatter-gather list (UCP tests: not supported, refused)"
+        "                        iov      - scatter-gather list, one entry per -s size (UCP tag tests; AM send side)"
     );
     let _ = writeln!(
         s,

@@ -151,8 +151,10 @@ pub struct Params {
     pub one_sided: bool,
     pub validate: bool,
     pub async_mode: AsyncKind,
-    /// `-D iov` (UCP's scatter-gather datatype) was asked for; checked on the client only.
-    pub ucp_iov: bool,
+    /// UCP tests' `-D send[,recv]` datatypes: `iov` (scatter-gather, one entry per `-s`
+    /// size) instead of `contig`.
+    pub ucp_send_iov: bool,
+    pub ucp_recv_iov: bool,
 }
 
 impl Default for Params {
@@ -175,7 +177,8 @@ impl Default for Params {
             percentile_rank: 50.0,
             loopback: false,
             one_sided: false,
-            ucp_iov: false,
+            ucp_send_iov: false,
+            ucp_recv_iov: false,
             validate: false,
             async_mode: AsyncKind::Thread,
         }
@@ -217,11 +220,14 @@ impl Params {
                 );
                 return Err(Status::Unsupported.into());
             }
-            if self.ucp_iov {
+            let name = self.desc().name;
+            let tag = name.starts_with("tag_");
+            let am = name.starts_with("ucp_am_");
+            if (self.ucp_send_iov && !(tag || am)) || (self.ucp_recv_iov && !tag) {
                 ucs::error!(
-                    test = self.desc().name,
-                    "-D iov: rucx's UCP API sends and receives contiguous buffers only (no \
-                     scatter-gather datatype); use -D contig (the default)"
+                    test = name,
+                    "-D iov: rucx-perftest sends iov with the tag and active-message tests and \
+                     receives iov with the tag tests only; use -D contig (the default)"
                 );
                 return Err(Status::Unsupported.into());
             }
@@ -257,7 +263,8 @@ impl Params {
                     if !matches!(second, "contig" | "iov") || dts.next().is_some() {
                         return bad("Invalid option argument for -D (contig|iov[,contig|iov])");
                     }
-                    self.ucp_iov = first == "iov" || second == "iov";
+                    self.ucp_send_iov = first == "iov";
+                    self.ucp_recv_iov = second == "iov";
                     return Ok(());
                 }
                 self.layout = match arg {
@@ -317,7 +324,7 @@ impl Params {
             s,
             "test={test}\ntl={}\ndev={}\nsizes={}\nstride={}\niters={}\nwarmup={}\nwarmup_time={}\n\
              report_interval={}\noutstanding={}\nlayout={}\nfc_window={}\nam_hdr={}\nrank={}\n\
-             one_sided={}\nvalidate={}\nasync={}\n",
+             one_sided={}\nvalidate={}\nasync={}\nsend_dt={}\nrecv_dt={}\n",
             self.tl,
             self.dev,
             sizes.join(","),
@@ -338,6 +345,8 @@ impl Params {
             } else {
                 "thread"
             },
+            if self.ucp_send_iov { "iov" } else { "contig" },
+            if self.ucp_recv_iov { "iov" } else { "contig" },
         );
         s.into_bytes()
     }
@@ -379,6 +388,8 @@ impl Params {
                     "rank" => p.percentile_rank = v.parse().map_err(|_| Status::InvalidParam)?,
                     "one_sided" => p.one_sided = v == "1",
                     "validate" => p.validate = v == "1",
+                    "send_dt" => p.ucp_send_iov = v == "iov",
+                    "recv_dt" => p.ucp_recv_iov = v == "iov",
                     "async" => {
                         p.async_mode = if v == "poll" {
                             AsyncKind::Poll
@@ -462,17 +473,33 @@ mod tests {
         assert!(p.apply('R', "101").is_err());
     }
 
-    /// UCP tests take UCX's `-D contig|iov[,contig|iov]`: contiguous runs, iov is refused
-    /// with `Unsupported` (no scatter-gather datatype in rucx's UCP API).
+    /// UCP tests take UCX's `-D contig|iov[,contig|iov]` (send, receive): iov for tag tests
+    /// both ways, for active messages on the send side; elsewhere `Unsupported`. The choice
+    /// travels to the server.
     #[test]
     fn ucp_datatypes() {
         let p = params(&[('t', "tag_lat"), ('D', "contig"), ('s', "8,64")]);
-        assert!(!p.ucp_iov);
+        assert!(!p.ucp_send_iov && !p.ucp_recv_iov);
         assert_eq!(p.layout, layout::SHORT, "contig leaves the uct layout alone");
         p.check().unwrap();
         for dt in ["iov", "contig,iov", "iov,contig"] {
             let p = params(&[('t', "tag_bw"), ('D', dt)]);
-            assert_eq!(p.check().unwrap_err(), Status::Unsupported, "-D {dt}");
+            p.check().unwrap();
+            let back = Params::decode(&p.encode()).unwrap();
+            assert_eq!(
+                (back.ucp_send_iov, back.ucp_recv_iov),
+                (p.ucp_send_iov, p.ucp_recv_iov)
+            );
+        }
+        let p = params(&[('t', "ucp_am_bw"), ('D', "iov,contig")]);
+        p.check().unwrap();
+        for (t, dt) in [
+            ("ucp_am_bw", "contig,iov"),
+            ("stream_bw", "iov"),
+            ("ucp_put_bw", "iov"),
+        ] {
+            let p = params(&[('t', t), ('D', dt)]);
+            assert_eq!(p.check().unwrap_err(), Status::Unsupported, "-t {t} -D {dt}");
         }
         let mut p = Params::default();
         assert!(p.apply('D', "contig,zcopy").is_err());

@@ -90,7 +90,11 @@ pub struct UcpBench {
     /// reused. Latency tests reuse one owned buffer.
     rmem: Option<ucp::MemHandle>,
     /// Owned tag receive buffers handed back (without `rmem`).
-    spare: Vec<Vec<u8>>,
+    spare: Spares,
+    /// `-D iov`: the `-s` sizes, the entries of every message's scatter-gather list, on the
+    /// send side and the receive side.
+    send_iov: Option<Vec<usize>>,
+    recv_iov: Option<Vec<usize>>,
     /// AM arrivals (eager, or rendezvous fetched), and payloads that failed `-V`.
     am_count: Rc<Cell<u64>>,
     /// AM arrivals waited for so far, over all runs (a message may arrive during the barrier
@@ -108,6 +112,15 @@ pub struct UcpBench {
 enum RecvReq {
     Mapped(Request<ucp::TagRecvd<ucp::MemHandle>>),
     Owned(Request<ucp::TagRecvd>),
+    Iov(Request<ucp::TagRecvd<Vec<Vec<u8>>>>),
+}
+
+/// Receive buffers handed back, for the next receives.
+#[derive(Default)]
+struct Spares {
+    bufs: Vec<Vec<u8>>,
+    /// Segment lists (`-D ..,iov`).
+    iovs: Vec<Vec<Vec<u8>>>,
 }
 
 impl RecvReq {
@@ -115,6 +128,7 @@ impl RecvReq {
         match self {
             RecvReq::Mapped(q) => q.take().map(|r| r.map(|g| Got::Mapped(g.length))),
             RecvReq::Owned(q) => q.take().map(|r| r.map(|g| Got::Owned(g.data))),
+            RecvReq::Iov(q) => q.take().map(|r| r.map(|g| Got::Iov(g.data))),
         }
     }
 }
@@ -123,6 +137,7 @@ impl RecvReq {
 enum Got {
     Mapped(usize),
     Owned(Vec<u8>),
+    Iov(Vec<Vec<u8>>),
 }
 
 /// A tag receive just posted.
@@ -195,7 +210,9 @@ impl UcpBench {
             lent: (0..len).map(pattern).collect(),
             rbuf: Some(vec![0; len]),
             rmem,
-            spare: Vec::new(),
+            spare: Spares::default(),
+            send_iov: p.ucp_send_iov.then(|| p.sizes.clone()),
+            recv_iov: p.ucp_recv_iov.then(|| p.sizes.clone()),
             am_count,
             am_seen: 0,
             bad,
@@ -275,6 +292,9 @@ impl UcpBench {
 
     /// Sends one message; `Some(request)` while it is still in flight.
     fn send(&self) -> Result<Option<Pending>> {
+        if let Some(sizes) = &self.send_iov {
+            return self.send_iov(sizes);
+        }
         let r = match self.op {
             Op::Tag if self.len >= OWNED_MIN => return self.send_owned(),
             Op::Tag => self.ep.tag_send(TAG, &self.sbuf),
@@ -282,6 +302,31 @@ impl UcpBench {
             Op::Am => self.ep.am_send(AM_ID, &[], &self.sbuf, AmFlags::default()),
             Op::Stream => self.ep.stream_send(&self.sbuf),
             Op::Rma(_) => return Err(not_messages()),
+        }?;
+        Ok(match r {
+            Issued::Done(()) => None,
+            Issued::Pending(q) => Some(Pending::Unit(q)),
+        })
+    }
+
+    /// `-D iov`: the send buffer as one scatter-gather entry per `-s` size.
+    fn send_iov(&self, sizes: &[usize]) -> Result<Option<Pending>> {
+        let mut segs: Vec<&[u8]> = Vec::with_capacity(sizes.len());
+        let mut at = 0;
+        for &n in sizes {
+            segs.push(&self.sbuf[at..at + n]);
+            at += n;
+        }
+        let r = match self.op {
+            Op::Tag => self.ep.tag_send_iov(TAG, &segs),
+            Op::TagSync => self.ep.tag_send_sync_iov(TAG, &segs),
+            Op::Am => self.ep.am_send_iov(AM_ID, &[], &segs, AmFlags::default()),
+            _ => {
+                return Err(Error::new(
+                    Status::Unsupported,
+                    "rucx-perftest: -D iov for this test",
+                ))
+            }
         }?;
         Ok(match r {
             Issued::Done(()) => None,
@@ -319,7 +364,17 @@ impl UcpBench {
     /// (they all share it) and messages are of at least [`OWNED_MIN`] bytes (where `-O`
     /// buffers of their own would crowd the caches), else into `spare`'s last buffer (or a
     /// new one): the cheaper path for small messages, and one receive at a time reuses one.
-    fn post_tag(&self, spare: &mut Vec<Vec<u8>>, window: bool) -> Result<Posting> {
+    fn post_tag(&self, spare: &mut Spares, window: bool) -> Result<Posting> {
+        if let Some(sizes) = &self.recv_iov {
+            let segs = spare
+                .iovs
+                .pop()
+                .unwrap_or_else(|| sizes.iter().map(|&n| vec![0; n]).collect());
+            return Ok(match self.worker.tag_recv_iov(TAG, u64::MAX, segs)? {
+                Issued::Done(got) => Posting::Done(Got::Iov(got.data)),
+                Issued::Pending(q) => Posting::Pending(RecvReq::Iov(q)),
+            });
+        }
         let shared = window && self.len >= OWNED_MIN;
         Ok(match self.rmem.as_ref().filter(|_| shared) {
             Some(m) => match self.worker.tag_recv_mapped(TAG, u64::MAX, m, 0, self.len)? {
@@ -327,7 +382,7 @@ impl UcpBench {
                 Issued::Pending(q) => Posting::Pending(RecvReq::Mapped(q)),
             },
             None => {
-                let buf = spare.pop().unwrap_or_else(|| vec![0; self.len]);
+                let buf = spare.bufs.pop().unwrap_or_else(|| vec![0; self.len]);
                 match self.worker.tag_recv(TAG, u64::MAX, buf)? {
                     Issued::Done(got) => Posting::Done(Got::Owned(got.data)),
                     Issued::Pending(q) => Posting::Pending(RecvReq::Owned(q)),
@@ -337,11 +392,17 @@ impl UcpBench {
     }
 
     /// A finished receive: checked (`-V`), its owned buffer back to `spare`.
-    fn received(&self, got: Got, spare: &mut Vec<Vec<u8>>) {
+    fn received(&self, got: Got, spare: &mut Spares) {
         match got {
             Got::Owned(v) => {
                 self.check(&v);
-                spare.push(v);
+                spare.bufs.push(v);
+            }
+            Got::Iov(segs) => {
+                if self.validate {
+                    self.check(&segs.concat());
+                }
+                spare.iovs.push(segs);
             }
             Got::Mapped(n) if self.validate => {
                 let mut v = vec![0; n];
@@ -448,7 +509,7 @@ impl UcpBench {
         match self.op {
             Op::Tag | Op::TagSync => {
                 let mut posted: VecDeque<RecvReq> = VecDeque::new();
-                let mut spare: Vec<Vec<u8>> = Vec::new();
+                let mut spare = Spares::default();
                 let mut issued = 0u64;
                 while !perf.done() {
                     while posted.len() < self.window && issued < perf.max_iter() {

@@ -88,6 +88,11 @@ impl Ep {
         self.tag_send_staged(tag, data, "Ep::tag_send_packed")
     }
 
+    /// [`Ep::tag_send_sync`] of the io-vector `segments` (gathered at the call).
+    pub fn tag_send_sync_iov(&self, tag: u64, segments: &[&[u8]]) -> Result<Issued<()>> {
+        self.tag_send_sync(tag, &crate::datatype::gather(segments)?)
+    }
+
     fn tag_send_staged(&self, tag: u64, data: Vec<u8>, what: &'static str) -> Result<Issued<()>> {
         let Some(ep) = self.live(crate::Features::TAG, what)? else {
             return self.defer(move |e| e.tag_send_staged(tag, data, what));
