@@ -238,4 +238,25 @@ fn am_datatypes(s: &Setup) {
     }
 }
 
-ucp_test!(tag_datatypes, am_datatypes);
+/// A stream's io-vector sends arrive as their concatenation, in order.
+fn stream_iov(s: &Setup) {
+    let Some(p) = s.pair_with(Features::AM | Features::STREAM) else {
+        return;
+    };
+    let rx = if p.a.id() == p.b.id() {
+        p.ep.clone()
+    } else {
+        crate::stream::back_ep(&p)
+    };
+    let mut all = Vec::new();
+    for (i, &n) in SIZES.iter().enumerate() {
+        let data = pattern(n, i);
+        sent(&p, p.ep.stream_send_iov(&thirds(&data)));
+        all.extend_from_slice(&data);
+    }
+    let r = rx.stream_recv(vec![0; all.len()], true).unwrap();
+    let got = done(&p, "the stream", r).unwrap();
+    assert!(got == all, "[{}] stream iov", p.name);
+}
+
+ucp_test!(tag_datatypes, am_datatypes, stream_iov);

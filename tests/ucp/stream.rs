@@ -63,7 +63,7 @@ fn transfer(p: &Pair, tx: &Ep, rx: &Ep, data: &[u8], seed: u64) {
 }
 
 /// The peer's endpoint toward `p.a`, from a message with a reply endpoint.
-fn back_ep(p: &Pair) -> Ep {
+pub(crate) fn back_ep(p: &Pair) -> Ep {
     let back: Rc<RefCell<Option<Ep>>> = Rc::default();
     let b2 = back.clone();
     p.b.set_am_handler(30, move |m| *b2.borrow_mut() = m.reply_ep().cloned())

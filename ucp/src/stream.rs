@@ -272,6 +272,12 @@ impl Ep {
         crate::proto::send::send(ep, &m, data)
     }
 
+    /// Appends the io-vector `segments` to the stream, in order ([`Ep::stream_send`] of their
+    /// concatenation, gathered at the call).
+    pub fn stream_send_iov(&self, segments: &[&[u8]]) -> Result<Issued<()>> {
+        self.stream_send(&crate::datatype::gather(segments)?)
+    }
+
     /// Receives bytes of the peer's stream into `buf` (at most `buf.len()`), handing it back
     /// holding what arrived: at least one byte, or with `wait_all` exactly `buf.len()`.
     pub fn stream_recv(&self, buf: Vec<u8>, wait_all: bool) -> Result<Issued<Vec<u8>>> {
