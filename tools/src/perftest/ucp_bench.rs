@@ -419,19 +419,25 @@ impl UcpBench {
         }
     }
 
+    /// Progresses until the posted receive finished.
+    fn wait_posting(&self, posted: Posting) -> Result<Got> {
+        match posted {
+            Posting::Done(g) => Ok(g),
+            Posting::Pending(mut q) => loop {
+                if let Some(r) = q.take() {
+                    return r;
+                }
+                self.turn()?;
+            },
+        }
+    }
+
     /// One tag receive, waited for.
     fn tag_recv_wait(&mut self) -> Result<()> {
         // Taken and put back: no allocation.
         let mut spare = std::mem::take(&mut self.spare);
-        let got = match self.post_tag(&mut spare, false)? {
-            Posting::Done(g) => g,
-            Posting::Pending(mut q) => loop {
-                if let Some(r) = q.take() {
-                    break r?;
-                }
-                self.turn()?;
-            },
-        };
+        let posted = self.post_tag(&mut spare, false)?;
+        let got = self.wait_posting(posted)?;
         self.received(got, &mut spare);
         self.spare = spare;
         Ok(())
@@ -561,15 +567,7 @@ impl UcpBench {
                 let mut spare = std::mem::take(&mut self.spare);
                 let posted = self.post_tag(&mut spare, false)?;
                 self.send_wait()?;
-                let got = match posted {
-                    Posting::Done(g) => g,
-                    Posting::Pending(mut q) => loop {
-                        if let Some(r) = q.take() {
-                            break r?;
-                        }
-                        self.turn()?;
-                    },
-                };
+                let got = self.wait_posting(posted)?;
                 self.received(got, &mut spare);
                 self.spare = spare;
                 Ok(())
