@@ -318,4 +318,188 @@ fn forged_rendezvous(s: &Setup) {
     p.wait_for("the next real message", || inbox.borrow().len() == 2);
 }
 
-ucp_test!(hostile_bytes_are_dropped, forged_rendezvous);
+/// uct AM id of tag matching's first fragment.
+const TAG_FIRST: u8 = 11;
+
+/// An AM first fragment for handler 2, as `worker` would send it.
+fn am_first(worker: u64, msg_id: u64, total: u64, data: &[u8]) -> Vec<u8> {
+    [&le(2)[..], &le(worker)[..], &le(msg_id)[..], &le(total)[..], data].concat()
+}
+
+/// A tag first fragment (not synchronous), as `worker` would send it.
+fn tag_first(tag: u64, worker: u64, msg_id: u64, total: u64, data: &[u8]) -> Vec<u8> {
+    [
+        &le(tag)[..],
+        &le(worker)[..],
+        &le(msg_id)[..],
+        &le(total)[..],
+        &le(0)[..],
+        &le(0)[..],
+        data,
+    ]
+    .concat()
+}
+
+/// Sends a single AM for handler 2 from the raw endpoint and waits until the victim ran its
+/// handler: everything the raw endpoint sent before it has been handled (one connection
+/// delivers in order). `inbox` is the victim's handler 2.
+fn sentinel(p: &Pair, raw: &uct::Ep, inbox: &crate::harness::Inbox) {
+    let n = inbox.borrow().len();
+    send_raw(p, raw, SINGLE, &[&le(2)[..], b"sentinel"].concat());
+    p.wait_for("the raw endpoint's sentinel", || inbox.borrow().len() > n);
+    assert_eq!(inbox.borrow().last().unwrap().1, b"sentinel", "[{}]", p.name);
+}
+
+/// The victim's real peer, wired and known to it (a message went through).
+fn wired(p: &Pair, inbox: &crate::harness::Inbox) {
+    let _ = p.ep.am_send(2, b"real", b"first", AmFlags::default()).unwrap();
+    p.wait_for("the real message", || !inbox.borrow().is_empty());
+}
+
+/// Forged first fragments claiming workers the victim has no endpoint to start nothing:
+/// thousands of them, AM and tag, each claiming 1 GiB, leave nothing under reassembly.
+fn strangers_start_no_reassembly(s: &Setup) {
+    let Some(p) = s.pair_with(ucp::Features::AM | ucp::Features::TAG) else {
+        return;
+    };
+    let victim = WorkerAddress::unpack(p.b.address()).unwrap();
+    let Some(entry) = victim.entries.iter().find(|e| e.tl.tl_name == s.t.tl_name) else {
+        return;
+    };
+    let Some(a) = attacker(s, &p, entry) else { return };
+    let inbox = p.inbox(2);
+    wired(&p, &inbox);
+    for i in 0..2000u64 {
+        let stranger = 0x5eed_0000_0000 + i;
+        send_raw(&p, &a.raw, FIRST, &am_first(stranger, i, 1 << 30, b"x"));
+        send_raw(&p, &a.raw, TAG_FIRST, &tag_first(7, stranger, i, 1 << 30, b"x"));
+        if i % 32 == 0 {
+            p.progress();
+        }
+    }
+    sentinel(&p, &a.raw, &inbox);
+    assert_eq!(
+        p.b.reassembly(),
+        ucp::ReasmUse {
+            messages: 0,
+            bytes: 0
+        },
+        "[{}] a stranger's fragments started a reassembly",
+        p.name
+    );
+}
+
+/// A peer (here forged in the real peer's name) whose first fragments would hold more than
+/// `RUCX_REASM_PEER_LIMIT`: the victim never holds more, fails that peer's endpoints (its
+/// messages dropped, later fragments refused), and serves another peer as before.
+fn peer_over_reassembly_budget(s: &Setup) {
+    if !s.t.two_workers {
+        return; // one worker: the spoofed peer would be the victim itself
+    }
+    let limit = 64 << 10;
+    let s = s.with("REASM_PEER_LIMIT", "64k");
+    let Some(p) = s.pair_with(ucp::Features::AM | ucp::Features::TAG) else {
+        return;
+    };
+    let victim = WorkerAddress::unpack(p.b.address()).unwrap();
+    let Some(entry) = victim.entries.iter().find(|e| e.tl.tl_name == s.t.tl_name) else {
+        return;
+    };
+    let Some(a) = attacker(&s, &p, entry) else { return };
+    let inbox = p.inbox(2);
+    wired(&p, &inbox);
+    let peer = p.a.id();
+    let mut most = 0;
+    for i in 0..400u64 {
+        if i % 2 == 0 {
+            send_raw(&p, &a.raw, FIRST, &am_first(peer, 1 << 40 | i, 1 << 30, b"x"));
+        } else {
+            send_raw(
+                &p,
+                &a.raw,
+                TAG_FIRST,
+                &tag_first(7, peer, 1 << 40 | i, 1 << 30, b"x"),
+            );
+        }
+        p.progress();
+        most = most.max(p.b.reassembly().bytes);
+        assert!(
+            most <= limit,
+            "[{}] {most} bytes held, over the 64k budget",
+            p.name
+        );
+    }
+    sentinel(&p, &a.raw, &inbox);
+    assert!(
+        most > 0,
+        "[{}] nothing was ever held: the test tested nothing",
+        p.name
+    );
+    // The failure reaches the peer's endpoints from progress, and their messages go.
+    p.wait_for("the peer's messages to be dropped", || {
+        p.b.reassembly().messages == 0
+    });
+    assert_eq!(p.b.reassembly().bytes, 0, "[{}]", p.name);
+
+    // Another peer of the same worker is served, fragments and all.
+    let ctx = s.context(ucp::Features::AM | ucp::Features::TAG).unwrap();
+    let c = ucp::Worker::new(&ctx).unwrap();
+    let ep = c.connect(p.b.address()).unwrap();
+    let big = pattern(20_000, 3); // fragmented, within the budget
+    let _ = ep.am_send(2, b"other", &big, AmFlags::EAGER).unwrap();
+    let n = inbox.borrow().len();
+    let start = std::time::Instant::now();
+    while inbox.borrow().len() == n {
+        assert!(
+            start.elapsed() < crate::harness::DEADLINE,
+            "[{}] the other peer's message",
+            p.name
+        );
+        c.progress();
+        p.progress();
+    }
+    assert!(inbox.borrow().last().unwrap().1 == big, "[{}]", p.name);
+}
+
+/// A message whose fragments stop: after `RUCX_REASM_TIMEOUT` it is dropped, the posted tag
+/// receive it was filling completes with `TimedOut`, and what it held is freed.
+fn stalled_fragments_time_out(s: &Setup) {
+    let s = s.with("REASM_TIMEOUT", "200ms");
+    let Some(p) = s.pair_with(ucp::Features::AM | ucp::Features::TAG) else {
+        return;
+    };
+    let victim = WorkerAddress::unpack(p.b.address()).unwrap();
+    let Some(entry) = victim.entries.iter().find(|e| e.tl.tl_name == s.t.tl_name) else {
+        return;
+    };
+    let Some(a) = attacker(&s, &p, entry) else { return };
+    let inbox = p.inbox(2);
+    wired(&p, &inbox);
+    let peer = p.a.id();
+    let ucp::Issued::Pending(mut recv) = p.b.tag_recv(0, 0, vec![0; 64]).unwrap() else {
+        panic!("[{}] nothing was sent yet", p.name)
+    };
+    send_raw(&p, &a.raw, TAG_FIRST, &tag_first(5, peer, 1 << 41, 4 << 30, b"x"));
+    send_raw(&p, &a.raw, FIRST, &am_first(peer, 1 << 41 | 1, 1 << 30, b"x"));
+    sentinel(&p, &a.raw, &inbox);
+    assert_eq!(p.b.reassembly().messages, 2, "[{}]", p.name);
+    p.wait_for("the stalled receive to fail", || recv.is_done());
+    let e = recv.take().unwrap().unwrap_err();
+    assert_eq!(e.status(), ucs::Status::TimedOut, "[{}] {e}", p.name);
+    assert!(e.to_string().contains("RUCX_REASM_TIMEOUT"), "[{}] {e}", p.name);
+    p.wait_for("the stalled AM to be dropped", || p.b.reassembly().messages == 0);
+    assert_eq!(p.b.reassembly().bytes, 0, "[{}]", p.name);
+    // The tag service goes on.
+    let r = p.b.tag_recv(0, 0, vec![0; 64]).unwrap();
+    let _ = p.ep.tag_send(9, b"after").unwrap();
+    let got = r.wait(&p.b).unwrap();
+    assert_eq!((got.tag, got.data.as_slice()), (9, &b"after"[..]), "[{}]", p.name);
+}
+
+ucp_test!(
+    hostile_bytes_are_dropped,
+    forged_rendezvous,
+    strangers_start_no_reassembly,
+    peer_over_reassembly_budget,
+    stalled_fragments_time_out
+);

@@ -387,6 +387,7 @@ fn reply_ep(w: &WorkerInner, worker: u64, ep: u64) -> Option<Ep> {
     t.get(*id).map(Ep::from_inner)
 }
 
+use crate::proto::reasm::Reassembler;
 use crate::wire::violation;
 
 pub(crate) fn on_single(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
@@ -410,23 +411,22 @@ pub(crate) fn on_single(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     deliver(w, &mut msg);
 }
 
-/// A message being reassembled.
-struct Partial {
+/// A message being reassembled: its buffer is ours (the reassembler's target).
+pub(crate) struct Partial {
     id: u16,
     header: Vec<u8>,
     reply: Option<ReplyTo>,
     data: Vec<u8>,
-    total: usize,
 }
 
-/// Messages being reassembled, by (sender worker, message id).
-#[derive(Default)]
-pub(crate) struct Reassembly {
-    map: ucs::hash::FastMap<(u64, u64), Partial>,
+/// Bytes a partial message holds (charged to its peer's reassembly budget).
+fn held(p: &Partial) -> usize {
+    p.data.capacity() + p.header.capacity()
 }
 
 /// A first fragment: its fields from a copy of its head, its user header and data copied
-/// once out of the message (which may lie in shared memory) into the reassembly buffer.
+/// once out of the message (which may lie in shared memory) into the reassembly buffer. Only
+/// a worker we have an endpoint to starts one, within its reassembly budget.
 pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     let (h, n) = crate::wire::head::<{ wire::FIRST_HEAD_LEN }>(m);
     let f = match wire::decode_first_head(&h[..n], m.len()) {
@@ -440,33 +440,43 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
         );
         return violation("first fragment", &e);
     }
+    if let Err(e) = w.known_peer(f.worker) {
+        return violation("first fragment", &e);
+    }
     let total = f.total as usize;
     let carried = m.len() - f.data_at;
-    // Room for what has arrived, growing with the fragments: a peer's claimed total alone
-    // never reserves more than 1 MiB.
+    let key = (f.worker, f.msg_id);
+    // Room for what has arrived, growing with the fragments, charged to the peer's budget.
+    let room = w.reasm.budget.first_room(total, carried);
+    let header_len = f.data_at - f.user_hdr_at;
+    if carried < total {
+        if let Err(e) = w.am_reasm.borrow().admit(&w.reasm.budget, key, room + header_len) {
+            violation("first fragment", &e);
+            return crate::worker::fail_peer(w, f.worker, e);
+        }
+    }
     let mut data = Vec::new();
-    if data.try_reserve_exact(total.min(carried.max(1 << 20))).is_err() {
+    if data.try_reserve_exact(room).is_err() {
         let e = Error::new(Status::NoMemory, format!("no memory for a {total}-byte message"));
         return violation("first fragment", &e);
     }
     m.extend_vec(f.data_at, &mut data);
-    let mut header = vec![0u8; f.data_at - f.user_hdr_at];
+    let mut header = vec![0u8; header_len];
     m.copy_to(f.user_hdr_at, &mut header);
     let p = Partial {
         id: f.hdr.id,
         header,
         reply: f.reply_ep.map(|ep| ReplyTo { worker: f.worker, ep }),
         data,
-        total,
     };
-    if p.data.len() == total {
+    if carried == total {
         return deliver_whole(w, p);
     }
-    let old = w.reasm.borrow_mut().map.insert((f.worker, f.msg_id), p);
-    if old.is_some() {
-        let e = Error::new(Status::InvalidParam, format!("message id {} restarted", f.msg_id));
-        violation("partial message", &e);
-    }
+    let h = held(&p);
+    w.am_reasm
+        .borrow_mut()
+        .insert(&w.reasm.budget, key, total, carried, h, p);
+    w.reasm.arm(&w.uct);
 }
 
 /// A later fragment: its data copied once, straight into the reassembly buffer.
@@ -478,38 +488,49 @@ pub(crate) fn on_middle(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     };
     let carried = m.len() - wire::MIDDLE_PREFIX_LEN;
     let key = (d.worker, d.msg_id);
-    let done = {
-        let mut r = w.reasm.borrow_mut();
-        let Some(p) = r.map.get_mut(&key) else {
-            let e = Error::new(
-                Status::InvalidParam,
-                format!("no message {} is being reassembled", d.msg_id),
-            );
-            return violation("fragment", &e);
-        };
-        if d.offset != p.data.len() as u64 || p.data.len() + carried > p.total {
-            let e = Error::new(
-                Status::InvalidParam,
-                format!(
-                    "fragment at {} with {} bytes, expected offset {} of {}",
-                    d.offset,
-                    carried,
-                    p.data.len(),
-                    p.total
-                ),
-            );
-            r.map.remove(&key);
-            return violation("fragmented message", &e);
-        }
-        m.extend_vec(wire::MIDDLE_PREFIX_LEN, &mut p.data);
-        if p.data.len() == p.total {
-            r.map.remove(&key)
-        } else {
-            None
+    let budget = &w.reasm.budget;
+    let settled = {
+        let mut r = w.am_reasm.borrow_mut();
+        match r.fragment(budget, key, d.offset, carried) {
+            Ok(p) => {
+                m.extend_vec(wire::MIDDLE_PREFIX_LEN, &mut p.data);
+                let h = held(p);
+                r.settle(budget, key, h)
+            }
+            Err(refused) => Err(refused),
         }
     };
-    if let Some(p) = done {
-        deliver_whole(w, p);
+    match settled {
+        Ok(Some(p)) => deliver_whole(w, p),
+        Ok(None) => {}
+        Err(refused) => {
+            violation("fragment", &refused.error);
+            if refused.error.status() == Status::ExceedsLimit {
+                crate::worker::fail_peer(w, d.worker, refused.error);
+            }
+        }
+    }
+}
+
+/// Drops the messages `peer` was sending (its endpoint failed or closed).
+pub(crate) fn fail_peer(w: &WorkerInner, peer: u64) {
+    let gone = w.am_reasm.borrow_mut().remove_peer(&w.reasm.budget, peer);
+    if !gone.is_empty() {
+        ucs::debug!(
+            "ucp: {} active messages from worker {peer:#x} dropped unfinished",
+            gone.len()
+        );
+    }
+}
+
+/// The stall timer ticked: drops messages that stopped arriving.
+pub(crate) fn reasm_tick(w: &WorkerInner) {
+    let gone = w.am_reasm.borrow_mut().tick(&w.reasm.budget);
+    for (key, _) in gone {
+        violation(
+            "active message",
+            &Reassembler::<Partial>::stalled(&w.reasm.budget, key),
+        );
     }
 }
 

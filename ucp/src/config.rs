@@ -26,6 +26,9 @@ pub const MAX_LANES_PER_OP: usize = 8;
 /// `CM_TIMEOUT=auto`.
 pub const DEFAULT_CM_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// `REASM_TIMEOUT=auto`.
+pub const DEFAULT_REASM_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// `KEEPALIVE_INTERVAL=auto`.
 pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
 
@@ -153,6 +156,29 @@ const FIELDS: &[ConfigField] = &[
              wireup); past it the connect fails with TimedOut.",
     ),
     ConfigField::new(
+        "REASM_PEER_LIMIT",
+        "256m",
+        ConfigKind::MemUnits,
+        "Most bytes the messages one peer worker is sending in fragments may hold here while \
+             they arrive (their buffers, plus 256 per message); a peer that needs more has its \
+             endpoints failed with ExceedsLimit. Messages into posted tag receives count only \
+             the 256.",
+    ),
+    ConfigField::new(
+        "REASM_WORKER_LIMIT",
+        "1g",
+        ConfigKind::MemUnits,
+        "Most bytes all messages arriving in fragments may hold in one worker; past it the \
+             peer whose message would exceed it has its endpoints failed with ExceedsLimit.",
+    ),
+    ConfigField::new(
+        "REASM_TIMEOUT",
+        "30s",
+        ConfigKind::Time,
+        "A message arriving in fragments that receives none for this long is dropped (a tag \
+             receive it was filling completes with TimedOut). inf: never.",
+    ),
+    ConfigField::new(
         "KEEPALIVE_INTERVAL",
         "20s",
         ConfigKind::Time,
@@ -200,6 +226,18 @@ pub enum RndvScheme {
     Am,
 }
 
+/// `RUCX_REASM_*`: what messages arriving in fragments may hold in a worker, and for how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReasmLimits {
+    /// All messages under reassembly in one worker (`RUCX_REASM_WORKER_LIMIT`).
+    pub worker_bytes: usize,
+    /// Those from one peer worker (`RUCX_REASM_PEER_LIMIT`).
+    pub peer_bytes: usize,
+    /// A message that receives nothing for this long is dropped; `None`: never
+    /// (`RUCX_REASM_TIMEOUT`).
+    pub timeout: Option<Duration>,
+}
+
 /// The checked UCP configuration of one context.
 #[derive(Clone, Debug, PartialEq)]
 pub struct UcpConfig {
@@ -240,6 +278,8 @@ pub struct UcpConfig {
     pub keepalive_interval: Option<Duration>,
     /// `connect_sockaddr`'s bound on the connection and the server's address.
     pub cm_timeout: Duration,
+    /// `RUCX_REASM_*`: what messages arriving in fragments may hold, and for how long.
+    pub reasm: ReasmLimits,
 }
 
 /// An out-of-range value: the same message (and log line) as a value that does not parse,
@@ -374,6 +414,7 @@ impl UcpConfig {
             }
             TimeValue::Dur(d) => Some(d),
         };
+        let reasm = reasm_limits(r)?;
         Ok(UcpConfig {
             tls,
             tls_spec,
@@ -393,8 +434,33 @@ impl UcpConfig {
             atomic_emulate,
             keepalive_interval,
             cm_timeout,
+            reasm,
         })
     }
+}
+
+/// `RUCX_REASM_PEER_LIMIT`, `RUCX_REASM_WORKER_LIMIT`, `RUCX_REASM_TIMEOUT`.
+fn reasm_limits(r: &Reader<'_>) -> Result<ReasmLimits> {
+    let t = r.t();
+    let bytes = |name: &str, auto: usize| -> Result<usize> {
+        match t.get_memunits(name)? {
+            MemUnits::Auto => Ok(auto),
+            MemUnits::Inf => Ok(usize::MAX),
+            MemUnits::Bytes(b) if b >= 4096 => Ok(usize::try_from(b).unwrap_or(usize::MAX)),
+            MemUnits::Bytes(_) => Err(r.invalid(name, "a size of at least 4k, or inf")),
+        }
+    };
+    let timeout = match t.get_time("REASM_TIMEOUT")? {
+        TimeValue::Inf => None,
+        TimeValue::Auto => Some(DEFAULT_REASM_TIMEOUT),
+        TimeValue::Dur(d) if !d.is_zero() => Some(d),
+        TimeValue::Dur(_) => return Err(r.invalid("REASM_TIMEOUT", "a positive time like 30s, or inf")),
+    };
+    Ok(ReasmLimits {
+        peer_bytes: bytes("REASM_PEER_LIMIT", 256 << 20)?,
+        worker_bytes: bytes("REASM_WORKER_LIMIT", 1 << 30)?,
+        timeout,
+    })
 }
 
 #[cfg(test)]
@@ -437,6 +503,11 @@ mod tests {
             atomic_emulate: false,
             keepalive_interval: Some(Duration::from_secs(20)),
             cm_timeout: DEFAULT_CM_TIMEOUT,
+            reasm: ReasmLimits {
+                worker_bytes: 1 << 30,
+                peer_bytes: 256 << 20,
+                timeout: Some(DEFAULT_REASM_TIMEOUT),
+            },
         };
         assert_eq!(c, want);
         assert!(TlsFilter::parse(&c.tls).unwrap().allows_all());
@@ -572,6 +643,17 @@ mod tests {
                 "RUCX_CM_TIMEOUT=0 (set in code) is invalid: expected a positive time",
             ),
             ("CM_TIMEOUT", "inf", "RUCX_CM_TIMEOUT=inf"),
+            (
+                "REASM_PEER_LIMIT",
+                "1k",
+                "RUCX_REASM_PEER_LIMIT=1k (set in code) is invalid: expected a size of at least 4k",
+            ),
+            ("REASM_WORKER_LIMIT", "lots", "RUCX_REASM_WORKER_LIMIT=lots"),
+            (
+                "REASM_TIMEOUT",
+                "0",
+                "RUCX_REASM_TIMEOUT=0 (set in code) is invalid: expected a positive time",
+            ),
             ("SHM_DEVICES", "posix,^memory", "RUCX_SHM_DEVICES=posix,^memory"),
         ];
         for (name, value, msg) in table {

@@ -59,4 +59,4 @@ pub use ucs::{Error, Outcome, Result, Status};
 /// How a worker's async events are handled (see [`Worker::with_async_mode`]).
 pub use uct::AsyncMode;
 pub use wakeup::WorkerWaker;
-pub use worker::{WeakWorker, Worker};
+pub use worker::{ReasmUse, WeakWorker, Worker};

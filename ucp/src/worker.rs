@@ -11,9 +11,10 @@ use ucs::{Error, Result, Status};
 use uct::{AmCbFlags, AmMessage, AsyncMode, DeviceType, Iface, IfaceParams, Md};
 
 use crate::address::{AddressEntry, WorkerAddress};
-use crate::am::{AmHandler, AmHandlers, Reassembly};
+use crate::am::{AmHandler, AmHandlers};
 use crate::context::{Context, Features};
 use crate::ep::{Ep, EpInner};
+use crate::proto::reasm::{Reasm, Reassembler};
 use crate::tl::{TlAttr, TlInfo};
 use crate::wakeup::Wakeup;
 use crate::wire::am_id;
@@ -88,9 +89,75 @@ impl EpTable {
     }
 }
 
+/// What messages arriving in fragments hold in a worker ([`Worker::reassembly`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReasmUse {
+    /// Messages whose first fragment arrived and whose last has not.
+    pub messages: usize,
+    /// Bytes charged for them: the buffers they fill here (not posted receives' buffers)
+    /// plus 256 per message.
+    pub bytes: usize,
+}
+
+/// The reassembly stall timer ticked: each protocol drops its stalled messages; the timer
+/// stops once nothing is under reassembly.
+fn reasm_tick(w: &Rc<WorkerInner>) {
+    w.reasm.take_due();
+    crate::am::reasm_tick(w);
+    crate::tag::reasm_tick(w);
+    if w.am_reasm.borrow().is_empty() && crate::tag::reasm_idle(w) {
+        w.reasm.disarm(&w.uct);
+    }
+}
+
+/// Fails every endpoint toward worker `peer` with `e` (it made this worker hold more than
+/// its budget allows); progress then ends their operations and calls their error handlers.
+pub(crate) fn fail_peer(w: &WorkerInner, peer: u64, e: Error) {
+    w.reasm.shunned.borrow_mut().insert(peer, ());
+    let eps: Vec<Rc<EpInner>> = w
+        .eps
+        .borrow()
+        .live()
+        .filter(|ep| ep.remote.uuid == peer)
+        .collect();
+    for ep in eps {
+        ep.fail(e.clone());
+    }
+}
+
 impl WorkerInner {
+    /// `Ok` when some endpoint of this worker is toward worker `uuid` (messages that create
+    /// receive state are accepted only from such peers).
+    pub(crate) fn known_peer(&self, uuid: u64) -> Result<()> {
+        let known = self
+            .peers
+            .borrow()
+            .get(&uuid)
+            .is_some_and(|a| a.strong_count() > 0);
+        if known && !self.reasm.shunned.borrow().contains_key(&uuid) {
+            return Ok(());
+        }
+        if known {
+            return Err(Error::new(
+                Status::ExceedsLimit,
+                format!(
+                    "from worker {uuid:#x}, whose endpoints failed for exceeding the \
+                     reassembly budget"
+                ),
+            ));
+        }
+        Err(Error::new(
+            Status::InvalidParam,
+            format!("from worker {uuid:#x}, which no endpoint of this worker is connected to"),
+        ))
+    }
+
     /// `addr` as the endpoints toward that worker already hold it, or a new shared copy.
     pub(crate) fn shared_address(&self, addr: WorkerAddress) -> Rc<WorkerAddress> {
+        // A new endpoint toward a peer: its fragments are welcome again.
+        if !self.reasm.shunned.borrow().is_empty() {
+            self.reasm.shunned.borrow_mut().remove(&addr.uuid);
+        }
         let mut peers = self.peers.borrow_mut();
         if let Some(known) = peers.get(&addr.uuid).and_then(std::rc::Weak::upgrade) {
             if *known == addr {
@@ -147,6 +214,7 @@ impl Drop for WorkerInner {
     fn drop(&mut self) {
         crate::keepalive::stop(self);
         crate::activation::stop(self);
+        self.reasm.disarm(&self.uct);
     }
 }
 
@@ -159,7 +227,10 @@ pub(crate) struct WorkerInner {
     pub next_msg_id: Cell<u64>,
     pub am: RefCell<AmHandlers>,
     pub eps: RefCell<EpTable>,
-    pub reasm: RefCell<Reassembly>,
+    /// Reassembly's budget and stall timer (shared by AM and tag), and AM's messages arriving
+    /// in fragments.
+    pub reasm: Reasm,
+    pub am_reasm: RefCell<Reassembler<crate::am::Partial>>,
     pub rndv: RefCell<crate::rndv::RndvState>,
     /// Peers' addresses, shared by the endpoints toward each (by worker id).
     pub peers: RefCell<HashMap<u64, std::rc::Weak<WorkerAddress>>>,
@@ -364,7 +435,8 @@ impl Worker {
             next_msg_id: Cell::new(1),
             am: RefCell::new(AmHandlers::default()),
             eps: RefCell::new(EpTable::default()),
-            reasm: RefCell::new(Reassembly::default()),
+            reasm: Reasm::new(ctx.inner.cfg.reasm),
+            am_reasm: RefCell::new(Reassembler::default()),
             rndv: RefCell::new(crate::rndv::RndvState::default()),
             peers: RefCell::new(HashMap::new()),
             lane_sets: RefCell::new(HashMap::new()),
@@ -393,10 +465,31 @@ impl Worker {
         if self.inner.keepalive.is_due() {
             crate::keepalive::round(&self.inner);
         }
+        if self.inner.reasm.is_due() {
+            reasm_tick(&self.inner);
+        }
         if self.inner.has_failed.get() {
             crate::ep::run_failures(&self.inner);
         }
         n
+    }
+
+    /// What messages arriving in fragments hold in this worker now (bounded by
+    /// `RUCX_REASM_WORKER_LIMIT`, and per peer by `RUCX_REASM_PEER_LIMIT`).
+    ///
+    /// ```
+    /// use ucp::{Context, Features, Worker};
+    ///
+    /// let uct = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
+    /// let worker = Worker::new(&Context::builder(uct).features(Features::AM).build()?)?;
+    /// assert_eq!(worker.reassembly(), ucp::ReasmUse { messages: 0, bytes: 0 });
+    /// # Ok::<(), ucp::Error>(())
+    /// ```
+    pub fn reassembly(&self) -> ReasmUse {
+        ReasmUse {
+            messages: self.inner.am_reasm.borrow().len() + crate::tag::reasm_len(&self.inner),
+            bytes: self.inner.reasm.budget.held(),
+        }
     }
 
     /// This worker's packed address, for a peer's [`Worker::connect`].

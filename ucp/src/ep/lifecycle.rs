@@ -118,6 +118,7 @@ impl EpInner {
         if let Some(w) = self.worker.upgrade() {
             crate::rndv::fail_ep(&w, self.id.get(), e);
             crate::tag::fail_ep(&w, self.id.get(), self.remote.uuid, e);
+            crate::am::fail_peer(&w, self.remote.uuid);
             crate::stream::fail_ep(&w, self, e);
         }
     }

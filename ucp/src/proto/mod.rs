@@ -4,6 +4,7 @@
 
 pub(crate) mod op;
 pub(crate) mod payload;
+pub(crate) mod reasm;
 pub(crate) mod select;
 pub(crate) mod send;
 pub mod thresholds;

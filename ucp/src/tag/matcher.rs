@@ -182,6 +182,12 @@ impl<R, U> Matcher<R, U> {
         self.unexp_by_tag.entry(tag).or_default().push_back(sn);
     }
 
+    /// Keeps only the unexpected messages `keep` says yes to (their per-tag entries go
+    /// lazily, as those of messages a wildcard receive took).
+    pub fn retain_unexpected(&mut self, mut keep: impl FnMut(&U) -> bool) {
+        self.unexp.retain(|_, (_, u)| keep(u));
+    }
+
     /// Unexpected messages waiting.
     pub fn unexpected_len(&self) -> usize {
         self.unexp.len()

@@ -154,6 +154,16 @@ struct Incoming {
     sync: Option<SyncFrom>,
 }
 
+impl Target {
+    /// Bytes of ours it holds (charged to the sender's reassembly budget).
+    fn held(&self) -> usize {
+        match self {
+            Target::Unexp(v) => v.capacity(),
+            Target::Posted(_) | Target::Gone => 0,
+        }
+    }
+}
+
 /// An unexpected message.
 enum Unexp {
     /// A whole eager message (no fragments to follow): its data and synchronous sender.
@@ -186,15 +196,15 @@ struct SyncWait {
 pub(crate) struct TagState {
     matcher: Matcher<Posted, Unexp>,
     /// Eager messages still arriving, by (sender worker, message id).
-    incoming: ucs::hash::FastMap<(u64, u64), Rc<RefCell<Incoming>>>,
+    incoming: crate::proto::reasm::Reassembler<Rc<RefCell<Incoming>>>,
     sync: ucs::hash::FastMap<u64, SyncWait>,
     next_req: u64,
 }
 
 /// Ends whatever depended on endpoint `ep_id` to `peer`: its synchronous sends, and messages
-/// from that worker still arriving into posted receives.
+/// from that worker still arriving (a posted receive they fill completes with `e`).
 pub(crate) fn fail_ep(w: &WorkerInner, ep_id: u64, peer: u64, e: &Error) {
-    let (syncs, posted) = {
+    let (syncs, arriving) = {
         let mut t = w.tag.borrow_mut();
         let ids: Vec<u64> = t
             .sync
@@ -203,23 +213,52 @@ pub(crate) fn fail_ep(w: &WorkerInner, ep_id: u64, peer: u64, e: &Error) {
             .map(|(k, _)| *k)
             .collect();
         let syncs: Vec<SyncWait> = ids.iter().filter_map(|id| t.sync.remove(id)).collect();
-        let keys: Vec<(u64, u64)> = t.incoming.keys().filter(|k| k.0 == peer).copied().collect();
-        let mut posted = Vec::new();
-        for k in keys {
-            if let Some(inc) = t.incoming.remove(&k) {
-                if let Target::Posted(p) = std::mem::replace(&mut inc.borrow_mut().target, Target::Gone) {
-                    posted.push(p);
-                }
-            }
-        }
-        (syncs, posted)
+        let arriving = t.incoming.remove_peer(&w.reasm.budget, peer);
+        (syncs, arriving)
     };
     for s in syncs {
         s.done.complete(Err(e.clone()));
     }
-    for p in posted {
-        p.done.complete(Err(e.clone()));
+    for inc in arriving {
+        drop_incoming(w, &inc, e.clone());
     }
+}
+
+/// Ends a message that left reassembly unfinished (its peer failed, it stalled or broke the
+/// rules): the posted receive it was filling completes with `e`; unexpected, it leaves the
+/// unexpected queue (no receive may match a message that will never be whole).
+fn drop_incoming(w: &WorkerInner, inc: &Rc<RefCell<Incoming>>, e: Error) {
+    let target = std::mem::replace(&mut inc.borrow_mut().target, Target::Gone);
+    match target {
+        Target::Posted(p) => p.done.complete(Err(e)),
+        Target::Unexp(_) => {
+            w.tag
+                .borrow_mut()
+                .matcher
+                .retain_unexpected(|u| !matches!(u, Unexp::Eager(i) if Rc::ptr_eq(i, inc)));
+        }
+        Target::Gone => {}
+    }
+}
+
+/// The reassembly stall timer ticked: messages that stopped arriving are dropped.
+pub(crate) fn reasm_tick(w: &WorkerInner) {
+    let gone = w.tag.borrow_mut().incoming.tick(&w.reasm.budget);
+    for (key, inc) in gone {
+        let e = crate::proto::reasm::Reassembler::<()>::stalled(&w.reasm.budget, key);
+        crate::wire::violation("tag message", &e);
+        drop_incoming(w, &inc, e);
+    }
+}
+
+/// Messages under reassembly.
+pub(crate) fn reasm_len(w: &WorkerInner) -> usize {
+    w.tag.borrow().incoming.len()
+}
+
+/// Nothing under reassembly (the stall timer may stop).
+pub(crate) fn reasm_idle(w: &WorkerInner) -> bool {
+    w.tag.borrow().incoming.is_empty()
 }
 
 /// A synchronous send's data left (or failed to).

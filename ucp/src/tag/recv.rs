@@ -97,11 +97,20 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
         );
         return violation("tag first fragment", &e);
     }
+    if let Err(e) = w.known_peer(f.worker) {
+        return violation("tag first fragment", &e);
+    }
     let total = f.total as usize;
     let key = (f.worker, f.msg_id);
-    if w.tag.borrow().incoming.contains_key(&key) {
-        let e = Error::new(Status::InvalidParam, format!("message id {} restarted", f.msg_id));
-        return violation("tag first fragment", &e);
+    let budget = &w.reasm.budget;
+    // Grows with the fragments. Admitted (charged as if unexpected) before it takes a
+    // posted receive or memory.
+    let room = budget.first_room(total, carried);
+    if carried < total {
+        if let Err(e) = w.tag.borrow().incoming.admit(budget, key, room) {
+            violation("tag first fragment", &e);
+            return crate::worker::fail_peer(w, f.worker, e);
+        }
     }
     let posted = w.tag.borrow_mut().matcher.take_expected(f.tag);
     let target = match posted {
@@ -113,9 +122,8 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
             Target::Posted(p)
         }
         None => {
-            // Grows with the fragments: a claimed total alone reserves at most 1 MiB.
             let mut v = Vec::new();
-            if v.try_reserve_exact(total.min(carried.max(1 << 20))).is_err() {
+            if v.try_reserve_exact(room).is_err() {
                 let e = Error::new(Status::NoMemory, format!("no memory for a {total}-byte message"));
                 return violation("tag first fragment", &e);
             }
@@ -124,6 +132,7 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
         }
     };
     let matched = matches!(target, Target::Posted(_));
+    let held = target.held();
     let inc = Rc::new(RefCell::new(Incoming {
         tag: f.tag,
         total,
@@ -133,13 +142,18 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     }));
     let mut t = w.tag.borrow_mut();
     if carried < total {
-        t.incoming.insert(key, inc.clone());
+        t.incoming.insert(budget, key, total, carried, held, inc.clone());
     }
     if !matched {
         t.matcher.push_unexpected(f.tag, Unexp::Eager(inc));
     } else if carried == total {
         drop(t);
         finish(inc);
+        return;
+    }
+    drop(t);
+    if carried < total {
+        w.reasm.arm(&w.uct);
     }
 }
 
@@ -167,35 +181,26 @@ pub(crate) fn on_middle(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     };
     let carried = m.len() - MIDDLE_PREFIX_LEN;
     let key = (d.worker, d.msg_id);
-    let Some(inc) = w.tag.borrow().incoming.get(&key).cloned() else {
-        let e = Error::new(
-            Status::InvalidParam,
-            format!(
-                "no tag message {} is arriving from worker {:#x}",
-                d.msg_id, d.worker
-            ),
-        );
-        return violation("tag fragment", &e);
-    };
-    let complete = {
-        let mut i = inc.borrow_mut();
-        if d.offset != i.received as u64 || i.received + carried > i.total {
-            let e = Error::new(
-                Status::InvalidParam,
-                format!(
-                    "fragment at {} with {} bytes, expected offset {} of {}",
-                    d.offset, carried, i.received, i.total
-                ),
-            );
-            drop(i);
-            w.tag.borrow_mut().incoming.remove(&key);
-            violation("tag message", &e);
-            // A receive it was filling fails rather than waiting forever.
-            if let Target::Posted(p) = std::mem::replace(&mut inc.borrow_mut().target, Target::Gone) {
-                p.done.complete(Err(e));
+    let budget = &w.reasm.budget;
+    let fragment = w
+        .tag
+        .borrow_mut()
+        .incoming
+        .fragment(budget, key, d.offset, carried)
+        .map(|inc| inc.clone());
+    let inc = match fragment {
+        Ok(inc) => inc,
+        Err(r) => {
+            violation("tag fragment", &r.error);
+            if let Some(inc) = r.target {
+                super::drop_incoming(w, &inc, r.error);
             }
             return;
         }
+    };
+    // Copied with no table borrowed: an unpacking receive runs the application's code.
+    let held = {
+        let mut i = inc.borrow_mut();
         let at = i.received;
         match &mut i.target {
             Target::Posted(p) => p.buf.put_msg(at, m, MIDDLE_PREFIX_LEN),
@@ -203,11 +208,19 @@ pub(crate) fn on_middle(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
             Target::Gone => {}
         }
         i.received += carried;
-        i.received == i.total
+        i.target.held()
     };
-    if complete {
-        w.tag.borrow_mut().incoming.remove(&key);
-        finish(inc);
+    let settled = w.tag.borrow_mut().incoming.settle(budget, key, held);
+    match settled {
+        Ok(Some(inc)) => finish(inc),
+        Ok(None) => {}
+        Err(r) => {
+            violation("tag fragment", &r.error);
+            if let Some(inc) = r.target {
+                super::drop_incoming(w, &inc, r.error.clone());
+            }
+            crate::worker::fail_peer(w, d.worker, r.error);
+        }
     }
 }
 
