@@ -356,19 +356,22 @@ fn wired(p: &Pair, inbox: &crate::harness::Inbox) {
     p.wait_for("the real message", || !inbox.borrow().is_empty());
 }
 
+/// A wired AM and tag pair, a raw attacker toward the receiver, and the receiver's handler 2
+/// (which has seen one real message); `None` where the target has no raw way in.
+fn attacked(s: &Setup) -> Option<(Pair, Attacker, crate::harness::Inbox)> {
+    let p = s.pair_with(ucp::Features::AM | ucp::Features::TAG)?;
+    let victim = WorkerAddress::unpack(p.b.address()).unwrap();
+    let entry = victim.entries.iter().find(|e| e.tl.tl_name == s.t.tl_name)?;
+    let a = attacker(s, &p, entry)?;
+    let inbox = p.inbox(2);
+    wired(&p, &inbox);
+    Some((p, a, inbox))
+}
+
 /// Forged first fragments claiming workers the victim has no endpoint to start nothing:
 /// thousands of them, AM and tag, each claiming 1 GiB, leave nothing under reassembly.
 fn strangers_start_no_reassembly(s: &Setup) {
-    let Some(p) = s.pair_with(ucp::Features::AM | ucp::Features::TAG) else {
-        return;
-    };
-    let victim = WorkerAddress::unpack(p.b.address()).unwrap();
-    let Some(entry) = victim.entries.iter().find(|e| e.tl.tl_name == s.t.tl_name) else {
-        return;
-    };
-    let Some(a) = attacker(s, &p, entry) else { return };
-    let inbox = p.inbox(2);
-    wired(&p, &inbox);
+    let Some((p, a, inbox)) = attacked(s) else { return };
     for i in 0..2000u64 {
         let stranger = 0x5eed_0000_0000 + i;
         send_raw(&p, &a.raw, FIRST, &am_first(stranger, i, 1 << 30, b"x"));
@@ -398,16 +401,7 @@ fn peer_over_reassembly_budget(s: &Setup) {
     }
     let limit = 64 << 10;
     let s = s.with("REASM_PEER_LIMIT", "64k");
-    let Some(p) = s.pair_with(ucp::Features::AM | ucp::Features::TAG) else {
-        return;
-    };
-    let victim = WorkerAddress::unpack(p.b.address()).unwrap();
-    let Some(entry) = victim.entries.iter().find(|e| e.tl.tl_name == s.t.tl_name) else {
-        return;
-    };
-    let Some(a) = attacker(&s, &p, entry) else { return };
-    let inbox = p.inbox(2);
-    wired(&p, &inbox);
+    let Some((p, a, inbox)) = attacked(&s) else { return };
     let peer = p.a.id();
     let mut most = 0;
     for i in 0..400u64 {
@@ -465,16 +459,7 @@ fn peer_over_reassembly_budget(s: &Setup) {
 /// receive it was filling completes with `TimedOut`, and what it held is freed.
 fn stalled_fragments_time_out(s: &Setup) {
     let s = s.with("REASM_TIMEOUT", "200ms");
-    let Some(p) = s.pair_with(ucp::Features::AM | ucp::Features::TAG) else {
-        return;
-    };
-    let victim = WorkerAddress::unpack(p.b.address()).unwrap();
-    let Some(entry) = victim.entries.iter().find(|e| e.tl.tl_name == s.t.tl_name) else {
-        return;
-    };
-    let Some(a) = attacker(&s, &p, entry) else { return };
-    let inbox = p.inbox(2);
-    wired(&p, &inbox);
+    let Some((p, a, inbox)) = attacked(&s) else { return };
     let peer = p.a.id();
     let ucp::Issued::Pending(mut recv) = p.b.tag_recv(0, 0, vec![0; 64]).unwrap() else {
         panic!("[{}] nothing was sent yet", p.name)

@@ -57,6 +57,22 @@ impl Budget {
         total.min(carried.max((1 << 20).min(self.limits.peer_bytes / 16)))
     }
 
+    /// `Ok` when `peer` holding `mine` bytes and the worker `all` are within the limits.
+    fn check(&self, peer: u64, mine: usize, all: usize) -> Result<(), Error> {
+        if mine > self.limits.peer_bytes {
+            return Err(over("RUCX_REASM_PEER_LIMIT", peer, mine, self.limits.peer_bytes));
+        }
+        if all > self.limits.worker_bytes {
+            return Err(over(
+                "RUCX_REASM_WORKER_LIMIT",
+                peer,
+                all,
+                self.limits.worker_bytes,
+            ));
+        }
+        Ok(())
+    }
+
     /// Bytes charged to every message under reassembly.
     pub fn held(&self) -> usize {
         self.held.get()
@@ -73,22 +89,7 @@ impl Budget {
         let mine = peers.get(&peer).copied().unwrap_or(0);
         let (mine_now, all_now) = (mine - old + new, self.held.get() - old + new);
         if new > old {
-            if mine_now > self.limits.peer_bytes {
-                return Err(over(
-                    "RUCX_REASM_PEER_LIMIT",
-                    peer,
-                    mine_now,
-                    self.limits.peer_bytes,
-                ));
-            }
-            if all_now > self.limits.worker_bytes {
-                return Err(over(
-                    "RUCX_REASM_WORKER_LIMIT",
-                    peer,
-                    all_now,
-                    self.limits.worker_bytes,
-                ));
-            }
+            self.check(peer, mine_now, all_now)?;
         }
         if mine_now == 0 {
             peers.remove(&peer);
@@ -161,16 +162,8 @@ impl<T> Reassembler<T> {
                 format!("message id {} from worker {:#x} restarted", key.1, key.0),
             ));
         }
-        let b = &budget.limits;
-        let (mine, all) = (budget.peer_held(key.0), budget.held());
         let want = held + ENTRY_COST;
-        if mine + want > b.peer_bytes {
-            return Err(over("RUCX_REASM_PEER_LIMIT", key.0, mine + want, b.peer_bytes));
-        }
-        if all + want > b.worker_bytes {
-            return Err(over("RUCX_REASM_WORKER_LIMIT", key.0, all + want, b.worker_bytes));
-        }
-        Ok(())
+        budget.check(key.0, budget.peer_held(key.0) + want, budget.held() + want)
     }
 
     /// Starts `key` ([`Reassembler::admit`] said yes): `total` bytes, `received` of them in the
