@@ -481,10 +481,112 @@ fn stalled_fragments_time_out(s: &Setup) {
     assert_eq!((got.tag, got.data.as_slice()), (9, &b"after"[..]), "[{}]", p.name);
 }
 
+/// uct AM ids of tag matching's plain eager message and rendezvous announcement.
+const TAG_EAGER: u8 = 9;
+const TAG_RTS: u8 = 14;
+
+/// A flood of unexpected tag messages: plain eager ones (no sender named) never hold more
+/// than `RUCX_TAG_UNEXP_WORKER_LIMIT` (the rest are dropped, logged), and room comes back as
+/// the application receives them; rendezvous announcements in a peer's name past
+/// `RUCX_TAG_UNEXP_PEER_LIMIT` fail that peer's endpoints, and their announcements go.
+fn unexpected_tag_flood_bounded(s: &Setup) {
+    if !s.t.two_workers {
+        return; // one worker: the spoofed peer would be the victim itself
+    }
+    let limit = 64 << 10;
+    let s = s
+        .with("TAG_UNEXP_WORKER_LIMIT", "64k")
+        .with("TAG_UNEXP_PEER_LIMIT", "64k");
+    let Some((p, a, inbox)) = attacked(&s) else { return };
+    let body = [&le(7)[..], &[0xab; 500][..]].concat();
+    let mut most = 0;
+    for _ in 0..400 {
+        send_raw(&p, &a.raw, TAG_EAGER, &body);
+        p.progress();
+        most = most.max(p.b.tag_unexpected().bytes);
+        assert!(most <= limit, "[{}] {most} bytes held, over 64k", p.name);
+    }
+    sentinel(&p, &a.raw, &inbox);
+    let kept = p.b.tag_unexpected().messages;
+    assert!(
+        (64..400).contains(&kept),
+        "[{}] {kept} of 400 kept: the budget did not bound them, or bounded nothing",
+        p.name
+    );
+    for _ in 0..kept {
+        let ucp::Issued::Done(got) = p.b.tag_recv(7, u64::MAX, vec![0; 600]).unwrap() else {
+            panic!("[{}] an unexpected message was not there", p.name)
+        };
+        assert_eq!(got.data.as_slice(), &body[8..], "[{}]", p.name);
+    }
+    assert_eq!(
+        p.b.tag_unexpected(),
+        ucp::UnexpUse {
+            messages: 0,
+            bytes: 0
+        },
+        "[{}]",
+        p.name
+    );
+    // Room again: the real peer's message is kept until received.
+    let _ = p.ep.tag_send(8, b"real").unwrap();
+    let got =
+        p.b.tag_recv(8, u64::MAX, vec![0; 16])
+            .unwrap()
+            .wait(&p.b)
+            .unwrap();
+    assert_eq!(got.data.as_slice(), b"real", "[{}]", p.name);
+
+    // Announcements in the peer's name: the peer fails once past its limit, and its
+    // announcements, which no receive could fetch now, leave the queue.
+    let mut most = 0;
+    for _ in 0..400 {
+        send_raw(&p, &a.raw, TAG_RTS, &rts(9, p.a.id(), 100, 0x1000, 255, &[]));
+        p.progress();
+        most = most.max(p.b.tag_unexpected().bytes);
+        assert!(most <= limit, "[{}] announcements over 64k", p.name);
+    }
+    assert!(most > limit / 2, "[{}] only {most} bytes were ever held", p.name);
+    sentinel(&p, &a.raw, &inbox);
+    p.wait_for("the flooding peer's announcements to go", || {
+        p.b.tag_unexpected().messages == 0
+    });
+    assert_eq!(p.b.tag_unexpected().bytes, 0, "[{}]", p.name);
+}
+
+/// A rendezvous receive by RTR whose sender sends no data: after `RUCX_RNDV_TIMEOUT` it
+/// completes with `TimedOut`, and the worker goes on.
+fn rndv_without_data_times_out(s: &Setup) {
+    let s = s.with("RNDV_TIMEOUT", "200ms").with("RNDV_SCHEME", "am");
+    let Some((p, a, inbox)) = attacked(&s) else { return };
+    let ucp::Issued::Pending(mut recv) = p.b.tag_recv(4, u64::MAX, vec![0; 4096]).unwrap() else {
+        panic!("[{}] nothing was sent yet", p.name)
+    };
+    // No resource to fetch from: the victim asks the claimed sender (its real peer, which
+    // knows no such transfer) for DATA that never comes.
+    send_raw(&p, &a.raw, TAG_RTS, &rts(4, p.a.id(), 4096, 0x1000, 255, &[]));
+    sentinel(&p, &a.raw, &inbox);
+    p.wait_for("the stalled receive to fail", || recv.is_done());
+    let e = recv.take().unwrap().unwrap_err();
+    assert_eq!(e.status(), ucs::Status::TimedOut, "[{}] {e}", p.name);
+    assert!(e.to_string().contains("RUCX_RNDV_TIMEOUT"), "[{}] {e}", p.name);
+    // Real rendezvous messages still go, under the same short timeout.
+    let big = pattern(1 << 20, 9);
+    let ucp::Issued::Pending(mut r) = p.b.tag_recv(5, u64::MAX, vec![0; 1 << 20]).unwrap() else {
+        panic!("[{}] nothing was sent yet", p.name)
+    };
+    let _ = p.ep.tag_send_owned(5, big.clone()).unwrap();
+    p.wait_for("the real rendezvous message", || r.is_done());
+    let got = r.take().unwrap().unwrap();
+    assert!(got.data == big, "[{}]", p.name);
+}
+
 ucp_test!(
     hostile_bytes_are_dropped,
     forged_rendezvous,
     strangers_start_no_reassembly,
     peer_over_reassembly_budget,
-    stalled_fragments_time_out
+    stalled_fragments_time_out,
+    unexpected_tag_flood_bounded,
+    rndv_without_data_times_out
 );

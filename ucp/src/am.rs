@@ -447,7 +447,7 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     let carried = m.len() - f.data_at;
     let key = (f.worker, f.msg_id);
     // Room for what has arrived, growing with the fragments, charged to the peer's budget.
-    let room = w.reasm.budget.first_room(total, carried);
+    let room = crate::proto::reasm::first_room(&w.reasm.budget, total, carried);
     let header_len = f.data_at - f.user_hdr_at;
     if carried < total {
         if let Err(e) = w.am_reasm.borrow().admit(&w.reasm.budget, key, room + header_len) {
@@ -476,7 +476,7 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     w.am_reasm
         .borrow_mut()
         .insert(&w.reasm.budget, key, total, carried, h, p);
-    w.reasm.arm(&w.uct);
+    w.reasm.timer.arm(&w.uct);
 }
 
 /// A later fragment: its data copied once, straight into the reassembly buffer.
@@ -529,7 +529,7 @@ pub(crate) fn reasm_tick(w: &WorkerInner) {
     for (key, _) in gone {
         violation(
             "active message",
-            &Reassembler::<Partial>::stalled(&w.reasm.budget, key),
+            &Reassembler::<Partial>::stalled(&w.reasm.timer, key),
         );
     }
 }

@@ -3,6 +3,7 @@
 //! ([`TlsFilter`]); and network-device filtering ([`device_allowed`], over
 //! `RUCX_NET_DEVICES` of [`ucs::config::NET_TABLE`], the variable tcp and ib read too).
 
+mod limits;
 mod tls;
 
 use std::time::Duration;
@@ -13,6 +14,7 @@ use ucs::config::{
 };
 use ucs::{Error, Result};
 
+pub use limits::{ByteLimits, ReasmLimits, DEFAULT_REASM_TIMEOUT};
 pub use tls::{alias_members, alias_names, Allowed, TlsFilter, TlsSpec};
 pub use ucs::config::{device_allowed, device_matches, NET_TABLE};
 
@@ -25,9 +27,6 @@ pub const MAX_LANES_PER_OP: usize = 8;
 
 /// `CM_TIMEOUT=auto`.
 pub const DEFAULT_CM_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// `REASM_TIMEOUT=auto`.
-pub const DEFAULT_REASM_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `KEEPALIVE_INTERVAL=auto`.
 pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
@@ -179,6 +178,29 @@ const FIELDS: &[ConfigField] = &[
              receive it was filling completes with TimedOut). inf: never.",
     ),
     ConfigField::new(
+        "TAG_UNEXP_PEER_LIMIT",
+        "256m",
+        ConfigKind::MemUnits,
+        "Most bytes the tag messages from one peer worker that no receive matched yet may \
+             hold here (rendezvous keys, fragmented messages' data, plus 256 per message); past \
+             it the peer's endpoints fail with ExceedsLimit.",
+    ),
+    ConfigField::new(
+        "TAG_UNEXP_WORKER_LIMIT",
+        "1g",
+        ConfigKind::MemUnits,
+        "Most bytes all unexpected tag messages may hold in one worker. A plain eager message \
+             (its header names no sender) counts only here and is dropped past it; any other \
+             fails its sender's endpoints.",
+    ),
+    ConfigField::new(
+        "RNDV_TIMEOUT",
+        "30s",
+        ConfigKind::Time,
+        "A rendezvous receive fetching by RTR that receives no data from the sender for this \
+             long completes with TimedOut, and the sender is told so. inf: never.",
+    ),
+    ConfigField::new(
         "KEEPALIVE_INTERVAL",
         "20s",
         ConfigKind::Time,
@@ -226,18 +248,6 @@ pub enum RndvScheme {
     Am,
 }
 
-/// `RUCX_REASM_*`: what messages arriving in fragments may hold in a worker, and for how long.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReasmLimits {
-    /// All messages under reassembly in one worker (`RUCX_REASM_WORKER_LIMIT`).
-    pub worker_bytes: usize,
-    /// Those from one peer worker (`RUCX_REASM_PEER_LIMIT`).
-    pub peer_bytes: usize,
-    /// A message that receives nothing for this long is dropped; `None`: never
-    /// (`RUCX_REASM_TIMEOUT`).
-    pub timeout: Option<Duration>,
-}
-
 /// The checked UCP configuration of one context.
 #[derive(Clone, Debug, PartialEq)]
 pub struct UcpConfig {
@@ -280,6 +290,11 @@ pub struct UcpConfig {
     pub cm_timeout: Duration,
     /// `RUCX_REASM_*`: what messages arriving in fragments may hold, and for how long.
     pub reasm: ReasmLimits,
+    /// `RUCX_TAG_UNEXP_*`: what unexpected tag messages may hold.
+    pub tag_unexp: ByteLimits,
+    /// `RUCX_RNDV_TIMEOUT`: how long a rendezvous receive may wait for the sender's data;
+    /// `None`: for ever.
+    pub rndv_timeout: Option<Duration>,
 }
 
 /// An out-of-range value: the same message (and log line) as a value that does not parse,
@@ -414,7 +429,9 @@ impl UcpConfig {
             }
             TimeValue::Dur(d) => Some(d),
         };
-        let reasm = reasm_limits(r)?;
+        let reasm = limits::reasm(r)?;
+        let tag_unexp = limits::tag_unexp(r)?;
+        let rndv_timeout = limits::rndv_timeout(r)?;
         Ok(UcpConfig {
             tls,
             tls_spec,
@@ -435,32 +452,10 @@ impl UcpConfig {
             keepalive_interval,
             cm_timeout,
             reasm,
+            tag_unexp,
+            rndv_timeout,
         })
     }
-}
-
-/// `RUCX_REASM_PEER_LIMIT`, `RUCX_REASM_WORKER_LIMIT`, `RUCX_REASM_TIMEOUT`.
-fn reasm_limits(r: &Reader<'_>) -> Result<ReasmLimits> {
-    let t = r.t();
-    let bytes = |name: &str, auto: usize| -> Result<usize> {
-        match t.get_memunits(name)? {
-            MemUnits::Auto => Ok(auto),
-            MemUnits::Inf => Ok(usize::MAX),
-            MemUnits::Bytes(b) if b >= 4096 => Ok(usize::try_from(b).unwrap_or(usize::MAX)),
-            MemUnits::Bytes(_) => Err(r.invalid(name, "a size of at least 4k, or inf")),
-        }
-    };
-    let timeout = match t.get_time("REASM_TIMEOUT")? {
-        TimeValue::Inf => None,
-        TimeValue::Auto => Some(DEFAULT_REASM_TIMEOUT),
-        TimeValue::Dur(d) if !d.is_zero() => Some(d),
-        TimeValue::Dur(_) => return Err(r.invalid("REASM_TIMEOUT", "a positive time like 30s, or inf")),
-    };
-    Ok(ReasmLimits {
-        peer_bytes: bytes("REASM_PEER_LIMIT", 256 << 20)?,
-        worker_bytes: bytes("REASM_WORKER_LIMIT", 1 << 30)?,
-        timeout,
-    })
 }
 
 #[cfg(test)]
@@ -508,6 +503,11 @@ mod tests {
                 peer_bytes: 256 << 20,
                 timeout: Some(DEFAULT_REASM_TIMEOUT),
             },
+            tag_unexp: ByteLimits {
+                peer_bytes: 256 << 20,
+                worker_bytes: 1 << 30,
+            },
+            rndv_timeout: Some(DEFAULT_REASM_TIMEOUT),
         };
         assert_eq!(c, want);
         assert!(TlsFilter::parse(&c.tls).unwrap().allows_all());
@@ -655,6 +655,17 @@ mod tests {
                 "RUCX_REASM_TIMEOUT=0 (set in code) is invalid: expected a positive time",
             ),
             ("SHM_DEVICES", "posix,^memory", "RUCX_SHM_DEVICES=posix,^memory"),
+            (
+                "TAG_UNEXP_PEER_LIMIT",
+                "100",
+                "RUCX_TAG_UNEXP_PEER_LIMIT=100 (set in code) is invalid: expected a size of at least 4k",
+            ),
+            ("TAG_UNEXP_WORKER_LIMIT", "-1", "RUCX_TAG_UNEXP_WORKER_LIMIT=-1"),
+            (
+                "RNDV_TIMEOUT",
+                "0s",
+                "RUCX_RNDV_TIMEOUT=0s (set in code) is invalid: expected a positive time",
+            ),
         ];
         for (name, value, msg) in table {
             let e = UcpConfig::read(&with(&[(name, value)])).unwrap_err();

@@ -102,11 +102,11 @@ pub struct ReasmUse {
 /// The reassembly stall timer ticked: each protocol drops its stalled messages; the timer
 /// stops once nothing is under reassembly.
 fn reasm_tick(w: &Rc<WorkerInner>) {
-    w.reasm.take_due();
+    w.reasm.timer.take_due();
     crate::am::reasm_tick(w);
     crate::tag::reasm_tick(w);
     if w.am_reasm.borrow().is_empty() && crate::tag::reasm_idle(w) {
-        w.reasm.disarm(&w.uct);
+        w.reasm.timer.disarm(&w.uct);
     }
 }
 
@@ -214,7 +214,8 @@ impl Drop for WorkerInner {
     fn drop(&mut self) {
         crate::keepalive::stop(self);
         crate::activation::stop(self);
-        self.reasm.disarm(&self.uct);
+        self.reasm.timer.disarm(&self.uct);
+        self.rndv.timer.disarm(&self.uct);
     }
 }
 
@@ -231,7 +232,7 @@ pub(crate) struct WorkerInner {
     /// in fragments.
     pub reasm: Reasm,
     pub am_reasm: RefCell<Reassembler<crate::am::Partial>>,
-    pub rndv: RefCell<crate::rndv::RndvState>,
+    pub rndv: crate::rndv::Rndv,
     /// Peers' addresses, shared by the endpoints toward each (by worker id).
     pub peers: RefCell<HashMap<u64, std::rc::Weak<WorkerAddress>>>,
     /// Lane sets by peer and error mode, with the address they were selected for.
@@ -437,11 +438,11 @@ impl Worker {
             eps: RefCell::new(EpTable::default()),
             reasm: Reasm::new(ctx.inner.cfg.reasm),
             am_reasm: RefCell::new(Reassembler::default()),
-            rndv: RefCell::new(crate::rndv::RndvState::default()),
+            rndv: crate::rndv::Rndv::new(ctx.inner.cfg.rndv_timeout),
             peers: RefCell::new(HashMap::new()),
             lane_sets: RefCell::new(HashMap::new()),
             keepalive: crate::keepalive::Keepalive::default(),
-            tag: RefCell::new(crate::tag::TagState::default()),
+            tag: RefCell::new(crate::tag::TagState::new(ctx.inner.cfg.tag_unexp)),
             stream: RefCell::new(crate::stream::StreamState::default()),
             failed: RefCell::new(Vec::new()),
             has_failed: Cell::new(false),
@@ -465,8 +466,11 @@ impl Worker {
         if self.inner.keepalive.is_due() {
             crate::keepalive::round(&self.inner);
         }
-        if self.inner.reasm.is_due() {
+        if self.inner.reasm.timer.is_due() {
             reasm_tick(&self.inner);
+        }
+        if self.inner.rndv.timer.is_due() {
+            crate::rndv::tick(&self.inner);
         }
         if self.inner.has_failed.get() {
             crate::ep::run_failures(&self.inner);
@@ -490,6 +494,12 @@ impl Worker {
             messages: self.inner.am_reasm.borrow().len() + crate::tag::reasm_len(&self.inner),
             bytes: self.inner.reasm.budget.held(),
         }
+    }
+
+    /// What tag messages no receive matched yet hold here (bounded by
+    /// `RUCX_TAG_UNEXP_PEER_LIMIT` and `RUCX_TAG_UNEXP_WORKER_LIMIT`).
+    pub fn tag_unexpected(&self) -> crate::UnexpUse {
+        self.inner.tag.borrow().unexp_use()
     }
 
     /// This worker's packed address, for a peer's [`Worker::connect`].

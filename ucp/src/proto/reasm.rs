@@ -16,100 +16,17 @@
 //! The targets (`T`) are the callers' own: am.rs keeps its reassembly buffer, tag matching
 //! its posted receive or unexpected message; one [`Budget`] is shared by both.
 
-use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::cell::RefCell;
 
 use ucs::hash::FastMap;
 use ucs::{Error, Status};
 
+pub(crate) use super::budget::{Budget, BudgetSpec, ENTRY_COST};
+use super::stall::StallTimer;
 pub(crate) use crate::config::ReasmLimits;
 
 /// (sender worker id, message id).
 pub(crate) type Key = (u64, u64);
-
-/// Bytes a message under reassembly costs beyond its buffer (its table entry and state), so
-/// that empty messages are bounded too.
-pub(crate) const ENTRY_COST: usize = 256;
-
-/// What messages under reassembly hold, per peer and in all (shared by a worker's
-/// reassemblers).
-pub(crate) struct Budget {
-    limits: ReasmLimits,
-    held: Cell<usize>,
-    peers: RefCell<FastMap<u64, usize>>,
-}
-
-impl Budget {
-    pub fn new(limits: ReasmLimits) -> Budget {
-        Budget {
-            limits,
-            held: Cell::new(0),
-            peers: RefCell::new(FastMap::default()),
-        }
-    }
-
-    /// What a first fragment of a `total`-byte message carrying `carried` reserves: what
-    /// arrived, or up to 1 MiB (a sixteenth of the peer's budget if less) so that later
-    /// fragments rarely reallocate; never the claimed total alone.
-    pub fn first_room(&self, total: usize, carried: usize) -> usize {
-        total.min(carried.max((1 << 20).min(self.limits.peer_bytes / 16)))
-    }
-
-    /// `Ok` when `peer` holding `mine` bytes and the worker `all` are within the limits.
-    fn check(&self, peer: u64, mine: usize, all: usize) -> Result<(), Error> {
-        if mine > self.limits.peer_bytes {
-            return Err(over("RUCX_REASM_PEER_LIMIT", peer, mine, self.limits.peer_bytes));
-        }
-        if all > self.limits.worker_bytes {
-            return Err(over(
-                "RUCX_REASM_WORKER_LIMIT",
-                peer,
-                all,
-                self.limits.worker_bytes,
-            ));
-        }
-        Ok(())
-    }
-
-    /// Bytes charged to every message under reassembly.
-    pub fn held(&self) -> usize {
-        self.held.get()
-    }
-
-    /// Bytes charged to `peer`'s messages.
-    pub fn peer_held(&self, peer: u64) -> usize {
-        self.peers.borrow().get(&peer).copied().unwrap_or(0)
-    }
-
-    /// Moves `peer`'s charge from `old` to `new` bytes, if both limits allow the growth.
-    fn recharge(&self, peer: u64, old: usize, new: usize) -> Result<(), Error> {
-        let mut peers = self.peers.borrow_mut();
-        let mine = peers.get(&peer).copied().unwrap_or(0);
-        let (mine_now, all_now) = (mine - old + new, self.held.get() - old + new);
-        if new > old {
-            self.check(peer, mine_now, all_now)?;
-        }
-        if mine_now == 0 {
-            peers.remove(&peer);
-        } else {
-            peers.insert(peer, mine_now);
-        }
-        self.held.set(all_now);
-        Ok(())
-    }
-}
-
-fn over(var: &str, peer: u64, would: usize, limit: usize) -> Error {
-    Error::new(
-        Status::ExceedsLimit,
-        format!(
-            "messages under reassembly from worker {peer:#x} would hold {would} bytes, over \
-             {var}={limit}; the peer's endpoints fail (raise {var} if its messages are honest)"
-        ),
-    )
-}
 
 struct Entry<T> {
     total: usize,
@@ -162,8 +79,7 @@ impl<T> Reassembler<T> {
                 format!("message id {} from worker {:#x} restarted", key.1, key.0),
             ));
         }
-        let want = held + ENTRY_COST;
-        budget.check(key.0, budget.peer_held(key.0) + want, budget.held() + want)
+        budget.allows(key.0, held + ENTRY_COST)
     }
 
     /// Starts `key` ([`Reassembler::admit`] said yes): `total` bytes, `received` of them in the
@@ -274,7 +190,7 @@ impl<T> Reassembler<T> {
         let stale: Vec<Key> = self
             .map
             .iter()
-            .filter(|(_, e)| now.wrapping_sub(e.tick) >= 3)
+            .filter(|(_, e)| StallTimer::stalled(e.tick, now))
             .map(|(k, _)| *k)
             .collect();
         stale
@@ -284,7 +200,7 @@ impl<T> Reassembler<T> {
     }
 
     /// The error a message dropped by [`Reassembler::tick`] completes with.
-    pub fn stalled(budget: &Budget, key: Key) -> Error {
+    pub fn stalled(timer: &StallTimer, key: Key) -> Error {
         Error::new(
             Status::TimedOut,
             format!(
@@ -292,7 +208,7 @@ impl<T> Reassembler<T> {
                  (RUCX_REASM_TIMEOUT); dropped",
                 key.1,
                 key.0,
-                budget.limits.timeout.map_or(0, |t| t.as_millis())
+                timer.millis()
             ),
         )
     }
@@ -303,63 +219,31 @@ impl<T> Reassembler<T> {
 /// one flag).
 pub(crate) struct Reasm {
     pub budget: Budget,
-    /// Peers whose endpoints failed for exceeding the budget: their fragments start nothing
+    /// Peers whose endpoints failed for exceeding a budget: their fragments start nothing
     /// until a new endpoint toward them is made.
     pub shunned: RefCell<FastMap<u64, ()>>,
-    due: Arc<AtomicBool>,
-    timer: Cell<Option<ucs::async_ctx::HandlerId>>,
+    pub timer: StallTimer,
 }
 
 impl Reasm {
     pub fn new(limits: ReasmLimits) -> Reasm {
         Reasm {
-            budget: Budget::new(limits),
+            budget: Budget::new(BudgetSpec {
+                what: "messages under reassembly",
+                peer: ("RUCX_REASM_PEER_LIMIT", limits.peer_bytes),
+                worker: ("RUCX_REASM_WORKER_LIMIT", limits.worker_bytes),
+            }),
             shunned: RefCell::new(FastMap::default()),
-            due: Arc::default(),
-            timer: Cell::new(None),
+            timer: StallTimer::new(limits.timeout, "reassembly stall"),
         }
     }
+}
 
-    /// True when a stall tick is due (the fast path: one load).
-    #[inline]
-    pub fn is_due(&self) -> bool {
-        self.due.load(Ordering::Relaxed)
-    }
-
-    /// Clears the flag before a tick.
-    pub fn take_due(&self) {
-        self.due.store(false, Ordering::Relaxed);
-    }
-
-    /// Starts the stall timer if a timeout is set and it is not running (a message entered
-    /// reassembly).
-    pub fn arm(&self, uct: &uct::Worker) {
-        let Some(timeout) = self.budget.limits.timeout else {
-            return;
-        };
-        if self.timer.get().is_some() {
-            return;
-        }
-        let due = self.due.clone();
-        let every = (timeout / 2).max(Duration::from_millis(1));
-        match uct
-            .async_context()
-            .add_timer(every, move || due.store(true, Ordering::Relaxed))
-        {
-            Ok(id) => self.timer.set(Some(id)),
-            Err(e) => ucs::warn!(
-                "ucp: reassembly timer not started: {e}; stalled fragmented messages are kept \
-                 until their peer fails"
-            ),
-        }
-    }
-
-    /// Stops the timer (nothing under reassembly, or the worker is going).
-    pub fn disarm(&self, uct: &uct::Worker) {
-        if let Some(id) = self.timer.take() {
-            let _ = uct.async_context().remove_handler(id, false);
-        }
-    }
+/// What a first fragment of a `total`-byte message carrying `carried` reserves: what
+/// arrived, or up to 1 MiB (a sixteenth of the peer's budget if less) so that later
+/// fragments rarely reallocate; never the claimed total alone.
+pub(crate) fn first_room(budget: &Budget, total: usize, carried: usize) -> usize {
+    total.min(carried.max((1 << 20).min(budget.peer_limit() / 16)))
 }
 
 #[cfg(test)]
@@ -367,10 +251,10 @@ mod tests {
     use super::*;
 
     fn limits(peer: usize, worker: usize) -> Budget {
-        Budget::new(ReasmLimits {
-            worker_bytes: worker,
-            peer_bytes: peer,
-            timeout: Some(Duration::from_secs(1)),
+        Budget::new(BudgetSpec {
+            what: "test messages",
+            peer: ("RUCX_REASM_PEER_LIMIT", peer),
+            worker: ("RUCX_REASM_WORKER_LIMIT", worker),
         })
     }
 
@@ -489,7 +373,8 @@ mod tests {
         assert!(r.tick(&b).is_empty());
         assert_eq!(r.tick(&b).len(), 1);
         assert_eq!(b.held(), 0);
-        let e = Reassembler::<()>::stalled(&b, (1, 1));
+        let t = StallTimer::new(Some(std::time::Duration::from_secs(1)), "test");
+        let e = Reassembler::<()>::stalled(&t, (1, 1));
         assert_eq!(e.status(), Status::TimedOut);
     }
 }

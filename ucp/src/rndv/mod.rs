@@ -19,11 +19,12 @@ use uct::{IfaceFlags, MemAccess};
 use crate::ep::EpInner;
 use crate::proto::op::{Done, SendOp};
 use crate::proto::payload::Held;
+use crate::proto::stall::StallTimer;
 use crate::wire::am_id;
 use crate::worker::WorkerInner;
 
 pub use recv::AmDataDesc;
-pub(crate) use recv::{desc_for, find_ep, on_data, on_rts, GetOp, RecvState};
+pub(crate) use recv::{desc_for, find_ep, on_data, on_rts, tick, GetOp, RecvState};
 pub(crate) use recv::{recv_data, recv_data_as, recv_data_lent, recv_data_vec};
 
 /// The sender's buffer: registered for the peer's `get_zcopy`, or plain (pipeline).
@@ -71,7 +72,23 @@ struct SendState {
     waiters: Vec<Rc<dyn Fn()>>,
 }
 
-/// The worker's rendezvous transfers.
+/// The worker's rendezvous transfers, and the stall timer of its receives waiting for data
+/// (`RUCX_RNDV_TIMEOUT`), which runs while there are any.
+pub(crate) struct Rndv {
+    pub st: std::cell::RefCell<RndvState>,
+    pub timer: StallTimer,
+}
+
+impl Rndv {
+    pub fn new(timeout: Option<std::time::Duration>) -> Rndv {
+        Rndv {
+            st: Default::default(),
+            timer: StallTimer::new(timeout, "rendezvous receive stall"),
+        }
+    }
+}
+
+/// The transfers in flight, by our id.
 #[derive(Default)]
 pub(crate) struct RndvState {
     next_id: u64,
@@ -155,7 +172,7 @@ pub(crate) fn start(
     if wire::RTS_LEN + rkey.len() + header.len() > ep.limits.max_bcopy || rkey.len() > usize::from(u16::MAX) {
         return Ok(Err((buf.into_held()?, done)));
     }
-    let rndv_id = w.rndv.borrow_mut().next_id();
+    let rndv_id = w.rndv.st.borrow_mut().next_id();
     let addr = match &buf {
         SendBuf::Mem(m) => m.addr(),
         SendBuf::Held(_) => 0,
@@ -172,7 +189,7 @@ pub(crate) fn start(
         user_hdr: header,
     }
     .encode();
-    w.rndv.borrow_mut().sends.insert(
+    w.rndv.st.borrow_mut().sends.insert(
         rndv_id,
         SendState {
             ep_id: ep.id.get(),
@@ -192,7 +209,7 @@ pub(crate) fn start(
 
 /// Completes send `rndv_id` with `r` (its buffer back for owned sends).
 pub(crate) fn finish_send(w: &WorkerInner, rndv_id: u64, r: Result<()>) {
-    let s = w.rndv.borrow_mut().sends.remove(&rndv_id);
+    let s = w.rndv.st.borrow_mut().sends.remove(&rndv_id);
     let Some(mut s) = s else { return };
     let buf = s.buf.take();
     for f in &s.waiters {
@@ -218,12 +235,14 @@ pub(crate) fn on_ats(w: &Rc<WorkerInner>, _iface: usize, m: &uct::AmMessage<'_>)
     };
     let known = w
         .rndv
+        .st
         .borrow()
         .sends
         .get(&a.rndv_id)
         .map(|s| (s.peer, s.buf.is_some()));
     match known {
-        Some((peer, true)) if peer == a.worker => {}
+        // A failure (the receiver timed out) may come while DATA messages are being sent.
+        Some((peer, idle)) if peer == a.worker && (idle || a.status != Status::Ok) => {}
         _ => {
             let e = Error::new(
                 Status::InvalidParam,
@@ -253,7 +272,7 @@ pub(crate) fn on_rtr(w: &Rc<WorkerInner>, _iface: usize, m: &uct::AmMessage<'_>)
         Err(e) => return violation("rendezvous RTR", &e),
     };
     let taken = {
-        let mut st = w.rndv.borrow_mut();
+        let mut st = w.rndv.st.borrow_mut();
         match st.sends.get_mut(&r.rndv_id) {
             Some(s) if s.peer == r.worker => s.buf.take().map(|b| (b, s.ep.clone())),
             _ => None,
@@ -291,7 +310,7 @@ pub(crate) fn on_rtr(w: &Rc<WorkerInner>, _iface: usize, m: &uct::AmMessage<'_>)
 /// Fails every transfer of endpoint `ep_id` (it failed or was closed).
 pub(crate) fn fail_ep(w: &WorkerInner, ep_id: u64, e: &Error) {
     let (sends, recvs): (Vec<u64>, Vec<u64>) = {
-        let st = w.rndv.borrow();
+        let st = w.rndv.st.borrow();
         (
             st.sends
                 .iter()
@@ -316,7 +335,7 @@ pub(crate) fn fail_ep(w: &WorkerInner, ep_id: u64, e: &Error) {
 /// Makes `f` run when each rendezvous send of `ep_id` now outstanding completes; returns how
 /// many there are.
 pub(crate) fn watch_sends(w: &WorkerInner, ep_id: u64, f: Rc<dyn Fn()>) -> usize {
-    let mut st = w.rndv.borrow_mut();
+    let mut st = w.rndv.st.borrow_mut();
     let mut n = 0;
     for s in st.sends.values_mut().filter(|s| s.ep_id == ep_id) {
         s.waiters.push(f.clone());
@@ -370,6 +389,14 @@ pub(crate) struct PipeOp {
 impl PipeOp {
     fn progress(&mut self, ep: &EpInner) -> Result<bool> {
         let Some(buf) = &self.buf else { return Ok(true) };
+        // The receiver gave up (its ATS failed the transfer): nothing more to send.
+        let gone = self
+            .worker
+            .upgrade()
+            .is_none_or(|w| !w.rndv.st.borrow().sends.contains_key(&self.rndv_id));
+        if gone {
+            return Ok(true);
+        }
         let per = ep.limits.max_bcopy - wire::DATA_PREFIX_LEN;
         while self.sent < buf.len() {
             let n = per.min(buf.len() - self.sent);
@@ -391,7 +418,7 @@ impl PipeOp {
     fn finish(mut self, r: Result<()>) {
         let Some(w) = self.worker.upgrade() else { return };
         // The buffer goes back into the transfer, which completes with it.
-        if let Some(s) = w.rndv.borrow_mut().sends.get_mut(&self.rndv_id) {
+        if let Some(s) = w.rndv.st.borrow_mut().sends.get_mut(&self.rndv_id) {
             s.buf = self.buf.take();
         }
         finish_send(&w, self.rndv_id, r);

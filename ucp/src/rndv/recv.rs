@@ -11,6 +11,7 @@ use super::wire;
 use crate::am;
 use crate::ep::{Ep, EpInner};
 use crate::proto::op::{self, SendOp};
+use crate::proto::stall::StallTimer;
 use crate::recv_buf::{RecvBuf, RecvDone, RegisteredBuf};
 use crate::request::{request_from, Issued};
 use crate::wire::{am_id, FLAG_REPLY};
@@ -39,6 +40,21 @@ impl AmDataDesc {
     /// True for a message without data.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The sender worker.
+    pub(crate) fn peer(&self) -> u64 {
+        self.0.as_ref().map_or(0, |d| d.ep.remote.uuid)
+    }
+
+    /// Our endpoint toward the sender (its id).
+    pub(crate) fn ep_id(&self) -> u64 {
+        self.0.as_ref().map_or(0, |d| d.ep.id.get())
+    }
+
+    /// Bytes of the sender's key it holds.
+    pub(crate) fn key_len(&self) -> usize {
+        self.0.as_ref().map_or(0, |d| d.rkey.len())
     }
 }
 
@@ -138,6 +154,10 @@ pub(crate) fn desc_for(w: &WorkerInner, r: &wire::Rts<'_>) -> Option<AmDataDesc>
 pub(crate) struct RecvState {
     pub ep_id: u64,
     sender: u64,
+    /// The sender's id of the transfer (for the ATS of a timeout).
+    rndv_id: u64,
+    /// The stall timer's tick when DATA last arrived (or the RTR was sent).
+    tick: u32,
     buf: RecvBuf,
     total: usize,
     received: usize,
@@ -247,13 +267,15 @@ pub(crate) fn recv_data(w: &Rc<WorkerInner>, mut desc: AmDataDesc, mut buf: Recv
         None => buf,
     };
     let recv_id = {
-        let mut st = w.rndv.borrow_mut();
+        let mut st = w.rndv.st.borrow_mut();
         let id = st.next_id();
         st.recvs.insert(
             id,
             RecvState {
                 ep_id: ep.id.get(),
                 sender: ep.remote.uuid,
+                rndv_id: d.rndv_id,
+                tick: w.rndv.timer.now(),
                 buf,
                 total,
                 received: 0,
@@ -262,6 +284,7 @@ pub(crate) fn recv_data(w: &Rc<WorkerInner>, mut desc: AmDataDesc, mut buf: Recv
         );
         id
     };
+    w.rndv.timer.arm(&w.uct);
     let rtr = wire::Rtr {
         rndv_id: d.rndv_id,
         recv_id,
@@ -303,7 +326,7 @@ pub(crate) fn on_data(w: &Rc<WorkerInner>, _iface: usize, m: &uct::AmMessage<'_>
         Err(e) => return violation("rendezvous DATA", &e),
     };
     let outcome = {
-        let mut st = w.rndv.borrow_mut();
+        let mut st = w.rndv.st.borrow_mut();
         match st.recvs.get_mut(&d.recv_id) {
             Some(r) if r.sender == d.worker => {
                 if d.offset != r.received as u64 || r.received + d.data.len() > r.total {
@@ -320,6 +343,7 @@ pub(crate) fn on_data(w: &Rc<WorkerInner>, _iface: usize, m: &uct::AmMessage<'_>
                 } else {
                     r.buf.put(r.received, d.data);
                     r.received += d.data.len();
+                    r.tick = w.rndv.timer.now();
                     (r.received == r.total).then_some(Ok(()))
                 }
             }
@@ -343,8 +367,43 @@ pub(crate) fn on_data(w: &Rc<WorkerInner>, _iface: usize, m: &uct::AmMessage<'_>
     }
 }
 
+/// The stall timer ticked: receives that got no DATA for `RUCX_RNDV_TIMEOUT` complete with
+/// `TimedOut` and their senders get an ATS saying so; the timer stops when none is left.
+pub(crate) fn tick(w: &WorkerInner) {
+    let now = w.rndv.timer.take_due();
+    let stalled: Vec<(u64, u64, u64, usize, usize)> = w
+        .rndv
+        .st
+        .borrow()
+        .recvs
+        .iter()
+        .filter(|(_, r)| StallTimer::stalled(r.tick, now))
+        .map(|(id, r)| (*id, r.ep_id, r.rndv_id, r.received, r.total))
+        .collect();
+    for (id, ep_id, rndv_id, received, total) in stalled {
+        let ep = w.eps.borrow().get(ep_id);
+        let peer = ep.as_ref().map_or(0, |e| e.remote.uuid);
+        let e = Error::new(
+            Status::TimedOut,
+            format!(
+                "rendezvous receive from worker {peer:#x} got no data for {} ms with {received} \
+                 of {total} bytes in (RUCX_RNDV_TIMEOUT)",
+                w.rndv.timer.millis()
+            ),
+        );
+        violation("rendezvous receive", &e);
+        if let Some(ep) = ep {
+            send_ats(&ep, rndv_id, Status::TimedOut);
+        }
+        finish_recv(w, id, Err(e));
+    }
+    if w.rndv.st.borrow().recvs.is_empty() {
+        w.rndv.timer.disarm(&w.uct);
+    }
+}
+
 pub(crate) fn finish_recv(w: &WorkerInner, recv_id: u64, r: Result<()>) {
-    let s = w.rndv.borrow_mut().recvs.remove(&recv_id);
+    let s = w.rndv.st.borrow_mut().recvs.remove(&recv_id);
     if let Some(s) = s {
         s.done.complete(r.map(|_| s.buf), s.total);
     }

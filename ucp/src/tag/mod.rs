@@ -14,6 +14,7 @@
 pub mod matcher;
 pub(crate) mod recv;
 mod send;
+mod unexp;
 pub(crate) mod wire;
 
 use std::cell::RefCell;
@@ -29,6 +30,7 @@ use matcher::Matcher;
 use wire::SyncFrom;
 
 pub(crate) use recv::{on_eager, on_first, on_middle, on_rts, on_sync, on_sync_ack};
+pub use unexp::UnexpUse;
 
 /// A completed tag receive: the sender's tag, the message's length and the receive buffer
 /// holding the message. [`crate::Worker::tag_recv`]'s `Vec` is cut to the message;
@@ -147,6 +149,10 @@ enum Target {
 /// An eager message (possibly still arriving in fragments).
 struct Incoming {
     tag: u64,
+    /// The sender worker (as its fragments name it, checked to be a known peer).
+    peer: u64,
+    /// Charged to the unexpected budget while it is unexpected (see `unexp`).
+    unexp_charged: usize,
     total: usize,
     received: usize,
     target: Target,
@@ -192,17 +198,19 @@ struct SyncWait {
 }
 
 /// A worker's tag-matching state.
-#[derive(Default)]
 pub(crate) struct TagState {
+    /// Unexpected messages go in and out through `unexp`'s methods, which charge them.
     matcher: Matcher<Posted, Unexp>,
     /// Eager messages still arriving, by (sender worker, message id).
     incoming: crate::proto::reasm::Reassembler<Rc<RefCell<Incoming>>>,
     sync: ucs::hash::FastMap<u64, SyncWait>,
     next_req: u64,
+    unexp_budget: crate::proto::budget::Budget,
 }
 
-/// Ends whatever depended on endpoint `ep_id` to `peer`: its synchronous sends, and messages
-/// from that worker still arriving (a posted receive they fill completes with `e`).
+/// Ends whatever depended on endpoint `ep_id` to `peer`: its synchronous sends, its unexpected
+/// rendezvous announcements, and messages from that worker still arriving (a posted receive
+/// they fill completes with `e`).
 pub(crate) fn fail_ep(w: &WorkerInner, ep_id: u64, peer: u64, e: &Error) {
     let (syncs, arriving) = {
         let mut t = w.tag.borrow_mut();
@@ -214,6 +222,9 @@ pub(crate) fn fail_ep(w: &WorkerInner, ep_id: u64, peer: u64, e: &Error) {
             .collect();
         let syncs: Vec<SyncWait> = ids.iter().filter_map(|id| t.sync.remove(id)).collect();
         let arriving = t.incoming.remove_peer(&w.reasm.budget, peer);
+        // Announcements through it can no longer be fetched (their descriptors drop without
+        // an ATS: the endpoint is not usable).
+        t.retain_unexp(|u| !matches!(u, Unexp::Rndv(d) if d.ep_id() == ep_id));
         (syncs, arriving)
     };
     for s in syncs {
@@ -234,8 +245,7 @@ fn drop_incoming(w: &WorkerInner, inc: &Rc<RefCell<Incoming>>, e: Error) {
         Target::Unexp(_) => {
             w.tag
                 .borrow_mut()
-                .matcher
-                .retain_unexpected(|u| !matches!(u, Unexp::Eager(i) if Rc::ptr_eq(i, inc)));
+                .retain_unexp(|u| !matches!(u, Unexp::Eager(i) if Rc::ptr_eq(i, inc)));
         }
         Target::Gone => {}
     }
@@ -245,7 +255,7 @@ fn drop_incoming(w: &WorkerInner, inc: &Rc<RefCell<Incoming>>, e: Error) {
 pub(crate) fn reasm_tick(w: &WorkerInner) {
     let gone = w.tag.borrow_mut().incoming.tick(&w.reasm.budget);
     for (key, inc) in gone {
-        let e = crate::proto::reasm::Reassembler::<()>::stalled(&w.reasm.budget, key);
+        let e = crate::proto::reasm::Reassembler::<()>::stalled(&w.reasm.timer, key);
         crate::wire::violation("tag message", &e);
         drop_incoming(w, &inc, e);
     }

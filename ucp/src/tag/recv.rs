@@ -55,10 +55,10 @@ fn on_whole(w: &Rc<WorkerInner>, tag: u64, m: &AmMessage<'_>, at: usize, sync: O
         None => {
             let mut data = Vec::new();
             m.extend_vec(at, &mut data);
-            w.tag
-                .borrow_mut()
-                .matcher
-                .push_unexpected(tag, Unexp::Whole(data, sync));
+            let refused = w.tag.borrow_mut().push_unexp(tag, Unexp::Whole(data, sync));
+            if let Err((e, _dropped)) = refused {
+                violation("unexpected tag message (dropped)", &e);
+            }
         }
     }
 }
@@ -105,7 +105,7 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     let budget = &w.reasm.budget;
     // Grows with the fragments. Admitted (charged as if unexpected) before it takes a
     // posted receive or memory.
-    let room = budget.first_room(total, carried);
+    let room = crate::proto::reasm::first_room(budget, total, carried);
     if carried < total {
         if let Err(e) = w.tag.borrow().incoming.admit(budget, key, room) {
             violation("tag first fragment", &e);
@@ -135,6 +135,8 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     let held = target.held();
     let inc = Rc::new(RefCell::new(Incoming {
         tag: f.tag,
+        peer: f.worker,
+        unexp_charged: 0,
         total,
         received: carried,
         target,
@@ -145,7 +147,12 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
         t.incoming.insert(budget, key, total, carried, held, inc.clone());
     }
     if !matched {
-        t.matcher.push_unexpected(f.tag, Unexp::Eager(inc));
+        if let Err((e, _)) = t.push_unexp(f.tag, Unexp::Eager(inc)) {
+            t.incoming.remove(budget, key);
+            drop(t);
+            violation("tag first fragment", &e);
+            return crate::worker::fail_peer(w, f.worker, e);
+        }
     } else if carried == total {
         drop(t);
         finish(inc);
@@ -153,7 +160,7 @@ pub(crate) fn on_first(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     }
     drop(t);
     if carried < total {
-        w.reasm.arm(&w.uct);
+        w.reasm.timer.arm(&w.uct);
     }
 }
 
@@ -212,7 +219,15 @@ pub(crate) fn on_middle(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     };
     let settled = w.tag.borrow_mut().incoming.settle(budget, key, held);
     match settled {
-        Ok(Some(inc)) => finish(inc),
+        Ok(Some(inc)) => {
+            let charged = w.tag.borrow().charge_whole(&inc);
+            if let Err(e) = charged {
+                violation("tag fragment", &e);
+                super::drop_incoming(w, &inc, e.clone());
+                return crate::worker::fail_peer(w, d.worker, e);
+            }
+            finish(inc)
+        }
         Ok(None) => {}
         Err(r) => {
             violation("tag fragment", &r.error);
@@ -229,15 +244,25 @@ pub(crate) fn on_rts(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
         Ok(r) => r,
         Err(e) => return violation("tag rendezvous RTS", &e),
     };
+    if let Err(e) = w.known_peer(r.worker) {
+        return violation("tag rendezvous RTS", &e);
+    }
     let Some(desc) = crate::rndv::desc_for(w, &r) else {
         return;
     };
     let tag = r.word;
     let posted = w.tag.borrow_mut().matcher.take_expected(tag);
-    match posted {
-        Some(p) => bind(w, tag, Unexp::Rndv(desc), p),
-        None => w.tag.borrow_mut().matcher.push_unexpected(tag, Unexp::Rndv(desc)),
-    }
+    let Some(p) = posted else {
+        let refused = w.tag.borrow_mut().push_unexp(tag, Unexp::Rndv(desc));
+        if let Err((e, desc)) = refused {
+            violation("tag rendezvous RTS", &e);
+            // Failed first: the dropped descriptor then tells the sender nothing.
+            crate::worker::fail_peer(w, r.worker, e);
+            drop(desc);
+        }
+        return;
+    };
+    bind(w, tag, Unexp::Rndv(desc), p)
 }
 
 pub(crate) fn on_sync_ack(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
@@ -313,7 +338,7 @@ fn recv<B: 'static>(w: &Rc<WorkerInner>, tag: u64, mask: u64, buf: RecvBuf) -> R
         // Nothing arrived unasked (the usual case): post at once.
         return Ok(Issued::Pending(post(w, tag, mask, buf)));
     }
-    let found = w.tag.borrow_mut().matcher.take_unexpected(tag, mask);
+    let found = w.tag.borrow_mut().take_unexp(tag, mask);
     // A whole message already here: copied out, no request needed.
     let found = match found {
         Some((t, Unexp::Whole(data, sync))) => {
@@ -523,7 +548,7 @@ impl Worker {
             };
             return Ok(Some(TagProbe { info, msg: None }));
         }
-        let Some((t, m)) = t.matcher.take_unexpected(tag, mask) else {
+        let Some((t, m)) = t.take_unexp(tag, mask) else {
             return Ok(None);
         };
         let info = TagInfo {
