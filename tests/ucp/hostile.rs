@@ -383,7 +383,7 @@ fn strangers_start_no_reassembly(s: &Setup) {
     sentinel(&p, &a.raw, &inbox);
     assert_eq!(
         p.b.reassembly(),
-        ucp::ReasmUse {
+        ucp::HeldUse {
             messages: 0,
             bytes: 0
         },
@@ -521,7 +521,7 @@ fn unexpected_tag_flood_bounded(s: &Setup) {
     }
     assert_eq!(
         p.b.tag_unexpected(),
-        ucp::UnexpUse {
+        ucp::HeldUse {
             messages: 0,
             bytes: 0
         },
@@ -581,7 +581,45 @@ fn rndv_without_data_times_out(s: &Setup) {
     assert!(got.data == big, "[{}]", p.name);
 }
 
+/// uct AM id of stream messages.
+const STREAM: u8 = 15;
+
+/// Stream bytes in a peer's name that the application never reads: the victim never holds
+/// more than `RUCX_STREAM_PEER_LIMIT`, fails the peer's endpoints past it, and refuses its
+/// stream messages from then on (no endpoint takes them).
+fn unread_stream_flood_bounded(s: &Setup) {
+    if !s.t.two_workers {
+        return; // one worker: the spoofed peer would be the victim itself
+    }
+    let limit = 64 << 10;
+    let s = s.with("STREAM_PEER_LIMIT", "64k");
+    let Some((p, a, inbox)) = attacked(&s) else { return };
+    let msg = [&le(p.a.id())[..], &le(1)[..], &[0x5a; 900][..]].concat();
+    let mut most = 0;
+    for _ in 0..200 {
+        send_raw(&p, &a.raw, STREAM, &msg);
+        p.progress();
+        most = most.max(p.b.stream_unread().bytes);
+        assert!(most <= limit, "[{}] {most} unread bytes, over 64k", p.name);
+    }
+    sentinel(&p, &a.raw, &inbox);
+    assert!(most > limit / 2, "[{}] only {most} bytes were ever held", p.name);
+    // A one-byte message would fit in what is left (900-byte messages leave room for one),
+    // yet it is refused: the peer failed.
+    let held = p.b.stream_unread();
+    assert!(limit - held.bytes >= 1 + 256, "[{}] {held:?}", p.name);
+    send_raw(&p, &a.raw, STREAM, &msg[..17]);
+    sentinel(&p, &a.raw, &inbox);
+    assert_eq!(
+        p.b.stream_unread(),
+        held,
+        "[{}] the failed peer's stream was still taken",
+        p.name
+    );
+}
+
 ucp_test!(
+    unread_stream_flood_bounded,
     hostile_bytes_are_dropped,
     forged_rendezvous,
     strangers_start_no_reassembly,

@@ -201,6 +201,20 @@ const FIELDS: &[ConfigField] = &[
              long completes with TimedOut, and the sender is told so. inf: never.",
     ),
     ConfigField::new(
+        "STREAM_PEER_LIMIT",
+        "256m",
+        ConfigKind::MemUnits,
+        "Most bytes of one peer worker's streams that arrived and were not read yet may hold \
+             here (plus 256 per message); past it the peer's endpoints fail with ExceedsLimit.",
+    ),
+    ConfigField::new(
+        "STREAM_WORKER_LIMIT",
+        "1g",
+        ConfigKind::MemUnits,
+        "Most bytes all unread stream messages may hold in one worker; past it the peer whose \
+             message would exceed it has its endpoints failed with ExceedsLimit.",
+    ),
+    ConfigField::new(
         "KEEPALIVE_INTERVAL",
         "20s",
         ConfigKind::Time,
@@ -295,6 +309,8 @@ pub struct UcpConfig {
     /// `RUCX_RNDV_TIMEOUT`: how long a rendezvous receive may wait for the sender's data;
     /// `None`: for ever.
     pub rndv_timeout: Option<Duration>,
+    /// `RUCX_STREAM_*`: what stream bytes not read yet may hold.
+    pub stream_unread: ByteLimits,
 }
 
 /// An out-of-range value: the same message (and log line) as a value that does not parse,
@@ -432,6 +448,7 @@ impl UcpConfig {
         let reasm = limits::reasm(r)?;
         let tag_unexp = limits::tag_unexp(r)?;
         let rndv_timeout = limits::rndv_timeout(r)?;
+        let stream_unread = limits::stream_unread(r)?;
         Ok(UcpConfig {
             tls,
             tls_spec,
@@ -454,6 +471,7 @@ impl UcpConfig {
             reasm,
             tag_unexp,
             rndv_timeout,
+            stream_unread,
         })
     }
 }
@@ -508,6 +526,10 @@ mod tests {
                 worker_bytes: 1 << 30,
             },
             rndv_timeout: Some(DEFAULT_REASM_TIMEOUT),
+            stream_unread: ByteLimits {
+                peer_bytes: 256 << 20,
+                worker_bytes: 1 << 30,
+            },
         };
         assert_eq!(c, want);
         assert!(TlsFilter::parse(&c.tls).unwrap().allows_all());
@@ -661,6 +683,8 @@ mod tests {
                 "RUCX_TAG_UNEXP_PEER_LIMIT=100 (set in code) is invalid: expected a size of at least 4k",
             ),
             ("TAG_UNEXP_WORKER_LIMIT", "-1", "RUCX_TAG_UNEXP_WORKER_LIMIT=-1"),
+            ("STREAM_PEER_LIMIT", "1", "RUCX_STREAM_PEER_LIMIT=1"),
+            ("STREAM_WORKER_LIMIT", "big", "RUCX_STREAM_WORKER_LIMIT=big"),
             (
                 "RNDV_TIMEOUT",
                 "0s",

@@ -54,9 +54,9 @@ pub use ep::{CloseMode, Ep, EpParams, ErrMode};
 pub use request::{Issued, Request};
 pub use rma::{AtomicOp, AtomicWidth, MemHandle, RemoteKey, RmaProto};
 pub use rndv::AmDataDesc;
-pub use tag::{TagInfo, TagMsg, TagProbe, TagRecvd, UnexpUse};
+pub use tag::{TagInfo, TagMsg, TagProbe, TagRecvd};
 pub use ucs::{Error, Outcome, Result, Status};
 /// How a worker's async events are handled (see [`Worker::with_async_mode`]).
 pub use uct::AsyncMode;
 pub use wakeup::WorkerWaker;
-pub use worker::{ReasmUse, WeakWorker, Worker};
+pub use worker::{HeldUse, WeakWorker, Worker};

@@ -2,6 +2,11 @@
 //! boundaries. `Ep::stream_send` cuts the bytes into AM-lane messages (uct AM id 15: the
 //! sender's worker and endpoint ids, then bytes); the receiver queues them per sender
 //! endpoint and `Ep::stream_recv` takes any amount of them, in order.
+//!
+//! Bytes that arrived and were not read are charged to their sender worker and to the worker
+//! (each queued message's buffer plus 256; `RUCX_STREAM_PEER_LIMIT`, `RUCX_STREAM_WORKER_LIMIT`):
+//! a message past either fails the sender's endpoints with `ExceedsLimit`, as a peer that
+//! sends faster than the application reads must not exhaust memory.
 
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -10,6 +15,7 @@ use ucs::{Error, Result, Status};
 use uct::AmMessage;
 
 use crate::ep::{Ep, EpInner};
+use crate::proto::budget::{Budget, BudgetSpec, ENTRY_COST};
 use crate::request::{request, Completer, Issued};
 use crate::wire::am_id;
 use crate::worker::WorkerInner;
@@ -47,33 +53,84 @@ struct StreamQ {
 }
 
 impl StreamQ {
-    /// Moves queued bytes into `r`.
-    fn fill(&mut self, r: &mut StreamRecv) {
-        self.fill_into(&mut r.buf, &mut r.filled);
+    /// Moves queued bytes into `r`; returns the charge of the messages it used up.
+    fn fill(&mut self, r: &mut StreamRecv) -> usize {
+        self.fill_into(&mut r.buf, &mut r.filled)
     }
 
-    /// Moves queued bytes into `buf` from `filled` on, advancing it.
-    fn fill_into(&mut self, buf: &mut [u8], filled: &mut usize) {
+    /// Moves queued bytes into `buf` from `filled` on, advancing it; returns the charge of
+    /// the messages it used up.
+    fn fill_into(&mut self, buf: &mut [u8], filled: &mut usize) -> usize {
+        let mut freed = 0;
         while *filled < buf.len() {
-            let Some(d) = self.data.front() else { return };
+            let Some(d) = self.data.front() else { break };
             let n = (d.len() - self.head).min(buf.len() - *filled);
             buf[*filled..*filled + n].copy_from_slice(&d[self.head..self.head + n]);
             *filled += n;
             self.head += n;
             if self.head == d.len() {
+                freed += cost(d);
                 self.data.pop_front();
                 self.head = 0;
             }
         }
+        freed
+    }
+
+    /// The charge of everything queued.
+    fn charged(&self) -> usize {
+        self.data.iter().map(cost).sum()
     }
 }
 
+/// Uncharges `freed` bytes of `peer`'s.
+fn release(budget: &Budget, peer: u64, freed: usize) {
+    if freed != 0 {
+        let _ = budget.recharge(peer, freed, 0);
+    }
+}
+
+/// What a queued message is charged.
+fn cost(d: &Vec<u8>) -> usize {
+    d.capacity() + ENTRY_COST
+}
+
 /// A worker's streams, by (sender worker, sender endpoint).
-#[derive(Default)]
 pub(crate) struct StreamState {
     queues: ucs::hash::FastMap<(u64, u64), StreamQ>,
     /// Receives of endpoints that do not know their peer's endpoint id yet.
     early: ucs::hash::FastMap<u64, Vec<StreamRecv>>,
+    /// Unread bytes, by sender worker.
+    budget: Budget,
+}
+
+impl StreamState {
+    pub fn new(limits: crate::config::ByteLimits) -> StreamState {
+        StreamState {
+            queues: Default::default(),
+            early: Default::default(),
+            budget: Budget::new(BudgetSpec {
+                what: "unread stream bytes",
+                peer: ("RUCX_STREAM_PEER_LIMIT", limits.peer_bytes),
+                worker: ("RUCX_STREAM_WORKER_LIMIT", limits.worker_bytes),
+            }),
+        }
+    }
+
+    /// Unread messages and their charge ([`crate::Worker::stream_unread`]).
+    pub fn unread(&self) -> crate::HeldUse {
+        crate::HeldUse {
+            messages: self.queues.values().map(|q| q.data.len()).sum(),
+            bytes: self.budget.held(),
+        }
+    }
+
+    /// Drops queue `key` and its charge.
+    fn remove_queue(&mut self, key: (u64, u64)) {
+        if let Some(q) = self.queues.remove(&key) {
+            release(&self.budget, key.0, q.charged());
+        }
+    }
 }
 
 /// A stream message: the sender's worker and endpoint, the bytes.
@@ -110,8 +167,10 @@ pub(crate) fn on_stream(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
         return;
     }
     let mut done = Vec::new();
+    let mut over = None;
     {
         let mut st = w.stream.borrow_mut();
+        let st = &mut *st;
         let q = st.queues.entry((worker, src_ep)).or_default();
         let mut at = PREFIX_LEN;
         // Queued bytes come first; receives wait only while nothing is queued.
@@ -128,13 +187,24 @@ pub(crate) fn on_stream(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
             }
         }
         if at < m.len() {
-            let mut v = Vec::new();
-            m.extend_vec(at, &mut v);
-            q.data.push_back(v);
+            // Checked before the copy: a refused message allocates nothing.
+            match st.budget.allows(worker, m.len() - at + ENTRY_COST) {
+                Ok(()) => {
+                    let mut v = Vec::new();
+                    m.extend_vec(at, &mut v);
+                    let _ = st.budget.recharge(worker, 0, cost(&v));
+                    q.data.push_back(v);
+                }
+                Err(e) => over = Some(e),
+            }
         }
     }
     for r in done {
         r.complete();
+    }
+    if let Some(e) = over {
+        crate::wire::violation("stream message", &e);
+        crate::worker::fail_peer(w, worker, e);
     }
 }
 
@@ -144,13 +214,15 @@ pub(crate) fn on_wired(w: &WorkerInner, ep: &EpInner) {
     let mut done = Vec::new();
     {
         let mut st = w.stream.borrow_mut();
+        let st = &mut *st;
         let Some(early) = st.early.remove(&ep.id.get()) else {
             return;
         };
         let q = st.queues.entry((ep.remote.uuid, remote)).or_default();
         for mut r in early {
             if q.recvs.is_empty() {
-                q.fill(&mut r);
+                let freed = q.fill(&mut r);
+                release(&st.budget, ep.remote.uuid, freed);
                 if r.can_complete() {
                     done.push(r);
                     continue;
@@ -196,8 +268,10 @@ fn drain_after_end(ep: &EpInner, mut buf: Vec<u8>) -> Option<Vec<u8>> {
         return None;
     }
     let mut filled = 0;
-    q.fill_into(&mut buf, &mut filled);
-    if q.data.is_empty() {
+    let freed = q.fill_into(&mut buf, &mut filled);
+    let empty = q.data.is_empty();
+    release(&st.budget, key.0, freed);
+    if empty {
         st.queues.remove(&key);
     }
     buf.truncate(filled);
@@ -211,7 +285,7 @@ pub(crate) fn forget(w: &WorkerInner, ep: &EpInner) {
     };
     st.early.remove(&ep.id.get());
     if let Some(r) = ep.remote_ep.get() {
-        st.queues.remove(&(ep.remote.uuid, r));
+        st.remove_queue((ep.remote.uuid, r));
     }
 }
 
@@ -312,16 +386,18 @@ impl Ep {
             wait_all,
             done: c,
         };
-        let mut st = w.stream.borrow_mut();
+        let mut guard = w.stream.borrow_mut();
+        let st = &mut *guard;
         match ep.remote_ep.get() {
             None => st.early.entry(ep.id.get()).or_default().push(r),
             Some(remote) => {
                 let q = st.queues.entry((ep.remote.uuid, remote)).or_default();
                 if q.recvs.is_empty() {
-                    q.fill(&mut r);
+                    let freed = q.fill(&mut r);
+                    release(&st.budget, ep.remote.uuid, freed);
                 }
                 if q.recvs.is_empty() && r.can_complete() {
-                    drop(st);
+                    drop(guard);
                     r.complete();
                     return Ok(match req.take() {
                         Some(v) => Issued::Done(v?),
@@ -332,5 +408,36 @@ impl Ep {
             }
         }
         Ok(Issued::Pending(req))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reading_releases_what_each_used_up_message_was_charged() {
+        let mut q = StreamQ::default();
+        for chunk in [&b"abc"[..], b"defg", b"h"] {
+            q.data.push_back(chunk.to_vec());
+        }
+        let all = q.charged();
+        assert_eq!(
+            all,
+            q.data.iter().map(|d| d.capacity()).sum::<usize>() + 3 * ENTRY_COST
+        );
+        let mut buf = [0u8; 5];
+        let mut filled = 0;
+        // "abc" used up, "defg" half read: only the first is released
+        let freed = q.fill_into(&mut buf, &mut filled);
+        assert_eq!((filled, &buf[..]), (5, &b"abcde"[..]));
+        assert_eq!(freed, 3 + ENTRY_COST);
+        assert_eq!(q.charged(), all - freed);
+        let mut rest = [0u8; 8];
+        let mut filled = 0;
+        let freed2 = q.fill_into(&mut rest, &mut filled);
+        assert_eq!(&rest[..filled], b"fgh");
+        assert_eq!(freed + freed2, all);
+        assert_eq!(q.charged(), 0);
     }
 }

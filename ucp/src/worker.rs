@@ -89,13 +89,15 @@ impl EpTable {
     }
 }
 
-/// What messages arriving in fragments hold in a worker ([`Worker::reassembly`]).
+/// What peers' messages hold in a worker now: [`Worker::reassembly`] (messages arriving in
+/// fragments), [`Worker::tag_unexpected`] (tag messages no receive matched yet),
+/// [`Worker::stream_unread`] (stream bytes not read yet).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReasmUse {
-    /// Messages whose first fragment arrived and whose last has not.
+pub struct HeldUse {
+    /// Messages held.
     pub messages: usize,
-    /// Bytes charged for them: the buffers they fill here (not posted receives' buffers)
-    /// plus 256 per message.
+    /// Bytes charged for them to the budget that bounds them: the buffers they fill here
+    /// (not the application's posted buffers) plus 256 per message.
     pub bytes: usize,
 }
 
@@ -443,7 +445,7 @@ impl Worker {
             lane_sets: RefCell::new(HashMap::new()),
             keepalive: crate::keepalive::Keepalive::default(),
             tag: RefCell::new(crate::tag::TagState::new(ctx.inner.cfg.tag_unexp)),
-            stream: RefCell::new(crate::stream::StreamState::default()),
+            stream: RefCell::new(crate::stream::StreamState::new(ctx.inner.cfg.stream_unread)),
             failed: RefCell::new(Vec::new()),
             has_failed: Cell::new(false),
             wakeup,
@@ -486,11 +488,11 @@ impl Worker {
     ///
     /// let uct = uct::Context::builder().builtin(uct_self::module()).plugins(false).build();
     /// let worker = Worker::new(&Context::builder(uct).features(Features::AM).build()?)?;
-    /// assert_eq!(worker.reassembly(), ucp::ReasmUse { messages: 0, bytes: 0 });
+    /// assert_eq!(worker.reassembly(), ucp::HeldUse { messages: 0, bytes: 0 });
     /// # Ok::<(), ucp::Error>(())
     /// ```
-    pub fn reassembly(&self) -> ReasmUse {
-        ReasmUse {
+    pub fn reassembly(&self) -> HeldUse {
+        HeldUse {
             messages: self.inner.am_reasm.borrow().len() + crate::tag::reasm_len(&self.inner),
             bytes: self.inner.reasm.budget.held(),
         }
@@ -498,8 +500,14 @@ impl Worker {
 
     /// What tag messages no receive matched yet hold here (bounded by
     /// `RUCX_TAG_UNEXP_PEER_LIMIT` and `RUCX_TAG_UNEXP_WORKER_LIMIT`).
-    pub fn tag_unexpected(&self) -> crate::UnexpUse {
+    pub fn tag_unexpected(&self) -> HeldUse {
         self.inner.tag.borrow().unexp_use()
+    }
+
+    /// What stream bytes that arrived and were not read hold here (bounded by
+    /// `RUCX_STREAM_PEER_LIMIT` and `RUCX_STREAM_WORKER_LIMIT`).
+    pub fn stream_unread(&self) -> HeldUse {
+        self.inner.stream.borrow().unread()
     }
 
     /// This worker's packed address, for a peer's [`Worker::connect`].

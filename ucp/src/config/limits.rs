@@ -1,6 +1,6 @@
 //! The limits on what peers may make a worker hold, and for how long: messages under
 //! reassembly (`RUCX_REASM_*`), unexpected tag messages (`RUCX_TAG_UNEXP_*`), rendezvous
-//! receives waiting for data (`RUCX_RNDV_TIMEOUT`).
+//! receives waiting for data (`RUCX_RNDV_TIMEOUT`), stream bytes not read (`RUCX_STREAM_*`).
 
 use std::time::Duration;
 
@@ -24,8 +24,7 @@ pub struct ReasmLimits {
     pub timeout: Option<Duration>,
 }
 
-/// A per-peer and a per-worker byte limit (`RUCX_TAG_UNEXP_PEER_LIMIT`,
-/// `RUCX_TAG_UNEXP_WORKER_LIMIT`).
+/// A per-peer and a per-worker byte limit (`RUCX_TAG_UNEXP_*`, `RUCX_STREAM_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ByteLimits {
     /// What one peer worker may make this worker hold.
@@ -68,6 +67,14 @@ pub(super) fn tag_unexp(r: &Reader<'_>) -> Result<ByteLimits> {
     Ok(ByteLimits {
         peer_bytes: bytes(r, "TAG_UNEXP_PEER_LIMIT", 256 << 20)?,
         worker_bytes: bytes(r, "TAG_UNEXP_WORKER_LIMIT", 1 << 30)?,
+    })
+}
+
+/// `RUCX_STREAM_PEER_LIMIT`, `RUCX_STREAM_WORKER_LIMIT`.
+pub(super) fn stream_unread(r: &Reader<'_>) -> Result<ByteLimits> {
+    Ok(ByteLimits {
+        peer_bytes: bytes(r, "STREAM_PEER_LIMIT", 256 << 20)?,
+        worker_bytes: bytes(r, "STREAM_WORKER_LIMIT", 1 << 30)?,
     })
 }
 

@@ -30,7 +30,6 @@ use matcher::Matcher;
 use wire::SyncFrom;
 
 pub(crate) use recv::{on_eager, on_first, on_middle, on_rts, on_sync, on_sync_ack};
-pub use unexp::UnexpUse;
 
 /// A completed tag receive: the sender's tag, the message's length and the receive buffer
 /// holding the message. [`crate::Worker::tag_recv`]'s `Vec` is cut to the message;

@@ -16,16 +16,6 @@ use super::{Incoming, TagState, Target, Unexp};
 use crate::config::ByteLimits;
 use crate::proto::budget::{Budget, BudgetSpec, ANONYMOUS, ENTRY_COST};
 
-/// What unexpected tag messages hold in a worker ([`crate::Worker::tag_unexpected`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UnexpUse {
-    /// Messages no receive has matched yet.
-    pub messages: usize,
-    /// Bytes charged for them: whole messages' data, rendezvous keys, plus 256 per message
-    /// (data still arriving in fragments is counted by [`crate::Worker::reassembly`]).
-    pub bytes: usize,
-}
-
 pub(super) fn budget(limits: ByteLimits) -> Budget {
     Budget::new(BudgetSpec {
         what: "unexpected tag messages",
@@ -116,8 +106,8 @@ impl TagState {
         Ok(())
     }
 
-    pub fn unexp_use(&self) -> UnexpUse {
-        UnexpUse {
+    pub fn unexp_use(&self) -> crate::HeldUse {
+        crate::HeldUse {
             messages: self.matcher.unexpected_len(),
             bytes: self.unexp_budget.held(),
         }
