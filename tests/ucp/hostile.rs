@@ -618,7 +618,65 @@ fn unread_stream_flood_bounded(s: &Setup) {
     );
 }
 
+/// A wireup REQUEST from worker `uuid` (its address: `addr` renamed to it), connection `sn`.
+fn request(addr: &WorkerAddress, uuid: u64, sn: u64) -> Vec<u8> {
+    let mut a = addr.clone();
+    a.uuid = uuid;
+    let packed = a.pack();
+    [
+        &[1u8, 1, 0, 0][..],
+        &(packed.len() as u32).to_le_bytes()[..],
+        &le(uuid)[..],
+        &le(1000 + sn)[..],
+        &le(0)[..],
+        &le(sn)[..],
+        &packed[..],
+    ]
+    .concat()
+}
+
+/// Wireup REQUEST floods, from one forged worker and from many: the endpoints they make stay
+/// within `RUCX_PASSIVE_PEER_LIMIT` and `RUCX_PASSIVE_WORKER_LIMIT`, later requests are
+/// refused, and the real peer is served as before.
+fn wireup_request_flood_bounded(s: &Setup) {
+    if !s.t.two_workers {
+        return; // one worker: its address is the victim's own
+    }
+    let s = s
+        .with("PASSIVE_PEER_LIMIT", "8")
+        .with("PASSIVE_WORKER_LIMIT", "32");
+    let Some((p, a, inbox)) = attacked(&s) else { return };
+    let peer_addr = WorkerAddress::unpack(p.a.address()).unwrap();
+    let before = p.b.passive_endpoints();
+    for sn in 0..40 {
+        send_raw(&p, &a.raw, WIREUP, &request(&peer_addr, 0xf0f0_0001, sn));
+        p.progress();
+    }
+    sentinel(&p, &a.raw, &inbox);
+    let one = p.b.passive_endpoints() - before;
+    assert!(
+        (1..=8).contains(&one),
+        "[{}] {one} endpoints from one worker's 40 requests",
+        p.name
+    );
+    for i in 0..200 {
+        send_raw(&p, &a.raw, WIREUP, &request(&peer_addr, 0xf1f1_0000 + i, 0));
+        p.progress();
+        assert!(
+            p.b.passive_endpoints() <= 32,
+            "[{}] over the worker limit",
+            p.name
+        );
+    }
+    sentinel(&p, &a.raw, &inbox);
+    let _ = p.ep.am_send(2, b"real", b"after", AmFlags::default()).unwrap();
+    p.wait_for("the real peer's message", || {
+        inbox.borrow().last().is_some_and(|m| m.1 == b"after")
+    });
+}
+
 ucp_test!(
+    wireup_request_flood_bounded,
     unread_stream_flood_bounded,
     hostile_bytes_are_dropped,
     forged_rendezvous,

@@ -14,7 +14,7 @@ use ucs::config::{
 };
 use ucs::{Error, Result};
 
-pub use limits::{ByteLimits, ReasmLimits, DEFAULT_REASM_TIMEOUT};
+pub use limits::{ByteLimits, PassiveLimits, ReasmLimits, DEFAULT_REASM_TIMEOUT};
 pub use tls::{alias_members, alias_names, Allowed, TlsFilter, TlsSpec};
 pub use ucs::config::{device_allowed, device_matches, NET_TABLE};
 
@@ -215,6 +215,20 @@ const FIELDS: &[ConfigField] = &[
              message would exceed it has its endpoints failed with ExceedsLimit.",
     ),
     ConfigField::new(
+        "PASSIVE_PEER_LIMIT",
+        "4096",
+        ConfigKind::Uint,
+        "Most endpoints one peer worker's wireup requests may make here that the application \
+             has not adopted (by connecting toward that peer); later requests are refused, logged.",
+    ),
+    ConfigField::new(
+        "PASSIVE_WORKER_LIMIT",
+        "16384",
+        ConfigKind::Uint,
+        "Most endpoints all peers' wireup requests may make in one worker that the application \
+             has not adopted; later requests are refused, logged, until some close.",
+    ),
+    ConfigField::new(
         "KEEPALIVE_INTERVAL",
         "20s",
         ConfigKind::Time,
@@ -311,6 +325,8 @@ pub struct UcpConfig {
     pub rndv_timeout: Option<Duration>,
     /// `RUCX_STREAM_*`: what stream bytes not read yet may hold.
     pub stream_unread: ByteLimits,
+    /// `RUCX_PASSIVE_*`: endpoints peers' wireup requests may make.
+    pub passive: PassiveLimits,
 }
 
 /// An out-of-range value: the same message (and log line) as a value that does not parse,
@@ -449,6 +465,7 @@ impl UcpConfig {
         let tag_unexp = limits::tag_unexp(r)?;
         let rndv_timeout = limits::rndv_timeout(r)?;
         let stream_unread = limits::stream_unread(r)?;
+        let passive = limits::passive(r)?;
         Ok(UcpConfig {
             tls,
             tls_spec,
@@ -472,6 +489,7 @@ impl UcpConfig {
             tag_unexp,
             rndv_timeout,
             stream_unread,
+            passive,
         })
     }
 }
@@ -529,6 +547,10 @@ mod tests {
             stream_unread: ByteLimits {
                 peer_bytes: 256 << 20,
                 worker_bytes: 1 << 30,
+            },
+            passive: PassiveLimits {
+                per_peer: 4096,
+                per_worker: 16384,
             },
         };
         assert_eq!(c, want);
@@ -684,6 +706,12 @@ mod tests {
             ),
             ("TAG_UNEXP_WORKER_LIMIT", "-1", "RUCX_TAG_UNEXP_WORKER_LIMIT=-1"),
             ("STREAM_PEER_LIMIT", "1", "RUCX_STREAM_PEER_LIMIT=1"),
+            (
+                "PASSIVE_PEER_LIMIT",
+                "0",
+                "RUCX_PASSIVE_PEER_LIMIT=0 (set in code) is invalid: expected a count of at least 1",
+            ),
+            ("PASSIVE_WORKER_LIMIT", "many", "RUCX_PASSIVE_WORKER_LIMIT=many"),
             ("STREAM_WORKER_LIMIT", "big", "RUCX_STREAM_WORKER_LIMIT=big"),
             (
                 "RNDV_TIMEOUT",

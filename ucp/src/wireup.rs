@@ -242,10 +242,7 @@ fn reply(ep: &Rc<EpInner>, kind: u8) -> Result<()> {
 pub(crate) fn on_message(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
     let msg = match Msg::decode(m.data()) {
         Ok(msg) => msg,
-        Err(e) => {
-            ucs::warn!("{e}: dropped");
-            return;
-        }
+        Err(e) => return crate::wire::violation("wireup message", &e),
     };
     let r = match msg.kind {
         REQUEST => on_request(w, &msg),
@@ -255,8 +252,29 @@ pub(crate) fn on_message(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) 
         _ => on_keepalive(w, &msg),
     };
     if let Err(e) = r {
-        ucs::warn!("ucp: wireup from worker {:#x}: {e}", msg.src_worker);
+        ucs::warn_limited!("ucp: wireup from worker {:#x}: {e}", msg.src_worker);
     }
+}
+
+/// `Ok` when a request from worker `peer` may make one more passive endpoint (checked
+/// before its address is even unpacked: a refused request costs nothing).
+fn passive_room(w: &WorkerInner, peer: u64) -> Result<()> {
+    let lim = w.ctx.inner.cfg.passive;
+    let t = w.eps.borrow();
+    let (var, limit) = if t.passive.len() >= lim.per_worker {
+        ("RUCX_PASSIVE_WORKER_LIMIT", lim.per_worker)
+    } else if t.passive.keys().filter(|k| k.0 == peer).count() >= lim.per_peer {
+        ("RUCX_PASSIVE_PEER_LIMIT", lim.per_peer)
+    } else {
+        return Ok(());
+    };
+    Err(Error::new(
+        Status::ExceedsLimit,
+        format!(
+            "request refused: {limit} endpoints made by requests and not adopted already \
+             ({var}={limit}; raise it for more clients, or adopt them with Worker::connect)"
+        ),
+    ))
 }
 
 fn on_request(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
@@ -270,6 +288,7 @@ fn on_request(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
                 // A repeated request (replayed or resent): answer again, change nothing.
                 Some(ep) => ep,
                 None => {
+                    passive_room(w, msg.src_worker)?;
                     let remote = WorkerAddress::unpack(&msg.address)?;
                     if remote.uuid != msg.src_worker {
                         return Err(Error::new(

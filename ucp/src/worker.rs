@@ -510,6 +510,12 @@ impl Worker {
         self.inner.stream.borrow().unread()
     }
 
+    /// Endpoints peers' wireup requests made here that the application has not adopted
+    /// (bounded by `RUCX_PASSIVE_PEER_LIMIT` and `RUCX_PASSIVE_WORKER_LIMIT`).
+    pub fn passive_endpoints(&self) -> usize {
+        self.inner.eps.borrow().passive.len()
+    }
+
     /// This worker's packed address, for a peer's [`Worker::connect`].
     pub fn address(&self) -> &[u8] {
         &self.inner.address

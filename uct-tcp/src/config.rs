@@ -137,6 +137,14 @@ pub static TCP_CONFIG: ConfigTable = ConfigTable {
              (bounds what a flood of idle connections costs).",
         ),
         ConfigField::new(
+            "MAX_UNPAIRED",
+            "4096",
+            ConfigKind::Uint,
+            "Most accepted connections to this interface (connect to iface) that no endpoint of \
+             ours has paired with yet; further ones are refused (a peer's flood of them costs no \
+             more than this many sockets).",
+        ),
+        ConfigField::new(
             "DIRECT_READS",
             "auto",
             ConfigKind::Enum(&["auto", "y", "n"]),
@@ -225,6 +233,8 @@ pub struct TcpConfig {
     pub conn_timeout: Duration,
     pub handshake_timeout: Duration,
     pub max_half_open: usize,
+    /// `RUCX_TCP_MAX_UNPAIRED`.
+    pub max_unpaired: usize,
     pub max_poll: usize,
     pub direct_reads: DirectReads,
 }
@@ -380,6 +390,10 @@ impl TcpConfig {
         if half_open == 0 {
             return Err(invalid("TCP_MAX_HALF_OPEN", "0", "at least 1"));
         }
+        let unpaired = t.get_uint("MAX_UNPAIRED")?;
+        if unpaired == 0 {
+            return Err(invalid("TCP_MAX_UNPAIRED", "0", "at least 1"));
+        }
         let max_poll = t.get_uint("MAX_POLL")?;
         if !(1..=1024).contains(&max_poll) {
             return Err(invalid("TCP_MAX_POLL", &max_poll.to_string(), "1..1024"));
@@ -409,6 +423,7 @@ impl TcpConfig {
             conn_timeout,
             handshake_timeout,
             max_half_open: half_open.min(1 << 20) as usize,
+            max_unpaired: unpaired.min(1 << 24) as usize,
             max_poll: max_poll as usize,
             direct_reads: match t.get_enum("DIRECT_READS")? {
                 1 => DirectReads::Always,

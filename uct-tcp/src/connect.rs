@@ -22,7 +22,9 @@
 //! * An attempt refused or reset before the ACK is retried with exponential backoff, up to
 //!   `RUCX_TCP_MAX_CONN_RETRIES`; other CONN_REJECTs are final (`Rejected`).
 //! * Accepted connections must send their CONN_REQ within `RUCX_TCP_HANDSHAKE_TIMEOUT`, and at
-//!   most `RUCX_TCP_MAX_HALF_OPEN` may be in that state (the oldest is dropped beyond it).
+//!   most `RUCX_TCP_MAX_HALF_OPEN` may be in that state (the oldest is dropped beyond it); at
+//!   most `RUCX_TCP_MAX_UNPAIRED` connected-to-iface ones may wait for an endpoint to pair
+//!   with (further ones are refused with CONN_REJECT(no resource)).
 
 use std::net::{SocketAddr, TcpStream};
 use std::rc::Rc;
@@ -213,7 +215,7 @@ impl Shared {
         let h = match r {
             Ok(h) => h,
             Err(e) => {
-                ucs::warn!("tcp: connecting to {peer}: {}", e.from_peer(peer));
+                ucs::warn_limited!("tcp: connecting to {peer}: {}", e.from_peer(peer));
                 let ep = conn.ep.borrow().upgrade();
                 self.close_conn(conn);
                 if let Some(ep) = ep {
@@ -260,7 +262,7 @@ impl Shared {
                 false
             }
             HandshakeMsg::Reject(r) => {
-                ucs::error!(
+                ucs::error_limited!(
                     "tcp: {peer} rejected the connection: {:?} (it speaks protocol versions {}..={})",
                     r.reason,
                     h.min_version,
@@ -289,7 +291,7 @@ impl Shared {
     /// A freshly accepted socket.
     pub fn on_accept(&self, sock: TcpStream, from: SocketAddr) {
         if let Err(st) = sock::configure(&sock, &self.cfg) {
-            ucs::warn!("tcp: dropping connection from {from}: {st}");
+            ucs::warn_limited!("tcp: dropping connection from {from}: {st}");
             return;
         }
         loop {
@@ -300,7 +302,7 @@ impl Shared {
                 break;
             };
             if let Some(c) = self.conn_by_token(old) {
-                ucs::warn!(
+                ucs::warn_limited!(
                     "tcp: {} connections in handshake (RUCX_TCP_MAX_HALF_OPEN); dropping the oldest, from {}",
                     self.cfg.max_half_open,
                     c.peer.get()
@@ -314,7 +316,7 @@ impl Shared {
                 self.timers
                     .add(self.cfg.handshake_timeout, Deadline::Handshake(conn.token()));
             }
-            Err(st) => ucs::warn!("tcp: dropping connection from {from}: {st}"),
+            Err(st) => ucs::warn_limited!("tcp: dropping connection from {from}: {st}"),
         }
     }
 
@@ -333,7 +335,7 @@ impl Shared {
         let h = match r {
             Ok(h) => h,
             Err(e) => {
-                ucs::warn!("tcp: refusing connection: {}", e.from_peer(peer));
+                ucs::warn_limited!("tcp: refusing connection: {}", e.from_peer(peer));
                 match e {
                     WireError::BadMagic { .. } => self.close_conn(conn),
                     WireError::BadVersion { .. } => self.reject(conn, 0, RejectReason::VersionUnsupported),
@@ -343,7 +345,7 @@ impl Shared {
             }
         };
         let HandshakeMsg::Req(req) = h.msg else {
-            ucs::warn!(
+            ucs::warn_limited!(
                 "tcp: refusing connection from {peer}: it sent a handshake answer instead of a CONN_REQ"
             );
             self.close_conn(conn);
@@ -352,7 +354,7 @@ impl Shared {
         let version = match negotiate_version(h.min_version, h.max_version) {
             Ok(v) => v,
             Err(e) => {
-                ucs::warn!("tcp: refusing connection: {}", e.from_peer(peer));
+                ucs::warn_limited!("tcp: refusing connection: {}", e.from_peer(peer));
                 self.reject(conn, req.conn_sn, RejectReason::VersionUnsupported);
                 return false;
             }
@@ -379,7 +381,7 @@ impl Shared {
             match self.attach_to_ep(conn, &req, ep_key) {
                 Ok(key) => ack_key = key,
                 Err(why) => {
-                    ucs::warn!(
+                    ucs::warn_limited!(
                         "tcp: refusing connection from {} (ep {:#x}) to endpoint {ep_key:#x}: {why}",
                         req.listen_addr,
                         req.src_ep_key
@@ -433,6 +435,17 @@ impl Shared {
         let ep = self.iface_eps.borrow().get(&key).and_then(std::rc::Weak::upgrade);
         let ep = ep.filter(|e| e.failed.get().is_none() && !e.destroyed.get());
         let Some(ep) = ep else {
+            let unpaired = self.unexpected.borrow().len();
+            if unpaired >= self.cfg.max_unpaired && !self.unexpected.borrow().contains_key(&key) {
+                ucs::warn_limited!(
+                    "tcp: refusing connection from {}: {unpaired} connections wait for an \
+                     endpoint of ours to pair with (RUCX_TCP_MAX_UNPAIRED={}; raise it for more \
+                     peers connecting at once)",
+                    req.listen_addr,
+                    self.cfg.max_unpaired
+                );
+                return Err(RejectReason::NoResource);
+            }
             let stale = self.unexpected.borrow_mut().insert(key, conn.token());
             if let Some(old) = stale.and_then(|t| self.conn_by_token(t)) {
                 old.pair.set(None);

@@ -89,13 +89,13 @@ impl Shared {
             return;
         }
         if retryable {
-            ucs::error!(
+            ucs::error_limited!(
                 "tcp: cannot connect to {target}: {st} after {n} attempts; is the peer alive and listening? \
                  If it is overloaded, raise net.core.somaxconn and net.ipv4.tcp_max_syn_backlog, or \
                  RUCX_TCP_MAX_CONN_RETRIES"
             );
         } else {
-            ucs::error!("tcp: cannot connect to {target}: {st}");
+            ucs::error_limited!("tcp: cannot connect to {target}: {st}");
         }
         self.ep_failed(
             ep,
@@ -142,7 +142,7 @@ impl Shared {
         let handled = self.err.report(EpHandle(ep.handle.get()), st);
         if !handled {
             let to = peer.map_or_else(|| "its peer".to_string(), |p| p.to_string());
-            ucs::error!(
+            ucs::error_limited!(
                 "tcp: endpoint to {to} failed: {st} (no error handler took it; install one with \
                  IfaceOpenParams::err_handler to handle peer failures)"
             );

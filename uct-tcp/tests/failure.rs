@@ -308,6 +308,66 @@ fn idle_connection_flood_is_bounded() {
     p.wait_for("delivery", || rec.borrow().len() == 1);
 }
 
+/// Connections that finish a valid connect-to-iface handshake and never pair with an
+/// endpoint: at most RUCX_TCP_MAX_UNPAIRED are kept, later ones are refused with
+/// CONN_REJECT(no resource), and real peers are still served.
+#[test]
+fn unpaired_connection_flood_is_bounded() {
+    let p = lo().config("TCP_MAX_UNPAIRED", "16").pair();
+    let rec = p.record_am(ID);
+    let target = iface_sockaddr(&p.rx);
+    // The real peer connects first (to the interface: it takes one of the 16 too).
+    p.retry("send", || p.ep().am_short(ID, 0, b"before the flood"))
+        .unwrap();
+    p.wait_for("delivery", || rec.borrow().len() == 1);
+    let mut acked = 0;
+    let mut refused = 0;
+    let mut kept = Vec::new();
+    for sn in 0..40u64 {
+        let req = wire::ConnReq {
+            conn_sn: 1000 + sn,
+            src_ep_key: 0,
+            mode: wire::ConnectMode::ToIface,
+            listen_addr: "127.0.0.1:9".parse().unwrap(),
+            max_payload: 4096,
+        };
+        let mut s = TcpStream::connect(target).unwrap();
+        s.write_all(&req.encode()).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let mut got = Vec::new();
+        let start = Instant::now();
+        let answer = loop {
+            p.rx.worker.progress();
+            let mut b = [0u8; 256];
+            match s.read(&mut b) {
+                Ok(n) if n > 0 => got.extend_from_slice(&b[..n]),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => {}
+            }
+            if let Ok((h, _)) = wire::decode_handshake(&got) {
+                break h.msg;
+            }
+            assert!(start.elapsed() < STEP, "no answer to handshake {sn}");
+        };
+        match answer {
+            wire::HandshakeMsg::Ack(_) => {
+                acked += 1;
+                kept.push(s);
+            }
+            wire::HandshakeMsg::Reject(r) => {
+                assert_eq!(r.reason, wire::RejectReason::NoResource, "handshake {sn}");
+                refused += 1;
+            }
+            other => panic!("handshake {sn}: {other:?}"),
+        }
+    }
+    assert_eq!((acked, refused), (15, 25), "of 40 unpaired connections");
+    p.retry("send", || p.ep().am_short(ID, 1, b"through the flood"))
+        .unwrap();
+    p.wait_for("delivery", || rec.borrow().len() == 2);
+}
+
 // A peer process killed mid-stream, and a connect to a closed port with few retries.
 
 /// Environment variable carrying a child peer's options (see `rucx_testkit::tcp::peer`).

@@ -1,6 +1,7 @@
 //! The limits on what peers may make a worker hold, and for how long: messages under
 //! reassembly (`RUCX_REASM_*`), unexpected tag messages (`RUCX_TAG_UNEXP_*`), rendezvous
-//! receives waiting for data (`RUCX_RNDV_TIMEOUT`), stream bytes not read (`RUCX_STREAM_*`).
+//! receives waiting for data (`RUCX_RNDV_TIMEOUT`), stream bytes not read (`RUCX_STREAM_*`),
+//! endpoints made by peers' wireup requests (`RUCX_PASSIVE_*`).
 
 use std::time::Duration;
 
@@ -31,6 +32,32 @@ pub struct ByteLimits {
     pub peer_bytes: usize,
     /// What all peers together may.
     pub worker_bytes: usize,
+}
+
+/// `RUCX_PASSIVE_*`: endpoints peers' wireup requests may make here before the application
+/// adopts them (with `Worker::connect` toward that peer) or they close.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassiveLimits {
+    /// From one peer worker (`RUCX_PASSIVE_PEER_LIMIT`).
+    pub per_peer: usize,
+    /// From all peers (`RUCX_PASSIVE_WORKER_LIMIT`).
+    pub per_worker: usize,
+}
+
+/// A count of at least 1.
+fn count(r: &Reader<'_>, name: &str) -> Result<usize> {
+    match r.t().get_uint(name)? {
+        0 => Err(r.invalid(name, "a count of at least 1")),
+        n => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
+    }
+}
+
+/// `RUCX_PASSIVE_PEER_LIMIT`, `RUCX_PASSIVE_WORKER_LIMIT`.
+pub(super) fn passive(r: &Reader<'_>) -> Result<PassiveLimits> {
+    Ok(PassiveLimits {
+        per_peer: count(r, "PASSIVE_PEER_LIMIT")?,
+        per_worker: count(r, "PASSIVE_WORKER_LIMIT")?,
+    })
 }
 
 /// A size limit of at least 4 KiB, or `inf`.
