@@ -467,7 +467,71 @@ fn full_listener() -> (std::net::TcpListener, TcpStream) {
     (l, filler)
 }
 
+/// A client that is accepted and then goes silent (its worker never progresses again, so its
+/// wireup never starts): the server's endpoint fails with `TimedOut` within
+/// `RUCX_CM_TIMEOUT` of the accept, in error mode None too, and the server accepts others.
+fn accepted_client_silent_times_out(s: &Setup) {
+    if !s.t.two_workers {
+        return; // one worker: the client progresses whenever the server does
+    }
+    let Some(w) = Sides::new(&s.with("CM_TIMEOUT", "300ms")) else {
+        return;
+    };
+    let l = w.listen(ListenerParams::new());
+    let _c = w
+        .client
+        .connect_sockaddr(l.local_addr(), EpParams::new())
+        .unwrap();
+    let req = w.next_request(&l);
+    let errors = Rc::new(RefCell::new(Vec::new()));
+    let e2 = errors.clone();
+    let accepted = Instant::now();
+    let ep = req
+        .accept(EpParams::new().on_error(move |_, e| e2.borrow_mut().push(e.clone())))
+        .unwrap();
+    // Only the server progresses from here.
+    while errors.borrow().is_empty() {
+        assert!(
+            accepted.elapsed() < DEADLINE,
+            "[{}] the accepted endpoint never failed",
+            w.name
+        );
+        w.server.progress();
+    }
+    assert!(accepted.elapsed() >= CM_TIMEOUT, "[{}] failed early", w.name);
+    let e = errors.borrow()[0].clone();
+    assert_eq!(e.status(), Status::TimedOut, "[{}] {e}", w.name);
+    assert!(e.to_string().contains("RUCX_CM_TIMEOUT"), "[{}] {e}", w.name);
+    assert!(ep.error().is_some());
+    // Another client is served.
+    let other =
+        Worker::with_async_mode(&context_with(s.t, &[], Features::AM).unwrap(), AsyncMode::Poll).unwrap();
+    let c2 = other.connect_sockaddr(l.local_addr(), EpParams::new()).unwrap();
+    let start = Instant::now();
+    let mut req2 = None;
+    while req2.is_none() {
+        assert!(start.elapsed() < DEADLINE, "[{}] the second request", w.name);
+        other.progress();
+        w.server.progress();
+        req2 = l.accept();
+    }
+    let s2 = req2.unwrap().accept(EpParams::new()).unwrap();
+    let got = inbox(&w.server, 3);
+    let _ = c2.am_send(3, b"h", b"second", AmFlags::default()).unwrap();
+    while got.borrow().is_empty() {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "[{}] the second client's message",
+            w.name
+        );
+        other.progress();
+        w.server.progress();
+    }
+    assert!(s2.error().is_none());
+}
+
 ucp_test!(
+    accepted_client_silent_times_out,
     sockaddr_am_both_ways,
     sockaddr_reject,
     sockaddr_garbage_dropped,

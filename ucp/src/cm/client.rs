@@ -19,6 +19,8 @@ pub(super) struct Watch {
     /// `connect_sockaddr_nb`: the endpoint (its request owns it until then) and the request.
     done: Option<(Rc<EpInner>, Completer<Ep>)>,
     deadline: Instant,
+    /// A server's accepted endpoint (not a client's), for the message.
+    accepted: bool,
 }
 
 impl Cm {
@@ -32,6 +34,31 @@ impl Cm {
             let Some(ep) = wt.ep.upgrade() else {
                 continue;
             };
+            if wt.accepted {
+                // Waiting for the client's wireup REQUEST while the endpoint is still in the
+                // worker's table of endpoints to pair (its lanes may be usable already).
+                let waiting = !matches!(ep.wired.get(), Wired::Failed(_) | Wired::Closed)
+                    && self.worker.upgrade().is_some_and(|w| {
+                        w.eps
+                            .borrow()
+                            .unmatched
+                            .contains_key(&(ep.remote.uuid, ep.conn_sn))
+                    });
+                if waiting && now < wt.deadline {
+                    keep.push(wt);
+                } else if waiting {
+                    n += 1;
+                    ep.fail(Error::new(
+                        Status::TimedOut,
+                        format!(
+                            "ucp: accepted client {}: no wireup from it within {:?} of the \
+                             accept (RUCX_CM_TIMEOUT)",
+                            wt.to, self.timeout
+                        ),
+                    ));
+                }
+                continue;
+            }
             if ep.wired.get() == Wired::WaitingForPeer && now >= wt.deadline {
                 ep.fail(Error::new(
                     Status::TimedOut,
@@ -100,6 +127,21 @@ impl Cm {
             to,
             done: done.map(|c| (ep.clone(), c)),
             deadline,
+            accepted: false,
+        });
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// Watches a server endpoint just accepted from client `from`: failed with `TimedOut` if
+    /// the client's wireup does not finish within `RUCX_CM_TIMEOUT` (a client that is accepted
+    /// and goes silent holds nothing for ever, whatever its error mode).
+    pub(super) fn watch_accepted(&self, ep: &Rc<EpInner>, from: SocketAddr) {
+        self.watches.borrow_mut().push(Watch {
+            ep: Rc::downgrade(ep),
+            to: from,
+            done: None,
+            deadline: Instant::now() + self.timeout,
+            accepted: true,
         });
         self.any.store(true, Ordering::Release);
     }

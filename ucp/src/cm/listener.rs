@@ -365,7 +365,8 @@ impl ConnRequest {
 
     /// Accepts: the endpoint to the client, usable at once (its sends wait for the lanes).
     /// `params`' error handler is installed; its mode must be the client's
-    /// ([`ConnRequest::err_mode`]) or the default.
+    /// ([`ConnRequest::err_mode`]) or the default. A client whose wireup does not follow
+    /// within `RUCX_CM_TIMEOUT` fails the endpoint with `TimedOut`.
     pub fn accept(mut self, params: EpParams) -> Result<Ep> {
         let w = self
             .worker
@@ -415,6 +416,7 @@ impl ConnRequest {
             w.eps.borrow_mut().unmatched.remove(&key);
             return Err(e);
         }
+        super::cm(&w).watch_accepted(&ep, self.peer);
         Ok(Ep::from_inner(ep))
     }
 
