@@ -675,7 +675,74 @@ fn wireup_request_flood_bounded(s: &Setup) {
     });
 }
 
+/// A peer that stops reading (its worker never progresses): what the sender's queue holds
+/// stays within `RUCX_EP_SEND_QUEUE_LIMIT`, and past it the endpoint fails with
+/// `ExceedsLimit`, in error mode None, and its queued sends complete with that error.
+fn non_reader_fails_the_sender(s: &Setup) {
+    if !s.t.two_workers {
+        return; // one worker: the receiver progresses with the sender
+    }
+    let limit = 1 << 20;
+    let s = s.with("EP_SEND_QUEUE_LIMIT", "1m");
+    let Some(p) = s.pair_with(ucp::Features::AM | ucp::Features::TAG) else {
+        return;
+    };
+    let inbox = p.inbox(2);
+    wired(&p, &inbox);
+    let msg = pattern(8000, 1);
+    let mut pending = Vec::new();
+    let mut most = 0;
+    let mut failed = None;
+    for _ in 0..(64 << 20) / msg.len() {
+        match p.ep.tag_send(1, &msg) {
+            Ok(ucp::Issued::Pending(r)) => pending.push(r),
+            Ok(ucp::Issued::Done(())) => {}
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+        most = most.max(p.ep.queued_bytes());
+        assert!(most <= limit + 2 * msg.len(), "[{}] {most} bytes queued", p.name);
+        p.a.progress(); // the sender only
+        if let Some(e) = p.ep.error() {
+            failed = Some(e);
+            break;
+        }
+    }
+    let e = failed.unwrap_or_else(|| panic!("[{}] 64 MiB sent to a peer that reads nothing", p.name));
+    assert_eq!(e.status(), ucs::Status::ExceedsLimit, "[{}] {e}", p.name);
+    assert!(
+        e.to_string().contains("RUCX_EP_SEND_QUEUE_LIMIT"),
+        "[{}] {e}",
+        p.name
+    );
+    assert!(
+        most > limit / 2,
+        "[{}] only {most} bytes were ever queued",
+        p.name
+    );
+    for r in &mut pending {
+        let start = std::time::Instant::now();
+        while !r.is_done() {
+            assert!(
+                start.elapsed() < crate::harness::DEADLINE,
+                "[{}] a queued send",
+                p.name
+            );
+            p.a.progress();
+        }
+    }
+    assert!(
+        pending.iter_mut().any(|r| r.take().unwrap().is_err()),
+        "[{}] no queued send failed",
+        p.name
+    );
+    assert_eq!(p.ep.queued_bytes(), 0, "[{}]", p.name);
+}
+
 ucp_test!(
+    non_reader_fails_the_sender,
     wireup_request_flood_bounded,
     unread_stream_flood_bounded,
     hostile_bytes_are_dropped,

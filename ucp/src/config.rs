@@ -229,6 +229,14 @@ const FIELDS: &[ConfigField] = &[
              has not adopted; later requests are refused, logged, until some close.",
     ),
     ConfigField::new(
+        "EP_SEND_QUEUE_LIMIT",
+        "1g",
+        ConfigKind::MemUnits,
+        "Most bytes of data one endpoint's sends may hold while they wait for its lanes (a \
+             peer that stops reading makes them wait); past it the endpoint fails with \
+             ExceedsLimit, in every error mode.",
+    ),
+    ConfigField::new(
         "KEEPALIVE_INTERVAL",
         "20s",
         ConfigKind::Time,
@@ -327,6 +335,8 @@ pub struct UcpConfig {
     pub stream_unread: ByteLimits,
     /// `RUCX_PASSIVE_*`: endpoints peers' wireup requests may make.
     pub passive: PassiveLimits,
+    /// `RUCX_EP_SEND_QUEUE_LIMIT`: bytes one endpoint's queued sends may hold.
+    pub send_queue_limit: usize,
 }
 
 /// An out-of-range value: the same message (and log line) as a value that does not parse,
@@ -466,6 +476,7 @@ impl UcpConfig {
         let rndv_timeout = limits::rndv_timeout(r)?;
         let stream_unread = limits::stream_unread(r)?;
         let passive = limits::passive(r)?;
+        let send_queue_limit = limits::send_queue(r)?;
         Ok(UcpConfig {
             tls,
             tls_spec,
@@ -490,6 +501,7 @@ impl UcpConfig {
             rndv_timeout,
             stream_unread,
             passive,
+            send_queue_limit,
         })
     }
 }
@@ -552,6 +564,7 @@ mod tests {
                 per_peer: 4096,
                 per_worker: 16384,
             },
+            send_queue_limit: 1 << 30,
         };
         assert_eq!(c, want);
         assert!(TlsFilter::parse(&c.tls).unwrap().allows_all());
@@ -712,6 +725,7 @@ mod tests {
                 "RUCX_PASSIVE_PEER_LIMIT=0 (set in code) is invalid: expected a count of at least 1",
             ),
             ("PASSIVE_WORKER_LIMIT", "many", "RUCX_PASSIVE_WORKER_LIMIT=many"),
+            ("EP_SEND_QUEUE_LIMIT", "2k", "RUCX_EP_SEND_QUEUE_LIMIT=2k"),
             ("STREAM_WORKER_LIMIT", "big", "RUCX_STREAM_WORKER_LIMIT=big"),
             (
                 "RNDV_TIMEOUT",

@@ -297,6 +297,11 @@ pub(crate) struct StreamOp {
 }
 
 impl StreamOp {
+    /// Bytes not sent yet.
+    pub fn remaining(&self) -> usize {
+        self.data.len() - self.sent
+    }
+
     /// `data` to send in messages that each start with `prefix`.
     pub fn new(prefix: [u8; PREFIX_LEN], data: Vec<u8>) -> StreamOp {
         StreamOp {

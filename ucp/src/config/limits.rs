@@ -1,7 +1,8 @@
 //! The limits on what peers may make a worker hold, and for how long: messages under
 //! reassembly (`RUCX_REASM_*`), unexpected tag messages (`RUCX_TAG_UNEXP_*`), rendezvous
 //! receives waiting for data (`RUCX_RNDV_TIMEOUT`), stream bytes not read (`RUCX_STREAM_*`),
-//! endpoints made by peers' wireup requests (`RUCX_PASSIVE_*`).
+//! endpoints made by peers' wireup requests (`RUCX_PASSIVE_*`), data queued toward a peer that
+//! does not read (`RUCX_EP_SEND_QUEUE_LIMIT`).
 
 use std::time::Duration;
 
@@ -103,6 +104,11 @@ pub(super) fn stream_unread(r: &Reader<'_>) -> Result<ByteLimits> {
         peer_bytes: bytes(r, "STREAM_PEER_LIMIT", 256 << 20)?,
         worker_bytes: bytes(r, "STREAM_WORKER_LIMIT", 1 << 30)?,
     })
+}
+
+/// `RUCX_EP_SEND_QUEUE_LIMIT`.
+pub(super) fn send_queue(r: &Reader<'_>) -> Result<usize> {
+    bytes(r, "EP_SEND_QUEUE_LIMIT", 1 << 30)
 }
 
 /// `RUCX_RNDV_TIMEOUT`.

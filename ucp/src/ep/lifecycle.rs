@@ -111,7 +111,7 @@ impl EpInner {
     /// Completes every queued operation with `e`.
     fn cancel_queued(&self, e: &Error) {
         self.wireup_q.borrow_mut().clear();
-        let ops: Vec<SendOp> = self.queue.borrow_mut().drain(..).collect();
+        let ops: Vec<SendOp> = self.queue.borrow_mut().take_all();
         for op in ops {
             op.finish(Err(e.clone()));
         }
@@ -383,6 +383,12 @@ impl Ep {
             (None, Some((m, _))) => m,
             (None, None) => ErrMode::None,
         }
+    }
+
+    /// Bytes of data this endpoint's sends hold while they wait for its lanes (bounded by
+    /// `RUCX_EP_SEND_QUEUE_LIMIT`); 0 while nothing waits.
+    pub fn queued_bytes(&self) -> usize {
+        self.ready().map_or(0, |ep| ep.queue.borrow().bytes())
     }
 
     /// The failure, once the endpoint failed (or its connect did).

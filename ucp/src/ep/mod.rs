@@ -5,6 +5,7 @@ mod connecting;
 mod dispatch;
 mod lifecycle;
 mod limits;
+mod send_queue;
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -15,7 +16,6 @@ use uct::IfaceFlags;
 
 use crate::address::WorkerAddress;
 use crate::lanes::{self, LaneSet, SelectParams};
-use crate::proto::op::SendOp;
 use crate::worker::{reachable, WorkerInner};
 
 pub(crate) use connecting::handle as connecting_handle;
@@ -60,7 +60,7 @@ pub(crate) struct EpInner {
     pub rndv_lane: Option<usize>,
     pub wired: Cell<Wired>,
     /// Sends waiting, in order.
-    pub queue: RefCell<VecDeque<SendOp>>,
+    pub queue: RefCell<send_queue::SendQueue>,
     /// A uct pending request is queued on the AM lane.
     pub pending_armed: Cell<bool>,
     /// A dispatch is running (a handler it triggers may send: that send queues behind).
@@ -441,7 +441,7 @@ pub(crate) fn create(
         wireup_q: RefCell::new(VecDeque::new()),
         limits,
         rndv_lane,
-        queue: RefCell::new(VecDeque::new()),
+        queue: RefCell::default(),
         pending_armed: Cell::new(false),
         dispatching: Cell::new(false),
         err_mode,

@@ -139,6 +139,18 @@ impl SendOp {
         }
     }
 
+    /// Bytes of data it holds while queued (what `RUCX_EP_SEND_QUEUE_LIMIT` bounds).
+    pub fn queued_len(&self) -> usize {
+        match &self.kind {
+            OpKind::Whole { bytes, data, .. } => bytes.len() + data.len(),
+            OpKind::Frags {
+                header, data, sent, ..
+            } => header.len() + data.len().saturating_sub(*sent),
+            OpKind::Stream(s) => s.remaining(),
+            OpKind::Flush(_) | OpKind::Rndv(_) | OpKind::Rma(_) => 0,
+        }
+    }
+
     /// The lane whose resources it waits for.
     pub fn lane(&self, ep: &EpInner) -> usize {
         match &self.kind {
@@ -344,6 +356,7 @@ impl EpInner {
             Ok(false) => {
                 ep.queue.borrow_mut().push_front(op);
                 ep.dispatch();
+                ep.check_queue();
                 Ok(Issued::Pending(req))
             }
             Err(e) => {
@@ -356,6 +369,27 @@ impl EpInner {
     pub(crate) fn enqueue(self: &Rc<Self>, op: SendOp) {
         self.queue.borrow_mut().push_back(op);
         self.dispatch();
+        self.check_queue();
+    }
+
+    /// Fails the endpoint when what waits in its queue passed `RUCX_EP_SEND_QUEUE_LIMIT`
+    /// (the peer does not read, or reads far slower than the application sends).
+    fn check_queue(&self) {
+        let held = self.queue.borrow().bytes();
+        let Some(w) = self.worker.upgrade() else { return };
+        let limit = w.ctx.inner.cfg.send_queue_limit;
+        if held <= limit || self.check_usable().is_err() {
+            return;
+        }
+        self.fail(Error::new(
+            Status::ExceedsLimit,
+            format!(
+                "ucp: {held} bytes of sends wait toward worker {:#x}, over \
+                 RUCX_EP_SEND_QUEUE_LIMIT={limit}: the peer does not read (raise the limit if \
+                 it is only slow)",
+                self.remote.uuid
+            ),
+        ));
     }
 }
 
