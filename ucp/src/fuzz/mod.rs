@@ -3,6 +3,10 @@
 //! re-encodes to the same bytes (every format is canonical).
 #![doc(hidden)]
 
+mod frames;
+
+pub use frames::fuzz_frames;
+
 use ucs::Status;
 
 use crate::wire;
