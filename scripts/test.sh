@@ -5,8 +5,8 @@
 #      integration tests on the host (RDMA tests skip themselves there: the host kernel has
 #      no InfiniBand);
 #   3. runs the release demo, the network-namespace multi-host tests (uct and tcp_peer in
-#      scripts/netns-test.sh, ucp_client_server with a link cut in scripts/netns-client-server.sh)
-#      and the fuzz bodies;
+#      scripts/netns-test.sh, ucp_client_server with a link cut in scripts/netns-client-server.sh),
+#      the hostile-peer soak (scripts/soak.sh) and the fuzz bodies;
 #   4. boots the soft-RoCE VM (testbed/) and runs the verbs transports' tests and demos there,
 #      built in release (TCG runs debug code 2.5x slower; this is also the release test run).
 # Ends with one line `N passed, N failed` summing every test run, and exits non-zero if any
@@ -82,6 +82,7 @@ if [ $EXTRA = 1 ]; then
   step fresh-crate bash scripts/fresh-crate.sh
   [ -f scripts/netns-test.sh ] && step netns bash scripts/netns-test.sh
   step netns-cs bash scripts/netns-client-server.sh
+  step soak bash scripts/soak.sh
 fi
 if [ $VM = 1 ]; then
   step vm-prepare bash testbed/rxe-vm.sh --prepare

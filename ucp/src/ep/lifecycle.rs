@@ -173,7 +173,7 @@ pub(crate) fn run_failures(w: &Rc<WorkerInner>) {
                     );
                 }
             }
-            None => ucs::warn!(
+            None => ucs::warn_limited!(
                 "ucp: endpoint to worker {:#x} failed: {e} (set an error handler with Ep::set_error_handler)",
                 ep.remote.uuid
             ),
