@@ -280,6 +280,27 @@ fn serves_one_client_after_another() {
     assert_eq!(srv.out.matches("all intact").count(), 2, "{srv}");
 }
 
+/// Without `--once` a client that fails (a wrong message) or falls silent (it sent one of 50
+/// messages and waits) is dropped with a line on stderr, and the next client is served.
+#[test]
+fn failed_and_silent_clients_are_dropped_and_the_next_served() {
+    let (mut srv, port) = server(&["-c", "tag", "-i", "50", "-s", "16", "--idle", "1"]);
+    // (Their own exit status says only how the connection ended for them.)
+    let _wrong = client(&port, &["-c", "tag", "-i", "50", "-s", "32"]).finish();
+    let _silent = client(&port, &["-c", "tag", "-i", "1", "-s", "16"]).finish();
+    let good = client(&port, &["-c", "tag", "-i", "50", "-s", "16"]).finish();
+    assert_eq!(good.code, Some(0), "{good}");
+    srv.wait_lines("all intact", 1);
+    srv.kill();
+    let srv = srv.finish();
+    assert_eq!(srv.err.matches(": dropped").count(), 2, "{srv}");
+    assert!(srv.err.contains("UCS_ERR_MESSAGE_TRUNCATED"), "{srv}");
+    assert!(
+        srv.err.contains("nothing from the peer for 1 s (--idle)"),
+        "{srv}"
+    );
+}
+
 /// A second client while the first is served is rejected; the first one killed, the server
 /// reports its failure.
 #[test]

@@ -47,6 +47,8 @@ pub struct Args {
     pub size: usize,
     /// The server exits after its first client instead of waiting for the next.
     pub once: bool,
+    /// The server drops a client that sends nothing for this long (it holds the only slot).
+    pub idle: std::time::Duration,
 }
 
 pub enum Command {
@@ -61,7 +63,9 @@ pub fn usage(prog: &str) -> String {
          no side channel) and sends it -i messages of -s bytes with the API of -c; the server\n\
          checks each one and prints what it got at the first, the last and every 2000th.\n\
          The server serves one client at a time (others are rejected) and then waits for the\n\
-         next. Both sides use error mode Peer: a failed peer or a cut link is an error.\n\
+         next; a client that fails, sends wrong data or stays silent is dropped (reported on\n\
+         stderr) and the next one is served. Both sides use error mode Peer: a failed peer or\n\
+         a cut link is an error.\n\
          \n\
          Options:\n\
          \x20 -a <address>    act as the client of the server at <address> (without -a: the server)\n\
@@ -70,7 +74,8 @@ pub fn usage(prog: &str) -> String {
          \x20 -c <api>        stream (default), tag or am\n\
          \x20 -i <n>          iterations: messages per client (default 1; both sides must agree)\n\
          \x20 -s <size>       message size in bytes (default 16; both sides must agree)\n\
-         \x20 --once          the server exits after its first client\n\
+         \x20 --once          the server exits after its first client (and fails with it)\n\
+         \x20 --idle <secs>   the server drops a client silent for <secs> (default 10)\n\
          \x20 -h              this help\n\
          \n\
          Examples:\n\
@@ -106,11 +111,22 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
     let mut iters = 1u64;
     let mut size = 16usize;
     let mut once = false;
+    let mut idle = None;
     let mut it = argv.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--once" => {
                 once = true;
+                continue;
+            }
+            "--idle" => {
+                let v = it.next().ok_or("option --idle needs a value")?;
+                let secs: u64 = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| format!("--idle {v}: expected seconds, at least 1"))?;
+                idle = Some(std::time::Duration::from_secs(secs));
                 continue;
             }
             "--help" => return Ok(Command::Help),
@@ -170,8 +186,8 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
     let role = match (client, server_ip) {
         (Some(_), Some(_)) => return Err("-a (client) and -l (server) exclude each other".into()),
         (Some(host), None) => {
-            if once {
-                return Err("--once is the server's option".into());
+            if once || idle.is_some() {
+                return Err("--once and --idle are the server's options".into());
             }
             if port == Some(0) {
                 return Err("-p 0: the client needs the server's port".into());
@@ -187,6 +203,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         iters,
         size,
         once,
+        idle: idle.unwrap_or(std::time::Duration::from_secs(10)),
     }))
 }
 

@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use ucp::{Context, EpParams, ErrMode, Features, Issued, Worker};
 
@@ -62,8 +63,15 @@ pub fn shown(data: &[u8]) -> String {
     }
 }
 
-/// Progresses until `done()` holds or the endpoint failed (then the failure).
-pub fn progress_until(w: &Worker, failed: &Failed, mut done: impl FnMut() -> bool) -> Res<()> {
+/// Progresses until `done()` holds or the endpoint failed (then the failure), giving up
+/// after `idle` if set (a peer that holds us up sending nothing).
+pub fn progress_within(
+    w: &Worker,
+    failed: &Failed,
+    idle: Option<Duration>,
+    mut done: impl FnMut() -> bool,
+) -> Res<()> {
+    let start = Instant::now();
     loop {
         if done() {
             return Ok(());
@@ -71,20 +79,42 @@ pub fn progress_until(w: &Worker, failed: &Failed, mut done: impl FnMut() -> boo
         if let Some(e) = failed.borrow().as_deref() {
             return Err(e.to_owned());
         }
+        if let Some(d) = idle.filter(|d| start.elapsed() > *d) {
+            return Err(format!("nothing from the peer for {} s (--idle)", d.as_secs()));
+        }
         w.progress();
     }
 }
 
 /// The value of an operation, progressing until it completed or the endpoint failed.
 pub fn wait<T>(w: &Worker, failed: &Failed, issued: ucp::Result<Issued<T>>) -> Res<T> {
+    wait_within(w, failed, None, issued)
+}
+
+/// [`wait`], giving up after `idle` (the operation ends with its endpoint's close).
+pub fn wait_within<T>(
+    w: &Worker,
+    failed: &Failed,
+    idle: Option<Duration>,
+    issued: ucp::Result<Issued<T>>,
+) -> Res<T> {
     match issued.map_err(|e| e.to_string())? {
         Issued::Done(v) => Ok(v),
         Issued::Pending(mut r) => {
             // An operation of a failed endpoint completes with the error too: prefer its result.
-            let _ = progress_until(w, failed, || r.is_done());
+            let waited = progress_within(w, failed, idle, || r.is_done());
+            if let Err(e) = &waited {
+                // Given up: a posted receive must not take the next client's message.
+                if r.cancel() {
+                    return Err(e.clone());
+                }
+            }
             match r.take() {
                 Some(v) => v.map_err(|e| e.to_string()),
-                None => Err(failed.borrow().clone().unwrap_or_default()),
+                None => Err(waited
+                    .err()
+                    .or_else(|| failed.borrow().clone())
+                    .unwrap_or_default()),
             }
         }
     }

@@ -7,7 +7,9 @@
 //! ucp_client_server -a SERVER [-p PORT] [-c stream|tag|am] [-i ITERS] [-s SIZE]          client
 //! ```
 //! Both sides use error mode `Peer` and a 1 s keepalive: a failed peer or a cut link ends
-//! them with exit status 1 and the failure on stderr. `-h` says more.
+//! the client, and a `--once` server, with exit status 1 and the failure on stderr; a server
+//! without `--once` drops a client that fails, sends a wrong message or is silent for
+//! `--idle` seconds (10), says so on stderr, and serves the next. `-h` says more.
 
 mod args;
 mod client;

@@ -1,6 +1,7 @@
 //! The server: listens on a socket address, serves one client at a time (a second concurrent
 //! one is rejected), receives and checks its `-i` messages with the API of `-c`, then closes
-//! the endpoint and serves the next client (or exits, with `--once`).
+//! the endpoint and serves the next client (or exits, with `--once`). A client that fails,
+//! sends a wrong message or stays silent for `--idle` is dropped and the next one served.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -10,7 +11,7 @@ use std::rc::Rc;
 use ucp::{CloseMode, ConnRequest, Ep, ListenerParams, Worker};
 
 use crate::args::{Api, Args};
-use crate::common::{self, pattern, shown, wait, Failed, Res, AM_ID};
+use crate::common::{self, pattern, shown, wait, wait_within, Failed, Res, AM_ID};
 
 /// Active messages received (the data, and whether it came by rendezvous), in order.
 type Inbox = Rc<RefCell<VecDeque<(Res<Vec<u8>>, bool)>>>;
@@ -70,9 +71,25 @@ pub fn run(a: &Args, ip: std::net::IpAddr) -> Res<()> {
             let _ = ep.close(CloseMode::Force);
         }
         busy.set(false);
-        r.map_err(|e| format!("the client at {from}: {e}"))?;
+        let r = r.map_err(|e| format!("the client at {from}: {e}"));
         if a.once {
-            return Ok(());
+            return r;
+        }
+        // One client's failure is that client's: the server goes on with the next.
+        if let Err(e) = r {
+            eprintln!("ucp_client_server: server: {e}: dropped");
+            // Tag matching is the worker's, not the endpoint's: what the dropped client sent
+            // and nobody received (some of it still arriving) must not be taken for the next
+            // client's messages. Discarded until 200 ms pass without any.
+            if a.api == Api::Tag {
+                let mut quiet = std::time::Instant::now();
+                while quiet.elapsed() < std::time::Duration::from_millis(200) {
+                    w.progress();
+                    if let Ok(Some(_)) = w.tag_probe(0, 0, true) {
+                        quiet = std::time::Instant::now();
+                    }
+                }
+            }
         }
     }
 }
@@ -114,12 +131,19 @@ fn serve(a: &Args, w: &Worker, ep: &Ep, failed: &Failed, inbox: &Inbox) -> Res<(
 
 /// One message, and whether it came by rendezvous (active messages only say).
 fn recv(a: &Args, w: &Worker, ep: &Ep, failed: &Failed, inbox: &Inbox) -> Res<(Vec<u8>, bool)> {
+    let idle = Some(a.idle);
     match a.api {
-        Api::Stream => Ok((wait(w, failed, ep.stream_recv(vec![0; a.size], true))?, false)),
+        Api::Stream => Ok((
+            wait_within(w, failed, idle, ep.stream_recv(vec![0; a.size], true))?,
+            false,
+        )),
         // Mask 0: any tag (as UCX's server); a longer message fails with MessageTruncated.
-        Api::Tag => Ok((wait(w, failed, w.tag_recv(0, 0, vec![0; a.size]))?.data, false)),
+        Api::Tag => Ok((
+            wait_within(w, failed, idle, w.tag_recv(0, 0, vec![0; a.size]))?.data,
+            false,
+        )),
         Api::Am => {
-            common::progress_until(w, failed, || !inbox.borrow().is_empty())?;
+            common::progress_within(w, failed, idle, || !inbox.borrow().is_empty())?;
             let (data, rndv) = inbox.borrow_mut().pop_front().expect("not empty");
             Ok((data?, rndv))
         }
