@@ -115,7 +115,14 @@ fn reasm_tick(w: &Rc<WorkerInner>) {
 /// Fails every endpoint toward worker `peer` with `e` (it made this worker hold more than
 /// its budget allows); progress then ends their operations and calls their error handlers.
 pub(crate) fn fail_peer(w: &WorkerInner, peer: u64, e: Error) {
-    w.reasm.shunned.borrow_mut().insert(peer, ());
+    {
+        // Peers no endpoint is toward any more need no entry (known_peer refuses them anyway):
+        // the set stays as small as the peers this worker has.
+        let peers = w.peers.borrow();
+        let mut shunned = w.reasm.shunned.borrow_mut();
+        shunned.retain(|uuid, _| peers.get(uuid).is_some_and(|a| a.strong_count() > 0));
+        shunned.insert(peer, ());
+    }
     let eps: Vec<Rc<EpInner>> = w
         .eps
         .borrow()
