@@ -34,13 +34,7 @@ const LIMITS: &[(&str, &str)] = &[
 const RSS_GROWTH_MAX: usize = 192 << 20;
 
 fn rss() -> usize {
-    let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: usize = s
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
+    ucs::sys::resident_bytes().unwrap_or(0)
 }
 
 fn le(v: u64) -> [u8; 8] {

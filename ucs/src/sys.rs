@@ -17,6 +17,14 @@ pub fn heap_in_use() -> Option<usize> {
     }
 }
 
+/// Resident memory of this process in bytes (`/proc/self/statm`, 4 KiB pages); `None` where
+/// that file is not there.
+pub fn resident_bytes() -> Option<usize> {
+    let s = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: usize = s.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -29,13 +29,7 @@ fn heap_in_use() -> isize {
 }
 
 fn rss_bytes() -> i64 {
-    let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: i64 = s
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
+    ucs::sys::resident_bytes().unwrap_or(0) as i64
 }
 
 fn fds() -> i64 {

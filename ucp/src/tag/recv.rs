@@ -244,9 +244,6 @@ pub(crate) fn on_rts(w: &Rc<WorkerInner>, _iface: usize, m: &AmMessage<'_>) {
         Ok(r) => r,
         Err(e) => return violation("tag rendezvous RTS", &e),
     };
-    if let Err(e) = w.known_peer(r.worker) {
-        return violation("tag rendezvous RTS", &e);
-    }
     let Some(desc) = crate::rndv::desc_for(w, &r) else {
         return;
     };
