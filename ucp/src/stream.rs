@@ -384,7 +384,7 @@ impl Ep {
             .worker
             .upgrade()
             .ok_or_else(|| Error::new(Status::NotConnected, "ucp: the worker is gone"))?;
-        let (mut req, c) = request(ep.worker.clone());
+        let (mut req, c) = request(&ep.worker);
         let mut r = StreamRecv {
             buf,
             filled: 0,

@@ -259,6 +259,8 @@ pub(crate) struct WorkerInner {
     /// The connection manager (`listen`, `connect_sockaddr`), made on first use: it hooks a
     /// progress callback then, so a worker that never uses it pays nothing.
     pub cm: RefCell<Option<Rc<crate::cm::Cm>>>,
+    /// Finished requests kept for reuse.
+    pub requests: crate::request::RequestPool,
 }
 
 impl WorkerInner {
@@ -457,6 +459,7 @@ impl Worker {
             has_failed: Cell::new(false),
             wakeup,
             cm: RefCell::new(None),
+            requests: Default::default(),
         });
         *slot.borrow_mut() = Rc::downgrade(&inner);
         for (i, w) in inner.ifaces.iter().enumerate() {

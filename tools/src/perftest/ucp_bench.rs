@@ -432,8 +432,40 @@ impl UcpBench {
         }
     }
 
+    /// A latency test's tag receive into the one owned buffer `rbuf` (handed back by each
+    /// receive), with `then_send`: the message sent once the receive is posted (loopback).
+    /// The plain path (`-D iov` and mapped buffers take [`UcpBench::post_tag`]'s).
+    fn tag_recv_lat(&mut self, then_send: bool) -> Result<()> {
+        let buf = self.rbuf.take().unwrap_or_else(|| vec![0; self.len]);
+        let got = match self.worker.tag_recv(TAG, u64::MAX, buf)? {
+            Issued::Done(g) => {
+                if then_send {
+                    self.send_wait()?;
+                }
+                g
+            }
+            Issued::Pending(mut q) => {
+                if then_send {
+                    self.send_wait()?;
+                }
+                loop {
+                    if let Some(r) = q.take() {
+                        break r?;
+                    }
+                    self.turn()?;
+                }
+            }
+        };
+        self.check(&got.data);
+        self.rbuf = Some(got.data);
+        Ok(())
+    }
+
     /// One tag receive, waited for.
     fn tag_recv_wait(&mut self) -> Result<()> {
+        if self.recv_iov.is_none() {
+            return self.tag_recv_lat(false);
+        }
         // Taken and put back: no allocation.
         let mut spare = std::mem::take(&mut self.spare);
         let posted = self.post_tag(&mut spare, false)?;
@@ -563,6 +595,7 @@ impl UcpBench {
         // A synchronous or rendezvous send completes only once received: post the receive
         // first for tags, so that the send can complete.
         match self.op {
+            Op::Tag | Op::TagSync if self.recv_iov.is_none() => self.tag_recv_lat(true),
             Op::Tag | Op::TagSync => {
                 let mut spare = std::mem::take(&mut self.spare);
                 let posted = self.post_tag(&mut spare, false)?;

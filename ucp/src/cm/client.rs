@@ -252,7 +252,7 @@ pub(super) fn connect(w: &Rc<WorkerInner>, to: SocketAddr, mut params: EpParams)
 pub(super) fn connect_nb(w: &Rc<WorkerInner>, to: SocketAddr, params: EpParams) -> Result<Request<Ep>> {
     let s = sock::connect_nonblocking(to)?;
     let cm = cm(w);
-    let (req, done) = request(Rc::downgrade(w));
+    let (req, done) = request_on(w);
     let start = Box::new(Start {
         params,
         done,

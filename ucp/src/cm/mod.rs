@@ -47,7 +47,7 @@ use client::{announced, connect, connect_nb, tcp_connected, write_some, Start, W
 
 use crate::address::WorkerAddress;
 use crate::ep::{EpInner, EpParams, ErrMode, Wired};
-use crate::request::{request, Completer};
+use crate::request::{request_on, Completer};
 use crate::worker::WorkerInner;
 use crate::{Ep, Request, Worker};
 use sock::{io_error, Watched};

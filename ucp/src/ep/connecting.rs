@@ -113,7 +113,7 @@ impl Ep {
         let Repr::Connecting(c) = &self.repr else {
             unreachable!("only a connecting handle defers")
         };
-        let (req, done) = request::<T>(c.worker.clone());
+        let (req, done) = request::<T>(&c.worker);
         let f: Deferred = Box::new(move |ep| match ep {
             Ok(ep) => match op(ep) {
                 Ok(Issued::Done(v)) => done.complete(Ok(v)),
@@ -313,7 +313,7 @@ mod tests {
     }
 
     fn connecting(w: &Worker, on_error: Option<ErrHandler>) -> (Ep, crate::request::Completer<Ep>) {
-        let (req, done) = request::<Ep>(Rc::downgrade(&w.inner));
+        let (req, done) = crate::request::request_on::<Ep>(&w.inner);
         let to = "192.0.2.1:9".parse().unwrap();
         (handle(&w.inner, to, ErrMode::None, on_error, req), done)
     }

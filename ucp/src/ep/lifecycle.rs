@@ -305,7 +305,7 @@ impl Ep {
         let Some(ep) = self.live(crate::Features::NONE, "Ep::flush")? else {
             return self.defer(|e| e.flush());
         };
-        let (mut req, c) = request(ep.worker.clone());
+        let (mut req, c) = request(&ep.worker);
         ep.queue.borrow_mut().push_back(SendOp::flush(FlushOp::new(c)));
         ep.dispatch();
         Ok(match req.take() {
@@ -334,8 +334,8 @@ impl Ep {
         }
         // A flush waits for the data (rendezvous fetches included); then the CLOSE notice,
         // and a second flush confirms its delivery.
-        let (req, c) = request::<()>(ep.worker.clone());
-        let (flushed, fc) = request::<()>(ep.worker.clone());
+        let (req, c) = request::<()>(&ep.worker);
+        let (flushed, fc) = request::<()>(&ep.worker);
         ep.queue.borrow_mut().push_back(SendOp::flush(FlushOp::new(fc)));
         let inner = ep.clone();
         flushed.on_complete(move |r| {
@@ -347,7 +347,7 @@ impl Ep {
             if let Some(bytes) = crate::wireup::close_message(&inner) {
                 inner.queue.borrow_mut().push_back(SendOp::wireup(bytes));
             }
-            let (closed, fc) = request::<()>(inner.worker.clone());
+            let (closed, fc) = request::<()>(&inner.worker);
             inner
                 .queue
                 .borrow_mut()

@@ -243,6 +243,22 @@ pub(crate) fn protocol(ep: &EpInner, m: &Message<'_>, len: usize, lent: bool) ->
     )
 }
 
+/// [`send`]'s most common case, taken first for a copied (not lent) message whose prefix is one
+/// 8-byte `word` and that has no header (a tag message): where [`select`] would give it
+/// `Short` and the lane can send now, one `am_short`. `None`: not that case, or no room (the
+/// caller takes [`send`], which queues it).
+#[inline]
+pub(crate) fn try_short(ep: &EpInner, id: u8, word: u64, data: &[u8]) -> Option<Result<()>> {
+    let l = &ep.limits;
+    if data.len() >= l.rndv_thresh || data.len() + 8 > l.max_short || !ep.can_send_now() {
+        return None;
+    }
+    match ep.am_ep().am_short(id, word, data) {
+        Err(e) if e == Status::NoResource => None,
+        r => Some(r),
+    }
+}
+
 /// Sends `m` with `data` by the protocol [`select`] gives it: `Done` when it went out in the
 /// call, else the request completes when it is sent (for a rendezvous: fetched).
 pub(crate) fn send<P: Payload>(ep: &Rc<EpInner>, m: &Message<'_>, data: P) -> Result<Issued<P::Back>> {
@@ -255,7 +271,7 @@ pub(crate) fn send<P: Payload>(ep: &Rc<EpInner>, m: &Message<'_>, data: P) -> Re
     let data = match proto {
         Proto::Rndv => {
             let (rts_id, word) = m.head.rts(m.header)?;
-            let (req, c) = request(ep.worker.clone());
+            let (req, c) = request(&ep.worker);
             return match crate::rndv::start(ep, rts_id, word, m.header, data.into_held(), P::done(c))? {
                 Ok(op) => ep.send_op(op, req),
                 // The announcement did not fit after all (a larger rkey than the lane's
@@ -269,7 +285,7 @@ pub(crate) fn send<P: Payload>(ep: &Rc<EpInner>, m: &Message<'_>, data: P) -> Re
         Proto::Zcopy if ep.can_send_now() => {
             let n = m.head.single_prefix(ep, m.header, &mut p)?;
             let prefix = [&p[..n], m.header].concat();
-            let (mut req, c) = request(ep.worker.clone());
+            let (mut req, c) = request(&ep.worker);
             return match ep.zcopy(single, &prefix, data.into_held(), P::done(c))? {
                 Ok(true) => match req.take() {
                     Some(r) => r.map(Issued::Done),
@@ -304,7 +320,7 @@ pub(crate) fn send<P: Payload>(ep: &Rc<EpInner>, m: &Message<'_>, data: P) -> Re
         }
         _ => data,
     };
-    let (req, c) = request(ep.worker.clone());
+    let (req, c) = request(&ep.worker);
     let op = queued(ep, m, data.into_held(), P::done(c))?;
     ep.send_op(op, req)
 }

@@ -440,7 +440,7 @@ fn issue<T: 'static>(
                 .check(ep, raddr & !7, 8, "atomic (on the enclosing 8-byte word)")?;
         }
     }
-    let (mut req, c) = request(ep.worker.clone());
+    let (mut req, c) = request(&ep.worker);
     let a = AmoOp {
         lane,
         rkey: rk.inner.clone(),

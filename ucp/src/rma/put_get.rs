@@ -311,7 +311,7 @@ fn issue<T: 'static>(
     if data.is_empty() {
         return Ok(Issued::Done(map(data)));
     }
-    let (mut req, c) = request(ep.worker.clone());
+    let (mut req, c) = request(&ep.worker);
     let x = Xfer::new(ep, rk, raddr, data, put, move |r| c.complete(r.map(map)))?;
     submit(ep, RmaOp::Xfer(x));
     match req.take() {

@@ -183,7 +183,7 @@ pub(crate) fn recv_data_as<B: 'static>(
     desc: AmDataDesc,
     buf: RecvBuf,
 ) -> Result<Issued<B>> {
-    let (mut req, c) = request_from::<RecvBuf, B>(Rc::downgrade(w));
+    let (mut req, c) = request_from::<RecvBuf, B>(w);
     recv_data(w, desc, buf, RecvDone::Data(c));
     Ok(match req.take() {
         Some(r) => Issued::Done(r?),

@@ -147,7 +147,16 @@ impl<R, U> Matcher<R, U> {
 
     /// A message with `tag` arrived: the oldest posted receive it matches, taken.
     pub fn take_expected(&mut self, tag: u64) -> Option<R> {
-        // One lookup for the usual case: a full-mask receive and no wildcard ones.
+        if self.exp_wild.is_empty() {
+            // The usual case: full-mask receives only (none posted: no lookup).
+            if self.exp_exact == 0 {
+                return None;
+            }
+            let (_, r) = self.exp_by_tag.get_mut(&tag)?.pop_front()?;
+            self.exp_exact -= 1;
+            self.prune_exp_buckets();
+            return Some(r);
+        }
         let exact = self.exp_by_tag.get_mut(&tag).filter(|q| !q.is_empty());
         let wild = if self.exp_wild.is_empty() {
             None

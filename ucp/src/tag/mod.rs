@@ -46,6 +46,7 @@ pub struct TagRecvd<B = Vec<u8>> {
 }
 
 impl<B: 'static> crate::request::FromRecv<Received> for TagRecvd<B> {
+    #[inline]
     fn from_recv(r: Received) -> Result<Self> {
         Ok(TagRecvd {
             tag: r.tag,
@@ -103,6 +104,7 @@ pub(crate) struct Posted {
 
 impl Posted {
     /// Completes with a `total`-byte message (all of it arrived).
+    #[inline]
     fn complete(self, tag: u64, total: usize) {
         let Posted { mut buf, done } = self;
         let room = buf.room();

@@ -320,12 +320,9 @@ fn bind(w: &Rc<WorkerInner>, tag: u64, msg: Unexp, mut p: Posted) {
 /// Posts a receive into `buf` for `(tag, mask)`: its request, cancellable until matched.
 #[inline]
 fn post<B: 'static>(w: &Rc<WorkerInner>, tag: u64, mask: u64, buf: RecvBuf) -> crate::Request<TagRecvd<B>> {
-    let (req, done) = request_from::<Received, TagRecvd<B>>(Rc::downgrade(w));
+    let (req, done) = request_from::<Received, TagRecvd<B>>(w);
     let id = w.tag.borrow_mut().matcher.post(tag, mask, Posted { buf, done });
-    req.set_cancel(crate::request::Cancel {
-        worker: Rc::downgrade(w),
-        id,
-    });
+    req.set_cancel(crate::request::Cancel { id });
     req
 }
 
@@ -356,7 +353,7 @@ fn recv<B: 'static>(w: &Rc<WorkerInner>, tag: u64, mask: u64, buf: RecvBuf) -> R
 
 /// Message `msg` received into `buf`: done at once, or its request.
 fn bound<B: 'static>(w: &Rc<WorkerInner>, tag: u64, msg: Unexp, buf: RecvBuf) -> Result<Issued<TagRecvd<B>>> {
-    let (mut req, c) = request_from::<Received, TagRecvd<B>>(Rc::downgrade(w));
+    let (mut req, c) = request_from::<Received, TagRecvd<B>>(w);
     bind(w, tag, msg, Posted { buf, done: c });
     Ok(match req.take() {
         Some(r) => Issued::Done(r?),
@@ -365,8 +362,8 @@ fn bound<B: 'static>(w: &Rc<WorkerInner>, tag: u64, msg: Unexp, buf: RecvBuf) ->
 }
 
 /// Withdraws posted receive `c.id` if no message matched it yet ([`Request::cancel`]).
-pub(crate) fn cancel(c: crate::request::Cancel) {
-    let Some(w) = c.worker.upgrade() else { return };
+pub(crate) fn cancel(worker: &std::rc::Weak<WorkerInner>, c: crate::request::Cancel) {
+    let Some(w) = worker.upgrade() else { return };
     let p = w.tag.borrow_mut().matcher.cancel(c.id);
     if let Some(p) = p {
         p.done.complete(Err(Error::new(

@@ -11,6 +11,9 @@
 //! Dropping a request detaches it: the operation still runs to completion (a send is still
 //! delivered), its result is discarded, and its buffers are freed then. So no safe code can
 //! touch a buffer an operation still uses.
+//!
+//! Allocation: a finished request the application dropped goes back to its worker's
+//! [`RequestPool`], and the next request of its type reuses it.
 
 use std::cell::RefCell;
 use std::future::{Future, IntoFuture};
@@ -21,6 +24,9 @@ use std::task::{Context as TaskContext, Poll, Waker};
 use ucs::Result;
 
 use crate::worker::{Worker, WorkerInner};
+
+mod pool;
+pub(crate) use pool::RequestPool;
 
 type Callback<T> = Box<dyn FnOnce(Result<T>)>;
 
@@ -35,9 +41,8 @@ struct Shared<T> {
     owner: std::rc::Weak<WorkerInner>,
 }
 
-/// What [`Request::cancel`] withdraws: a posted tag receive (no allocation per receive).
+/// What [`Request::cancel`] withdraws: a posted tag receive of the request's worker.
 pub(crate) struct Cancel {
-    pub worker: std::rc::Weak<crate::worker::WorkerInner>,
     pub id: crate::tag::matcher::RecvId,
 }
 
@@ -75,6 +80,7 @@ trait FinishFrom<X> {
 }
 
 impl<X, T: FromRecv<X>> FinishFrom<X> for RefCell<Shared<T>> {
+    #[inline]
     fn finish_from(self: Rc<Self>, r: Result<X>) {
         finish(&self, r.and_then(T::from_recv));
     }
@@ -85,6 +91,7 @@ impl<X, T: FromRecv<X>> FinishFrom<X> for RefCell<Shared<T>> {
 pub(crate) struct CompleterFrom<X>(Option<Rc<dyn FinishFrom<X>>>);
 
 impl<X> CompleterFrom<X> {
+    #[inline]
     pub fn complete(mut self, r: Result<X>) {
         if let Some(s) = self.0.take() {
             s.finish_from(r);
@@ -102,9 +109,9 @@ impl<X> Drop for CompleterFrom<X> {
 
 /// A request of type `T` and the erased completer its operation keeps.
 pub(crate) fn request_from<X: 'static, T: FromRecv<X> + 'static>(
-    owner: std::rc::Weak<WorkerInner>,
+    owner: &Rc<WorkerInner>,
 ) -> (Request<T>, CompleterFrom<X>) {
-    let (req, mut c) = request::<T>(owner);
+    let (req, mut c) = request_on::<T>(owner);
     let s = c.0.take().expect("a new completer holds its request");
     (req, CompleterFrom(Some(s as Rc<dyn FinishFrom<X>>)))
 }
@@ -116,24 +123,20 @@ fn dropped() -> ucs::Error {
     )
 }
 
+#[inline]
 fn finish<T>(s: &Rc<RefCell<Shared<T>>>, r: Result<T>) {
-    let cb = {
-        let mut s = s.borrow_mut();
-        s.cancel = None;
-        s.callback.take()
-    };
-    match cb {
-        Some(cb) => cb(r),
-        None => {
-            let waker = {
-                let mut s = s.borrow_mut();
-                s.result = Some(r);
-                s.waker.take()
-            };
-            if let Some(w) = waker {
-                w.wake();
-            }
-        }
+    let mut b = s.borrow_mut();
+    b.cancel = None;
+    // The callback and the waker run outside the borrow (they may use the request).
+    if let Some(cb) = b.callback.take() {
+        drop(b);
+        return cb(r);
+    }
+    b.result = Some(r);
+    let waker = b.waker.take();
+    drop(b);
+    if let Some(w) = waker {
+        w.wake();
     }
 }
 
@@ -174,11 +177,28 @@ fn finish<T>(s: &Rc<RefCell<Shared<T>>>, r: Result<T>) {
 /// # Ok::<(), ucp::Error>(())
 /// ```
 #[must_use = "dropping a request detaches it: the operation completes, its result is lost"]
-pub struct Request<T>(Rc<RefCell<Shared<T>>>);
+pub struct Request<T: 'static>(Rc<RefCell<Shared<T>>>);
 
 /// A request and the completer its operation keeps; `owner` is the worker whose progress
-/// completes it.
-pub(crate) fn request<T>(owner: std::rc::Weak<WorkerInner>) -> (Request<T>, Completer<T>) {
+/// completes it (and whose pool it is taken from when one of its type is kept).
+pub(crate) fn request<T: 'static>(owner: &std::rc::Weak<WorkerInner>) -> (Request<T>, Completer<T>) {
+    match owner.upgrade() {
+        Some(w) => request_on(&w),
+        None => fresh(owner.clone()),
+    }
+}
+
+/// [`request`] on worker `w`.
+#[inline]
+pub(crate) fn request_on<T: 'static>(w: &Rc<WorkerInner>) -> (Request<T>, Completer<T>) {
+    // A kept one is already the worker's (its owner is `w`).
+    match w.requests.take::<RefCell<Shared<T>>>() {
+        Some(s) => (Request(s.clone()), Completer(Some(s))),
+        None => fresh(Rc::downgrade(w)),
+    }
+}
+
+fn fresh<T: 'static>(owner: std::rc::Weak<WorkerInner>) -> (Request<T>, Completer<T>) {
     let s = Rc::new(RefCell::new(Shared {
         result: None,
         waker: None,
@@ -189,7 +209,33 @@ pub(crate) fn request<T>(owner: std::rc::Weak<WorkerInner>) -> (Request<T>, Comp
     (Request(s.clone()), Completer(Some(s)))
 }
 
-impl<T> Request<T> {
+/// A finished request the application let go of goes back to its worker's pool.
+impl<T: 'static> Drop for Request<T> {
+    fn drop(&mut self) {
+        // Only the application's side left: the operation finished (its completer is gone).
+        if Rc::strong_count(&self.0) != 1 || Rc::weak_count(&self.0) != 0 {
+            return;
+        }
+        let Ok(mut s) = self.0.try_borrow_mut() else {
+            return;
+        };
+        let Some(w) = s.owner.upgrade() else {
+            return;
+        };
+        // Dropped outside the borrow: a result's or callback's own drop may run anything.
+        let parts = (
+            s.result.take(),
+            s.waker.take(),
+            s.callback.take(),
+            s.cancel.take(),
+        );
+        drop(s);
+        drop(parts);
+        w.requests.put(self.0.clone());
+    }
+}
+
+impl<T: 'static> Request<T> {
     /// True once the operation finished (its result waits in the request).
     pub fn is_done(&self) -> bool {
         self.0.borrow().result.is_some()
@@ -217,7 +263,8 @@ impl<T> Request<T> {
         let c = self.0.borrow_mut().cancel.take();
         match c {
             Some(c) => {
-                crate::tag::recv::cancel(c);
+                let owner = self.0.borrow().owner.clone();
+                crate::tag::recv::cancel(&owner, c);
                 true
             }
             None => false,
@@ -261,7 +308,7 @@ impl<T> Request<T> {
     }
 }
 
-impl<T> Future for Request<T> {
+impl<T: 'static> Future for Request<T> {
     type Output = Result<T>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<T>> {
@@ -276,7 +323,7 @@ impl<T> Future for Request<T> {
     }
 }
 
-impl<T> std::fmt::Debug for Request<T> {
+impl<T: 'static> std::fmt::Debug for Request<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -289,14 +336,14 @@ impl<T> std::fmt::Debug for Request<T> {
 /// What a non-blocking call returns: finished, or a request to follow.
 #[must_use = "a pending operation completes later; follow its request"]
 #[derive(Debug)]
-pub enum Issued<T> {
+pub enum Issued<T: 'static> {
     /// Finished inside the call.
     Done(T),
     /// Finishes later.
     Pending(Request<T>),
 }
 
-impl<T> Issued<T> {
+impl<T: 'static> Issued<T> {
     /// True for [`Issued::Done`].
     pub fn is_done(&self) -> bool {
         matches!(self, Issued::Done(_))
@@ -337,16 +384,110 @@ mod tests {
     use super::*;
     use std::cell::Cell;
 
+    fn self_worker() -> (Worker, crate::Ep) {
+        let uct = uct::Context::builder()
+            .builtin(uct_self::module())
+            .plugins(false)
+            .build();
+        let ctx = crate::Context::builder(uct)
+            .features(crate::Features::TAG)
+            .build()
+            .unwrap();
+        let w = Worker::new(&ctx).unwrap();
+        let ep = w.connect(w.address()).unwrap();
+        (w, ep)
+    }
+
+    /// Posts a receive for `tag`, sends it `data`, and returns the request once done.
+    fn round(w: &Worker, ep: &crate::Ep, tag: u64, data: &[u8]) -> Request<crate::TagRecvd> {
+        let Issued::Pending(req) = w.tag_recv(tag, u64::MAX, vec![0; 8]).unwrap() else {
+            panic!("nothing was sent yet")
+        };
+        ep.tag_send(tag, data).unwrap().wait(w).unwrap();
+        while !req.is_done() {
+            w.progress();
+        }
+        req
+    }
+
+    #[test]
+    fn finished_requests_are_reused_reset() {
+        let (w, ep) = self_worker();
+        let mut req = round(&w, &ep, 1, b"one");
+        assert_eq!(req.take().unwrap().unwrap().data, b"one");
+        drop(req);
+        assert_eq!(w.inner.requests.len(), 1, "the finished request was kept");
+        // Reused (the pool gives it out and takes it back), with nothing left from its last
+        // use: a finished request dropped without taking its result, and one with a callback.
+        let req = round(&w, &ep, 2, b"two");
+        assert_eq!(w.inner.requests.len(), 0, "the kept request was taken");
+        drop(req);
+        assert_eq!(w.inner.requests.len(), 1);
+        let Issued::Pending(mut req) = w.tag_recv(3, u64::MAX, vec![0; 8]).unwrap() else {
+            panic!("nothing was sent yet")
+        };
+        assert!(!req.is_done(), "no result left from the last use");
+        assert!(req.take().is_none());
+        let seen = Rc::new(RefCell::new(None));
+        let s = seen.clone();
+        req.on_complete(move |r| *s.borrow_mut() = Some(r.map(|m| m.data)));
+        ep.tag_send(3, b"three").unwrap().wait(&w).unwrap();
+        while seen.borrow().is_none() {
+            w.progress();
+        }
+        assert_eq!(seen.borrow_mut().take().unwrap().unwrap(), b"three");
+        let mut req = round(&w, &ep, 4, b"four");
+        assert_eq!(req.take().unwrap().unwrap().data, b"four");
+    }
+
+    #[test]
+    fn a_request_dropped_in_flight_is_not_reused_early() {
+        let (w, ep) = self_worker();
+        drop(round(&w, &ep, 1, b"x"));
+        assert_eq!(w.inner.requests.len(), 1);
+        // Detached while posted: the receive still takes its message, and the next receive
+        // (given the kept request, not the detached one) takes the next.
+        let Issued::Pending(detached) = w.tag_recv(5, u64::MAX, vec![0; 8]).unwrap() else {
+            panic!("nothing was sent yet")
+        };
+        drop(detached);
+        assert_eq!(w.inner.requests.len(), 0);
+        let Issued::Pending(mut next) = w.tag_recv(5, u64::MAX, vec![0; 8]).unwrap() else {
+            panic!("nothing was sent yet")
+        };
+        ep.tag_send(5, b"first").unwrap().wait(&w).unwrap();
+        ep.tag_send(5, b"second").unwrap().wait(&w).unwrap();
+        while !next.is_done() {
+            w.progress();
+        }
+        assert_eq!(next.take().unwrap().unwrap().data, b"second");
+        // The detached request completed and was freed, not kept (its owner had let go).
+        drop(next);
+        assert_eq!(w.inner.requests.len(), 1);
+    }
+
+    #[test]
+    fn requests_outliving_their_worker_are_freed() {
+        let (w, ep) = self_worker();
+        let Issued::Pending(req) = w.tag_recv(9, u64::MAX, vec![0; 8]).unwrap() else {
+            panic!("nothing was sent yet")
+        };
+        drop(ep);
+        drop(w);
+        // The worker is gone: the request is not kept anywhere (nor does dropping it crash).
+        drop(req);
+    }
+
     #[test]
     fn result_callback_and_detach() {
-        let (mut r, c) = request::<u32>(std::rc::Weak::new());
+        let (mut r, c) = request::<u32>(&std::rc::Weak::new());
         assert!(!r.is_done());
         assert!(r.take().is_none());
         c.complete(Ok(7));
         assert!(r.is_done());
         assert_eq!(r.take(), Some(Ok(7)));
 
-        let (r, c) = request::<u32>(std::rc::Weak::new());
+        let (r, c) = request::<u32>(&std::rc::Weak::new());
         let seen = Rc::new(Cell::new(0));
         let s = seen.clone();
         r.on_complete(move |v| s.set(v.unwrap()));
@@ -354,7 +495,7 @@ mod tests {
         assert_eq!(seen.get(), 9);
 
         // Detached: completing a dropped request is harmless.
-        let (r, c) = request::<Vec<u8>>(std::rc::Weak::new());
+        let (r, c) = request::<Vec<u8>>(&std::rc::Weak::new());
         drop(r);
         c.complete(Ok(vec![1, 2, 3]));
     }
