@@ -88,7 +88,7 @@ impl RecvBuf {
 
     /// The bytes a message may fill (`None` for mapped memory, written only by copy, and for
     /// the non-contiguous kinds).
-    #[inline]
+    #[inline(always)]
     fn bytes_mut(&mut self) -> Option<&mut [u8]> {
         match self {
             RecvBuf::Owned(v) | RecvBuf::LentVec(v) => Some(v),
@@ -98,7 +98,7 @@ impl RecvBuf {
     }
 
     /// How many bytes fit.
-    #[inline]
+    #[inline(always)]
     pub fn room(&mut self) -> usize {
         match self {
             RecvBuf::Mapped { len, .. } => *len,
@@ -141,7 +141,7 @@ impl RecvBuf {
 
     /// Copies `m` from `at` on to `offset`, never past the buffer (the one copy of a message
     /// that may lie in shared memory).
-    #[inline]
+    #[inline(always)]
     pub fn put_msg(&mut self, offset: usize, m: &AmMessage<'_>, at: usize) {
         let room = self.room();
         if offset >= room {
@@ -174,7 +174,7 @@ impl RecvBuf {
 
     /// The buffer holding a `total`-byte message: an owned one cut to it; the error an
     /// unpacker returned, if it did.
-    #[inline]
+    #[inline(always)]
     pub fn holding(mut self, total: usize) -> Result<RecvBuf> {
         match &mut self {
             RecvBuf::Owned(v) => v.truncate(total),
@@ -189,7 +189,7 @@ impl RecvBuf {
     }
 
     /// The buffer back as the type it was given as.
-    #[inline]
+    #[inline(always)]
     pub fn into_lent<B: 'static>(self) -> Result<B> {
         let back = match self {
             RecvBuf::Owned(v) | RecvBuf::LentVec(v) => {

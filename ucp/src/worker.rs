@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
 use ucs::{Error, Result, Status};
-use uct::{AmCbFlags, AmMessage, AsyncMode, DeviceType, Iface, IfaceParams, Md};
+use uct::{AmCbFlags, AsyncMode, DeviceType, Iface, IfaceParams, Md};
 
 use crate::address::{AddressEntry, WorkerAddress};
 use crate::am::{AmHandler, AmHandlers};
@@ -714,35 +714,38 @@ fn install_handlers(inner: &Rc<WorkerInner>, idx: usize, iface: &Iface) -> Resul
     } else {
         AmCbFlags::ASYNC
     };
-    type Handler = fn(&Rc<WorkerInner>, usize, &AmMessage<'_>);
     // Shared: the handler copies the data once, straight from a shared-memory transport's
     // FIFO to where it goes (`AmCbFlags::SHARED_DATA`). A single active message is not: its
     // handler reads a slice, and may keep the transport's private copy without another.
     let shared = flags | AmCbFlags::SHARED_DATA;
-    let table: [(u8, Handler, AmCbFlags); 15] = [
-        (am_id::WIREUP, crate::wireup::on_message, flags),
-        (am_id::SINGLE, crate::am::on_single, flags),
-        (am_id::FIRST, crate::am::on_first, shared),
-        (am_id::MIDDLE, crate::am::on_middle, shared),
-        (am_id::RTS, crate::rndv::on_rts, flags),
-        (am_id::ATS, crate::rndv::on_ats, flags),
-        (am_id::RTR, crate::rndv::on_rtr, flags),
-        (am_id::DATA, crate::rndv::on_data, flags),
-        (am_id::TAG_EAGER, crate::tag::on_eager, shared),
-        (am_id::TAG_SYNC, crate::tag::on_sync, shared),
-        (am_id::TAG_FIRST, crate::tag::on_first, shared),
-        (am_id::TAG_MIDDLE, crate::tag::on_middle, shared),
-        (am_id::TAG_SYNC_ACK, crate::tag::on_sync_ack, flags),
-        (am_id::TAG_RTS, crate::tag::on_rts, flags),
-        (am_id::STREAM, crate::stream::on_stream, shared),
-    ];
-    for (id, h, flags) in table {
-        let w = Rc::downgrade(inner);
-        iface.set_am_handler(id, flags, move |m| {
-            if let Some(inner) = w.upgrade() {
-                h(&inner, idx, m);
-            }
-        })?;
+    // Each handler is its own closure type (a fn item, not a fn pointer): it is inlined into
+    // the interface's trampoline, one call from the transport to the protocol.
+    macro_rules! install {
+        ($($id:expr, $h:path, $flags:expr;)*) => {$({
+            let w = Rc::downgrade(inner);
+            iface.set_am_handler($id, $flags, move |m| {
+                if let Some(inner) = w.upgrade() {
+                    $h(&inner, idx, m);
+                }
+            })?;
+        })*};
+    }
+    install! {
+        am_id::WIREUP, crate::wireup::on_message, flags;
+        am_id::SINGLE, crate::am::on_single, flags;
+        am_id::FIRST, crate::am::on_first, shared;
+        am_id::MIDDLE, crate::am::on_middle, shared;
+        am_id::RTS, crate::rndv::on_rts, flags;
+        am_id::ATS, crate::rndv::on_ats, flags;
+        am_id::RTR, crate::rndv::on_rtr, flags;
+        am_id::DATA, crate::rndv::on_data, flags;
+        am_id::TAG_EAGER, crate::tag::on_eager, shared;
+        am_id::TAG_SYNC, crate::tag::on_sync, shared;
+        am_id::TAG_FIRST, crate::tag::on_first, shared;
+        am_id::TAG_MIDDLE, crate::tag::on_middle, shared;
+        am_id::TAG_SYNC_ACK, crate::tag::on_sync_ack, flags;
+        am_id::TAG_RTS, crate::tag::on_rts, flags;
+        am_id::STREAM, crate::stream::on_stream, shared;
     }
     Ok(())
 }

@@ -69,6 +69,7 @@ impl Ep {
     /// The checks every operation makes first: the context has `feature` (`Unsupported`),
     /// the endpoint neither failed nor was closed. `Some`: the endpoint to run it on; `None`:
     /// it is still connecting, defer the operation ([`Ep::defer`]).
+    #[inline(always)]
     pub(crate) fn live(&self, feature: Features, what: &str) -> Result<Option<&Rc<EpInner>>> {
         let c = match &self.repr {
             Repr::Ready(ep) => return ready_checks(ep, feature, what),
@@ -188,6 +189,7 @@ impl Ep {
 }
 
 /// [`Ep::live`]'s checks of an endpoint that exists.
+#[inline(always)]
 fn ready_checks<'a>(ep: &'a Rc<EpInner>, feature: Features, what: &str) -> Result<Option<&'a Rc<EpInner>>> {
     ep.features.require(feature, what)?;
     ep.check_usable()?;

@@ -264,7 +264,7 @@ impl EpInner {
         self.worker.upgrade().map_or(0, |w| w.uuid)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn check_usable(&self) -> Result<()> {
         match self.wired.get() {
             crate::ep::Wired::Ready | crate::ep::Wired::WaitingForPeer => Ok(()),

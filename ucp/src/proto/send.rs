@@ -247,7 +247,7 @@ pub(crate) fn protocol(ep: &EpInner, m: &Message<'_>, len: usize, lent: bool) ->
 /// 8-byte `word` and that has no header (a tag message): where [`select`] would give it
 /// `Short` and the lane can send now, one `am_short`. `None`: not that case, or no room (the
 /// caller takes [`send`], which queues it).
-#[inline]
+#[inline(always)]
 pub(crate) fn try_short(ep: &EpInner, id: u8, word: u64, data: &[u8]) -> Option<Result<()>> {
     let l = &ep.limits;
     if data.len() >= l.rndv_thresh || data.len() + 8 > l.max_short || !ep.can_send_now() {

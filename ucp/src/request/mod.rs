@@ -80,7 +80,7 @@ trait FinishFrom<X> {
 }
 
 impl<X, T: FromRecv<X>> FinishFrom<X> for RefCell<Shared<T>> {
-    #[inline]
+    #[inline(always)]
     fn finish_from(self: Rc<Self>, r: Result<X>) {
         finish(&self, r.and_then(T::from_recv));
     }
@@ -91,7 +91,7 @@ impl<X, T: FromRecv<X>> FinishFrom<X> for RefCell<Shared<T>> {
 pub(crate) struct CompleterFrom<X>(Option<Rc<dyn FinishFrom<X>>>);
 
 impl<X> CompleterFrom<X> {
-    #[inline]
+    #[inline(always)]
     pub fn complete(mut self, r: Result<X>) {
         if let Some(s) = self.0.take() {
             s.finish_from(r);
@@ -108,6 +108,7 @@ impl<X> Drop for CompleterFrom<X> {
 }
 
 /// A request of type `T` and the erased completer its operation keeps.
+#[inline(always)]
 pub(crate) fn request_from<X: 'static, T: FromRecv<X> + 'static>(
     owner: &Rc<WorkerInner>,
 ) -> (Request<T>, CompleterFrom<X>) {
@@ -123,7 +124,7 @@ fn dropped() -> ucs::Error {
     )
 }
 
-#[inline]
+#[inline(always)]
 fn finish<T>(s: &Rc<RefCell<Shared<T>>>, r: Result<T>) {
     let mut b = s.borrow_mut();
     b.cancel = None;
@@ -189,7 +190,7 @@ pub(crate) fn request<T: 'static>(owner: &std::rc::Weak<WorkerInner>) -> (Reques
 }
 
 /// [`request`] on worker `w`.
-#[inline]
+#[inline(always)]
 pub(crate) fn request_on<T: 'static>(w: &Rc<WorkerInner>) -> (Request<T>, Completer<T>) {
     // A kept one is already the worker's (its owner is `w`).
     match w.requests.take::<RefCell<Shared<T>>>() {
@@ -211,6 +212,7 @@ fn fresh<T: 'static>(owner: std::rc::Weak<WorkerInner>) -> (Request<T>, Complete
 
 /// A finished request the application let go of goes back to its worker's pool.
 impl<T: 'static> Drop for Request<T> {
+    #[inline(always)]
     fn drop(&mut self) {
         // Only the application's side left: the operation finished (its completer is gone).
         if Rc::strong_count(&self.0) != 1 || Rc::weak_count(&self.0) != 0 {
@@ -222,15 +224,20 @@ impl<T: 'static> Drop for Request<T> {
         let Some(w) = s.owner.upgrade() else {
             return;
         };
-        // Dropped outside the borrow: a result's or callback's own drop may run anything.
-        let parts = (
-            s.result.take(),
-            s.waker.take(),
-            s.callback.take(),
-            s.cancel.take(),
-        );
-        drop(s);
-        drop(parts);
+        // Usually all taken already. Dropped outside the borrow: a result's or callback's own
+        // drop may run anything.
+        if s.result.is_some() || s.waker.is_some() || s.callback.is_some() || s.cancel.is_some() {
+            let parts = (
+                s.result.take(),
+                s.waker.take(),
+                s.callback.take(),
+                s.cancel.take(),
+            );
+            drop(s);
+            drop(parts);
+        } else {
+            drop(s);
+        }
         w.requests.put(self.0.clone());
     }
 }
@@ -242,6 +249,7 @@ impl<T: 'static> Request<T> {
     }
 
     /// The result, once: `Some` when the operation finished.
+    #[inline]
     pub fn take(&mut self) -> Option<Result<T>> {
         self.0.borrow_mut().result.take()
     }
@@ -272,6 +280,7 @@ impl<T: 'static> Request<T> {
     }
 
     /// Sets what [`Request::cancel`] does.
+    #[inline]
     pub(crate) fn set_cancel(&self, c: Cancel) {
         self.0.borrow_mut().cancel = Some(c);
     }

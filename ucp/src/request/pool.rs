@@ -27,7 +27,7 @@ pub(crate) struct RequestPool {
 
 impl RequestPool {
     /// A kept `S`, if there is one.
-    #[inline]
+    #[inline(always)]
     pub fn take<S: 'static>(&self) -> Option<Rc<S>> {
         if let Some(h) = self.hot.take() {
             match h.downcast::<S>() {
@@ -43,7 +43,7 @@ impl RequestPool {
 
     /// Keeps `s` (already reset) for the next request of its type, or frees it when that
     /// type's list is full.
-    #[inline]
+    #[inline(always)]
     pub fn put<S: 'static>(&self, s: Rc<S>) {
         if let Some(h) = self.hot.replace(Some(s)) {
             self.keep(h);

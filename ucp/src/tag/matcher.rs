@@ -26,15 +26,111 @@ pub fn matches(tag: u64, want: u64, mask: u64) -> bool {
     (tag ^ want) & mask == 0
 }
 
+/// Full-mask receives by tag, oldest first: (sn, receive). The tag used last has its queue
+/// outside the table (`hot`): a run of receives on one tag (a ping-pong, one peer's stream of
+/// messages) is posted and matched without a lookup. A tag's receives are in one place only:
+/// in `hot` while it is the hot tag, else in the table.
+struct Exact<R> {
+    hot_tag: u64,
+    hot: VecDeque<(u64, R)>,
+    /// Emptied queues stay (a tag used again reuses its buffer), up to a bound.
+    by_tag: FastMap<u64, VecDeque<(u64, R)>>,
+    /// Receives in `by_tag`.
+    in_table: usize,
+}
+
+impl<R> Default for Exact<R> {
+    fn default() -> Self {
+        Exact {
+            hot_tag: 0,
+            hot: VecDeque::new(),
+            by_tag: FastMap::default(),
+            in_table: 0,
+        }
+    }
+}
+
+impl<R> Exact<R> {
+    fn len(&self) -> usize {
+        self.hot.len() + self.in_table
+    }
+
+    #[inline(always)]
+    fn post(&mut self, tag: u64, sn: u64, r: R) {
+        if tag != self.hot_tag
+            && self.hot.is_empty()
+            && (self.in_table == 0 || self.by_tag.get(&tag).is_none_or(VecDeque::is_empty))
+        {
+            // No receive waits for the hot tag nor (anywhere) for this one: it becomes hot.
+            self.hot_tag = tag;
+        }
+        if tag == self.hot_tag {
+            return self.hot.push_back((sn, r));
+        }
+        self.by_tag.entry(tag).or_default().push_back((sn, r));
+        self.in_table += 1;
+    }
+
+    /// The oldest receive for `tag`: its queue.
+    #[inline(always)]
+    fn queue(&mut self, tag: u64) -> Option<&mut VecDeque<(u64, R)>> {
+        if tag == self.hot_tag {
+            return Some(&mut self.hot);
+        }
+        if self.in_table == 0 {
+            return None;
+        }
+        self.by_tag.get_mut(&tag)
+    }
+
+    /// The age of the oldest receive for `tag`.
+    fn front_sn(&mut self, tag: u64) -> Option<u64> {
+        self.queue(tag)?.front().map(|(sn, _)| *sn)
+    }
+
+    #[inline(always)]
+    fn pop(&mut self, tag: u64) -> Option<R> {
+        let hot = tag == self.hot_tag;
+        let (_, r) = self.queue(tag)?.pop_front()?;
+        if !hot {
+            self.in_table -= 1;
+            self.prune();
+        }
+        Some(r)
+    }
+
+    fn cancel(&mut self, tag: u64, sn: u64) -> Option<R> {
+        let hot = tag == self.hot_tag;
+        let q = self.queue(tag)?;
+        let i = q.iter().position(|(s, _)| *s == sn)?;
+        let r = q.remove(i).map(|(_, r)| r);
+        if !hot {
+            self.in_table -= 1;
+            self.prune();
+        }
+        r
+    }
+
+    /// Emptied per-tag queues stay up to a bound (as the unexpected side's).
+    #[inline]
+    fn prune(&mut self) {
+        if self.by_tag.len() > MAX_IDLE_BUCKETS && self.by_tag.len() > 2 * self.in_table {
+            self.by_tag.retain(|_, q| !q.is_empty());
+        }
+    }
+
+    fn drain(&mut self) -> impl Iterator<Item = (u64, R)> + '_ {
+        self.in_table = 0;
+        self.hot.drain(..).chain(self.by_tag.drain().flat_map(|(_, q)| q))
+    }
+}
+
 /// Expected receives of type `R` and unexpected messages of type `U`.
 pub struct Matcher<R, U> {
     /// Stamps receives (age, across both queues) and unexpected messages (age).
     next_sn: u64,
-    /// Full-mask receives by tag, oldest first: (sn, receive). Emptied queues stay (a tag used
-    /// again reuses its buffer), up to a bound.
-    exp_by_tag: FastMap<u64, VecDeque<(u64, R)>>,
-    /// Receives in `exp_by_tag`.
-    exp_exact: usize,
+    /// Full-mask receives.
+    exact: Exact<R>,
     /// Receives with a partial mask, oldest first: (sn, tag, mask, receive).
     exp_wild: VecDeque<(u64, u64, u64, R)>,
     /// Unexpected messages, oldest first (by sn): (tag, message).
@@ -47,8 +143,7 @@ impl<R, U> Default for Matcher<R, U> {
     fn default() -> Self {
         Matcher {
             next_sn: 0,
-            exp_by_tag: FastMap::default(),
-            exp_exact: 0,
+            exact: Exact::default(),
             exp_wild: VecDeque::new(),
             unexp: BTreeMap::new(),
             unexp_by_tag: FastMap::default(),
@@ -119,11 +214,11 @@ impl<R, U> Matcher<R, U> {
     }
 
     /// Posts receive `r` for `(tag, mask)` (after [`Matcher::take_unexpected`] found nothing).
+    #[inline(always)]
     pub fn post(&mut self, tag: u64, mask: u64, r: R) -> RecvId {
         let sn = self.sn();
         if mask == FULL_MASK {
-            self.exp_by_tag.entry(tag).or_default().push_back((sn, r));
-            self.exp_exact += 1;
+            self.exact.post(tag, sn, r);
         } else {
             self.exp_wild.push_back((sn, tag, mask, r));
         }
@@ -133,12 +228,7 @@ impl<R, U> Matcher<R, U> {
     /// Removes a posted receive that has not matched; `None` when it is gone (matched).
     pub fn cancel(&mut self, id: RecvId) -> Option<R> {
         if id.mask == FULL_MASK {
-            let q = self.exp_by_tag.get_mut(&id.tag)?;
-            let i = q.iter().position(|(sn, _)| *sn == id.sn)?;
-            let r = q.remove(i).map(|(_, r)| r);
-            self.exp_exact -= 1;
-            self.prune_exp_buckets();
-            r
+            self.exact.cancel(id.tag, id.sn)
         } else {
             let i = self.exp_wild.iter().position(|(sn, ..)| *sn == id.sn)?;
             self.exp_wild.remove(i).map(|(.., r)| r)
@@ -146,41 +236,18 @@ impl<R, U> Matcher<R, U> {
     }
 
     /// A message with `tag` arrived: the oldest posted receive it matches, taken.
+    #[inline(always)]
     pub fn take_expected(&mut self, tag: u64) -> Option<R> {
         if self.exp_wild.is_empty() {
-            // The usual case: full-mask receives only (none posted: no lookup).
-            if self.exp_exact == 0 {
-                return None;
-            }
-            let (_, r) = self.exp_by_tag.get_mut(&tag)?.pop_front()?;
-            self.exp_exact -= 1;
-            self.prune_exp_buckets();
-            return Some(r);
+            // The usual case: full-mask receives only.
+            return self.exact.pop(tag);
         }
-        let exact = self.exp_by_tag.get_mut(&tag).filter(|q| !q.is_empty());
-        let wild = if self.exp_wild.is_empty() {
-            None
-        } else {
-            self.exp_wild.iter().position(|(_, t, m, _)| matches(tag, *t, *m))
-        };
-        match (exact, wild) {
+        let wild = self.exp_wild.iter().position(|(_, t, m, _)| matches(tag, *t, *m));
+        match (self.exact.front_sn(tag), wild) {
             (None, None) => None,
-            (Some(q), Some(w)) if self.exp_wild[w].0 < q[0].0 => self.exp_wild.remove(w).map(|(.., r)| r),
-            (Some(q), _) => {
-                let r = q.pop_front().map(|(_, r)| r);
-                self.exp_exact -= 1;
-                self.prune_exp_buckets();
-                r
-            }
+            (Some(e), Some(w)) if self.exp_wild[w].0 < e => self.exp_wild.remove(w).map(|(.., r)| r),
+            (Some(_), _) => self.exact.pop(tag),
             (None, Some(w)) => self.exp_wild.remove(w).map(|(.., r)| r),
-        }
-    }
-
-    /// Emptied per-tag receive queues stay up to a bound (as the unexpected side's).
-    #[inline]
-    fn prune_exp_buckets(&mut self) {
-        if self.exp_by_tag.len() > MAX_IDLE_BUCKETS && self.exp_by_tag.len() > 2 * self.exp_exact {
-            self.exp_by_tag.retain(|_, q| !q.is_empty());
         }
     }
 
@@ -204,7 +271,7 @@ impl<R, U> Matcher<R, U> {
 
     /// Posted receives waiting.
     pub fn expected_len(&self) -> usize {
-        self.exp_exact + self.exp_wild.len()
+        self.exact.len() + self.exp_wild.len()
     }
 
     /// Takes every unexpected message (worker teardown), oldest first.
@@ -215,8 +282,7 @@ impl<R, U> Matcher<R, U> {
 
     /// Takes every posted receive (worker teardown).
     pub fn drain_expected(&mut self) -> Vec<R> {
-        self.exp_exact = 0;
-        let mut v: Vec<(u64, R)> = self.exp_by_tag.drain().flat_map(|(_, q)| q).collect();
+        let mut v: Vec<(u64, R)> = self.exact.drain().collect();
         v.extend(self.exp_wild.drain(..).map(|(sn, _, _, r)| (sn, r)));
         v.sort_by_key(|(sn, _)| *sn);
         v.into_iter().map(|(_, r)| r).collect()
@@ -238,9 +304,9 @@ mod tests {
             assert_eq!(m.take_expected(tag), Some("r"));
         }
         assert!(
-            m.exp_by_tag.len() <= MAX_IDLE_BUCKETS + 1,
+            m.exact.by_tag.len() <= MAX_IDLE_BUCKETS + 1,
             "{} buckets",
-            m.exp_by_tag.len()
+            m.exact.by_tag.len()
         );
         assert_eq!(m.expected_len(), 0);
         // a reused tag still matches, and cancel of a matched receive finds nothing
@@ -337,6 +403,47 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 100_000 - 101);
+    }
+
+    /// Against a plain list of receives, oldest first: the same receive matches, over a long
+    /// pseudo-random mix of posts (a few tags, some wildcard), arrivals and cancels, so that
+    /// the hot tag changes with receives of other tags waiting in the table.
+    #[test]
+    fn same_matches_as_a_plain_list() {
+        let mut m: Matcher<u32, ()> = Matcher::default();
+        let mut model: Vec<(u64, u64, u32)> = Vec::new(); // (tag, mask, id), oldest first
+        let mut ids: Vec<(RecvId, u32)> = Vec::new();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for id in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let tag = x % 4;
+            match (x >> 8) % 8 {
+                0..=2 => {
+                    let mask = if (x >> 16) % 6 == 0 { 0b10 } else { FULL_MASK };
+                    ids.push((m.post(tag, mask, id), id));
+                    model.push((tag, mask, id));
+                }
+                3..=5 => {
+                    let want = model
+                        .iter()
+                        .position(|&(t, k, _)| matches(tag, t, k))
+                        .map(|i| model.remove(i).2);
+                    assert_eq!(m.take_expected(tag), want, "arrival of tag {tag}");
+                }
+                _ if !ids.is_empty() => {
+                    let (rid, rv) = ids.swap_remove((x >> 24) as usize % ids.len());
+                    let want = model
+                        .iter()
+                        .position(|&(.., v)| v == rv)
+                        .map(|i| model.remove(i).2);
+                    assert_eq!(m.cancel(rid), want);
+                }
+                _ => {}
+            }
+            assert_eq!(m.expected_len(), model.len());
+        }
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub struct TagRecvd<B = Vec<u8>> {
 }
 
 impl<B: 'static> crate::request::FromRecv<Received> for TagRecvd<B> {
-    #[inline]
+    #[inline(always)]
     fn from_recv(r: Received) -> Result<Self> {
         Ok(TagRecvd {
             tag: r.tag,
@@ -104,7 +104,7 @@ pub(crate) struct Posted {
 
 impl Posted {
     /// Completes with a `total`-byte message (all of it arrived).
-    #[inline]
+    #[inline(always)]
     fn complete(self, tag: u64, total: usize) {
         let Posted { mut buf, done } = self;
         let room = buf.room();

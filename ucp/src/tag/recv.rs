@@ -42,6 +42,7 @@ fn ack(w: &WorkerInner, from: SyncFrom) {
 /// A whole eager message arrived (single, plain or synchronous): its data is `m` from `at`
 /// on, copied once, into the posted buffer or the unexpected message (the message may still
 /// lie in shared memory: these handlers take `AmCbFlags::SHARED_DATA`).
+#[inline(always)]
 fn on_whole(w: &Rc<WorkerInner>, tag: u64, m: &AmMessage<'_>, at: usize, sync: Option<SyncFrom>) {
     let posted = w.tag.borrow_mut().matcher.take_expected(tag);
     match posted {
@@ -318,7 +319,7 @@ fn bind(w: &Rc<WorkerInner>, tag: u64, msg: Unexp, mut p: Posted) {
 }
 
 /// Posts a receive into `buf` for `(tag, mask)`: its request, cancellable until matched.
-#[inline]
+#[inline(always)]
 fn post<B: 'static>(w: &Rc<WorkerInner>, tag: u64, mask: u64, buf: RecvBuf) -> crate::Request<TagRecvd<B>> {
     let (req, done) = request_from::<Received, TagRecvd<B>>(w);
     let id = w.tag.borrow_mut().matcher.post(tag, mask, Posted { buf, done });
@@ -327,6 +328,7 @@ fn post<B: 'static>(w: &Rc<WorkerInner>, tag: u64, mask: u64, buf: RecvBuf) -> c
 }
 
 /// A receive into `buf` ([`Worker::tag_recv`], [`Worker::tag_recv_into`]).
+#[inline(always)]
 fn recv<B: 'static>(w: &Rc<WorkerInner>, tag: u64, mask: u64, buf: RecvBuf) -> Result<Issued<TagRecvd<B>>> {
     if w.tag.borrow().matcher.unexpected_len() == 0 {
         // Nothing arrived unasked (the usual case): post at once.
@@ -378,6 +380,7 @@ impl Worker {
     /// `u64::MAX` compares every bit) into `buf`, which takes up to `buf.len()` bytes and comes
     /// back holding the message. The oldest matching message that already arrived is taken;
     /// else the receive waits for one (`Request::cancel` withdraws it until then).
+    #[inline]
     pub fn tag_recv(&self, tag: u64, mask: u64, buf: Vec<u8>) -> Result<Issued<TagRecvd>> {
         self.inner
             .ctx
