@@ -284,6 +284,7 @@ impl<'a> AmMsg<'a> {
     }
 }
 
+#[inline(always)]
 fn deliver(w: &Rc<WorkerInner>, msg: &mut AmMsg<'_>) {
     let h = w.am.borrow().get(msg.id).map(|h| h.0.clone());
     let Some(h) = h else {
@@ -601,6 +602,19 @@ impl Ep {
             let (header, data) = (header.to_vec(), data.to_vec());
             return self.defer(move |e| e.am_send(id, &header, &data, flags));
         };
+        // No header, no reply fields, rendezvous not forced: the prefix is the header word.
+        if header.is_empty() && !flags.contains(AmFlags::REPLY) && !flags.contains(AmFlags::RNDV) {
+            let word = crate::wire::AmHeader {
+                id,
+                flags: 0,
+                user_hdr_len: 0,
+            }
+            .word();
+            if let Some(r) = crate::proto::send::try_short(ep, crate::wire::am_id::SINGLE, word, data) {
+                debug_assert_eq!(self.am_protocol(0, data.len(), flags, false), AmProto::Short);
+                return r.map(Issued::Done);
+            }
+        }
         send(ep, &message(id, header, flags), data)
     }
 

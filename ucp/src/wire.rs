@@ -144,6 +144,7 @@ pub fn put_single_prefix(out: &mut [u8], hdr: AmHeader, reply: Option<ReplyTo>) 
 }
 
 /// Decodes a single AM.
+#[inline(always)]
 pub fn decode_single(b: &[u8]) -> Result<Single<'_>> {
     if b.len() < AmHeader::LEN {
         return Err(short("active message", AmHeader::LEN, b.len()));
