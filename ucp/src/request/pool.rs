@@ -11,8 +11,9 @@ use std::any::{Any, TypeId};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-/// Requests kept per type (about a window of posted receives).
-const PER_TYPE: usize = 256;
+/// Requests kept per type: a window of operations in flight (a burst beyond it allocates;
+/// what the pool keeps stays small next to an endpoint's own memory).
+const PER_TYPE: usize = 64;
 /// Types kept.
 const TYPES: usize = 8;
 
