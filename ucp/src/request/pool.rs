@@ -17,13 +17,16 @@ const PER_TYPE: usize = 64;
 /// Types kept.
 const TYPES: usize = 8;
 
+/// Kept requests of one type.
+type Kept = Vec<Rc<dyn Any>>;
+
 /// The pool (a field of the worker).
 #[derive(Default)]
 pub(crate) struct RequestPool {
     /// The request put back last: one operation in flight at a time (a ping-pong) takes it
     /// again without a search.
     hot: Cell<Option<Rc<dyn Any>>>,
-    free: RefCell<Vec<(TypeId, Vec<Rc<dyn Any>>)>>,
+    free: RefCell<Vec<(TypeId, Kept)>>,
 }
 
 impl RequestPool {

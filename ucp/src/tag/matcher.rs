@@ -421,7 +421,7 @@ mod tests {
             let tag = x % 4;
             match (x >> 8) % 8 {
                 0..=2 => {
-                    let mask = if (x >> 16) % 6 == 0 { 0b10 } else { FULL_MASK };
+                    let mask = if (x >> 16) & 7 == 0 { 0b10 } else { FULL_MASK };
                     ids.push((m.post(tag, mask, id), id));
                     model.push((tag, mask, id));
                 }
