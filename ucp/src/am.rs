@@ -602,19 +602,6 @@ impl Ep {
             let (header, data) = (header.to_vec(), data.to_vec());
             return self.defer(move |e| e.am_send(id, &header, &data, flags));
         };
-        // No header, no reply fields, rendezvous not forced: the prefix is the header word.
-        if header.is_empty() && !flags.contains(AmFlags::REPLY) && !flags.contains(AmFlags::RNDV) {
-            let word = crate::wire::AmHeader {
-                id,
-                flags: 0,
-                user_hdr_len: 0,
-            }
-            .word();
-            if let Some(r) = crate::proto::send::try_short(ep, crate::wire::am_id::SINGLE, word, data) {
-                debug_assert_eq!(self.am_protocol(0, data.len(), flags, false), AmProto::Short);
-                return r.map(Issued::Done);
-            }
-        }
         send(ep, &message(id, header, flags), data)
     }
 

@@ -434,28 +434,14 @@ impl UcpBench {
 
     /// A latency test's tag receive into the one owned buffer `rbuf` (handed back by each
     /// receive), with `then_send`: the message sent once the receive is posted (loopback).
-    /// The plain path (`-D iov` and mapped buffers take [`UcpBench::post_tag`]'s).
+    /// `-D iov` receives take [`UcpBench::post_tag`].
     fn tag_recv_lat(&mut self, then_send: bool) -> Result<()> {
         let buf = self.rbuf.take().unwrap_or_else(|| vec![0; self.len]);
-        let got = match self.worker.tag_recv(TAG, u64::MAX, buf)? {
-            Issued::Done(g) => {
-                if then_send {
-                    self.send_wait()?;
-                }
-                g
-            }
-            Issued::Pending(mut q) => {
-                if then_send {
-                    self.send_wait()?;
-                }
-                loop {
-                    if let Some(r) = q.take() {
-                        break r?;
-                    }
-                    self.turn()?;
-                }
-            }
-        };
+        let posted = self.worker.tag_recv(TAG, u64::MAX, buf)?;
+        if then_send {
+            self.send_wait()?;
+        }
+        let got = self.wait(Ok(posted))?;
         self.check(&got.data);
         self.rbuf = Some(got.data);
         Ok(())

@@ -58,6 +58,24 @@ impl Head {
         })
     }
 
+    /// The prefix of a message sent whole when it is one 8-byte word and no user header
+    /// follows (a tag message; an active message without reply fields): the word.
+    #[inline(always)]
+    fn short_word(self) -> Option<u64> {
+        match self {
+            Head::Tag(tag) => Some(tag),
+            Head::Am { id, reply: false } => Some(
+                AmHeader {
+                    id,
+                    flags: 0,
+                    user_hdr_len: 0,
+                }
+                .word(),
+            ),
+            _ => None,
+        }
+    }
+
     /// The prefix of a message sent whole.
     fn single_prefix(self, ep: &EpInner, header: &[u8], out: &mut [u8; MAX_PREFIX]) -> Result<usize> {
         Ok(match self {
@@ -243,17 +261,22 @@ pub(crate) fn protocol(ep: &EpInner, m: &Message<'_>, len: usize, lent: bool) ->
     )
 }
 
-/// [`send`]'s most common case, taken first for a copied (not lent) message whose prefix is one
-/// 8-byte `word` and that has no header (a tag message): where [`select`] would give it
-/// `Short` and the lane can send now, one `am_short`. `None`: not that case, or no room (the
-/// caller takes [`send`], which queues it).
+/// [`send`]'s most common case, taken before the selection: a copied (not lent) message with
+/// no header whose prefix is one 8-byte word ([`Head::short_word`]), which [`select`] would
+/// send `Short`, on a lane that can send now: one `am_short`. `None`: not that case, or no
+/// room (the general path then queues it).
 #[inline(always)]
-pub(crate) fn try_short(ep: &EpInner, id: u8, word: u64, data: &[u8]) -> Option<Result<()>> {
-    let l = &ep.limits;
-    if data.len() >= l.rndv_thresh || data.len() + 8 > l.max_short || !ep.can_send_now() {
+fn try_short<P: Payload>(ep: &EpInner, m: &Message<'_>, data: &P) -> Option<Result<()>> {
+    if data.lent() || !m.header.is_empty() || m.force == Force::Rndv {
         return None;
     }
-    match ep.am_ep().am_short(id, word, data) {
+    let word = m.head.short_word()?;
+    let (l, bytes) = (&ep.limits, data.bytes());
+    if bytes.len() >= l.rndv_thresh || bytes.len() + 8 > l.max_short || !ep.can_send_now() {
+        return None;
+    }
+    debug_assert_eq!(protocol(ep, m, bytes.len(), false), Proto::Short);
+    match ep.am_ep().am_short(m.head.ids().0, word, bytes) {
         Err(e) if e == Status::NoResource => None,
         r => Some(r),
     }
@@ -261,7 +284,16 @@ pub(crate) fn try_short(ep: &EpInner, id: u8, word: u64, data: &[u8]) -> Option<
 
 /// Sends `m` with `data` by the protocol [`select`] gives it: `Done` when it went out in the
 /// call, else the request completes when it is sent (for a rendezvous: fetched).
+#[inline(always)]
 pub(crate) fn send<P: Payload>(ep: &Rc<EpInner>, m: &Message<'_>, data: P) -> Result<Issued<P::Back>> {
+    match try_short(ep, m, &data) {
+        Some(r) => r.map(|()| Issued::Done(data.back())),
+        None => send_selected(ep, m, data),
+    }
+}
+
+/// [`send`] past its short case.
+fn send_selected<P: Payload>(ep: &Rc<EpInner>, m: &Message<'_>, data: P) -> Result<Issued<P::Back>> {
     let proto = protocol(ep, m, data.bytes().len(), data.lent());
     if m.force == Force::Rndv && proto != Proto::Rndv {
         return Err(rts_too_big(ep, m.header));

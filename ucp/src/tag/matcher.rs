@@ -90,25 +90,26 @@ impl<R> Exact<R> {
 
     #[inline(always)]
     fn pop(&mut self, tag: u64) -> Option<R> {
-        let hot = tag == self.hot_tag;
         let (_, r) = self.queue(tag)?.pop_front()?;
-        if !hot {
-            self.in_table -= 1;
-            self.prune();
-        }
+        self.taken(tag);
         Some(r)
     }
 
     fn cancel(&mut self, tag: u64, sn: u64) -> Option<R> {
-        let hot = tag == self.hot_tag;
         let q = self.queue(tag)?;
         let i = q.iter().position(|(s, _)| *s == sn)?;
-        let r = q.remove(i).map(|(_, r)| r);
-        if !hot {
+        let (_, r) = q.remove(i)?;
+        self.taken(tag);
+        Some(r)
+    }
+
+    /// A receive for `tag` left its queue (the table's count, if it was there).
+    #[inline(always)]
+    fn taken(&mut self, tag: u64) {
+        if tag != self.hot_tag {
             self.in_table -= 1;
             self.prune();
         }
-        r
     }
 
     /// Emptied per-tag queues stay up to a bound (as the unexpected side's).

@@ -11,7 +11,7 @@ use super::SyncWait;
 use crate::ep::Ep;
 use crate::proto::op::Done;
 use crate::proto::select::Force;
-use crate::proto::send::{protocol, queued, send, try_short, Head, Lend, Message, Staged};
+use crate::proto::send::{protocol, queued, send, Head, Lend, Message, Staged};
 use crate::request::{request, Issued};
 use crate::AmProto;
 
@@ -32,13 +32,6 @@ impl Ep {
             let data = data.to_vec();
             return self.defer(move |e| e.tag_send(tag, &data));
         };
-        if let Some(r) = try_short(ep, crate::wire::am_id::TAG_EAGER, tag, data) {
-            debug_assert_eq!(
-                protocol(ep, &message(Head::Tag(tag)), data.len(), false),
-                AmProto::Short
-            );
-            return r.map(Issued::Done);
-        }
         send(ep, &message(Head::Tag(tag)), data)
     }
 
