@@ -589,7 +589,7 @@ impl Ep {
             lent: owned,
             force: force(flags),
         };
-        select(&ep.limits, &m)
+        select(&ep.route.limits, &m)
     }
 
     /// Sends active message `id` with `header` and `data` (copied: the buffers are free again

@@ -312,7 +312,7 @@ impl StreamOp {
     }
 
     pub fn progress(&mut self, ep: &EpInner) -> Result<bool> {
-        let per = ep.limits.max_bcopy - PREFIX_LEN;
+        let per = ep.route.limits.max_bcopy - PREFIX_LEN;
         while self.sent < self.data.len() {
             let n = per.min(self.data.len() - self.sent);
             let chunk = &self.data[self.sent..self.sent + n];

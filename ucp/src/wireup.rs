@@ -150,8 +150,8 @@ impl Msg {
 /// The addresses of `ep`'s endpoint-to-endpoint lanes.
 fn lane_addrs(ep: &EpInner) -> Result<Vec<LaneAddr>> {
     let mut out = Vec::new();
-    for (i, l) in ep.lanes.lanes.iter().enumerate() {
-        if ep.is_p2p(i) {
+    for (i, l) in ep.route.lanes.lanes.iter().enumerate() {
+        if ep.route.is_p2p(i) {
             out.push(LaneAddr {
                 sender_rsc: l.local as u8,
                 receiver_rsc: l.remote as u8,
@@ -164,11 +164,11 @@ fn lane_addrs(ep: &EpInner) -> Result<Vec<LaneAddr>> {
 
 /// Connects `ep`'s endpoint-to-endpoint lanes to the peer's endpoints named in `lanes` (once).
 fn connect_lanes(ep: &EpInner, lanes: &[LaneAddr]) -> Result<()> {
-    if ep.p2p_connected.get() || ep.p2p == 0 {
+    if ep.p2p_connected.get() || ep.route.p2p == 0 {
         return Ok(());
     }
-    for (i, l) in ep.lanes.lanes.iter().enumerate() {
-        if !ep.is_p2p(i) {
+    for (i, l) in ep.route.lanes.lanes.iter().enumerate() {
+        if !ep.route.is_p2p(i) {
             continue;
         }
         let Some(a) = lanes
@@ -279,7 +279,7 @@ fn passive_room(w: &WorkerInner, peer: u64) -> Result<()> {
 
 fn on_request(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
     let key = (msg.src_worker, msg.conn_sn);
-    let known = w.eps.borrow_mut().unmatched.remove(&key);
+    let known = w.eps.borrow_mut().take_unmatched(&key);
     let ep = match known {
         Some(ep) => ep,
         None => {
@@ -320,7 +320,7 @@ fn on_request(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
     }
     reply(&ep, REPLY)?;
     // Without endpoint-to-endpoint lanes nothing waits for an ACK.
-    if ep.p2p == 0 {
+    if ep.route.p2p == 0 {
         ep.set_ready();
     }
     Ok(())
@@ -340,7 +340,7 @@ fn on_reply(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
             "reply from another worker than the endpoint's peer",
         ));
     }
-    w.eps.borrow_mut().unmatched.remove(&(msg.src_worker, ep.conn_sn));
+    w.eps.borrow_mut().take_unmatched(&(msg.src_worker, ep.conn_sn));
     ep.remote_ep.set(Some(msg.src_ep));
     w.eps
         .borrow_mut()
@@ -351,7 +351,7 @@ fn on_reply(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
         ep.fail(e.clone());
         return Err(e);
     }
-    if ep.p2p != 0 {
+    if ep.route.p2p != 0 {
         reply(&ep, ACK)?;
     }
     ep.set_ready();

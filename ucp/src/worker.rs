@@ -46,8 +46,6 @@ pub(crate) struct EpTable {
     pub unmatched: HashMap<(u64, u64), Rc<EpInner>>,
     /// Endpoints the peers created toward us that no local `connect` has adopted yet.
     pub passive: HashMap<(u64, u64), Rc<EpInner>>,
-    /// uct endpoint → (endpoint id, lane), for the transports' error reports.
-    pub by_key: HashMap<uct::EpKey, (u64, usize)>,
 }
 
 impl EpTable {
@@ -67,6 +65,20 @@ impl EpTable {
         (self.slots.len() as u64 - 1) | (1 << 32)
     }
 
+    /// Takes the endpoint waiting for its peer under `key` (trimming the table a burst grew).
+    pub fn take_unmatched(&mut self, key: &(u64, u64)) -> Option<Rc<EpInner>> {
+        let ep = self.unmatched.remove(key);
+        ucs::hash::trim(&mut self.unmatched);
+        ep
+    }
+
+    /// Takes the passive endpoint under `key` (trimming the table a burst grew).
+    pub fn take_passive(&mut self, key: &(u64, u64)) -> Option<Rc<EpInner>> {
+        let ep = self.passive.remove(key);
+        ucs::hash::trim(&mut self.passive);
+        ep
+    }
+
     /// The endpoint with local id `id`, if it is still there.
     pub fn get(&self, id: u64) -> Option<Rc<EpInner>> {
         let (i, g) = (id as u32 as usize, (id >> 32) as u32);
@@ -76,8 +88,9 @@ impl EpTable {
         }
     }
 
-    /// Frees id `id` (the endpoint is gone).
-    pub fn remove(&mut self, id: u64) {
+    /// Frees id `id` (the endpoint is gone); `peer` is its entry in `by_remote`, when known
+    /// (else the whole map is searched).
+    pub fn remove(&mut self, id: u64, peer: Option<(u64, u64)>) {
         let (i, g) = (id as u32 as usize, (id >> 32) as u32);
         if let Some((gen, w)) = self.slots.get_mut(i) {
             if *gen == g {
@@ -85,7 +98,13 @@ impl EpTable {
                 self.free.push(i as u32);
             }
         }
-        self.by_remote.retain(|_, v| *v != id);
+        match peer {
+            Some(k) if self.by_remote.get(&k) == Some(&id) => {
+                self.by_remote.remove(&k);
+            }
+            _ => self.by_remote.retain(|_, v| *v != id),
+        }
+        ucs::hash::trim(&mut self.by_remote);
     }
 }
 
@@ -183,38 +202,38 @@ impl WorkerInner {
     }
 }
 
-/// A lane set and the (shared) address it was selected for.
-type SharedLanes = (std::rc::Weak<WorkerAddress>, std::rc::Weak<crate::lanes::LaneSet>);
+/// A route and the (shared) address it was made for.
+type SharedRoute = (std::rc::Weak<WorkerAddress>, std::rc::Weak<crate::ep::Route>);
 
 impl WorkerInner {
     /// The lanes an endpoint toward `remote` in `mode` already has, when its address is the
     /// one they were selected for.
-    pub(crate) fn shared_lanes(
+    pub(crate) fn shared_route(
         &self,
         mode: crate::ep::ErrMode,
         remote: &Rc<WorkerAddress>,
-    ) -> Option<Rc<crate::lanes::LaneSet>> {
-        let t = self.lane_sets.borrow();
-        let (addr, lanes) = t.get(&(remote.uuid, mode == crate::ep::ErrMode::Peer))?;
+    ) -> Option<Rc<crate::ep::Route>> {
+        let t = self.routes.borrow();
+        let (addr, route) = t.get(&(remote.uuid, mode == crate::ep::ErrMode::Peer))?;
         // The same shared address: selected from these very bytes.
         (addr.as_ptr() == Rc::as_ptr(remote))
-            .then(|| lanes.upgrade())
+            .then(|| route.upgrade())
             .flatten()
     }
 
-    pub(crate) fn keep_lanes(
+    pub(crate) fn keep_route(
         &self,
         mode: crate::ep::ErrMode,
         remote: &Rc<WorkerAddress>,
-        lanes: &Rc<crate::lanes::LaneSet>,
+        route: &Rc<crate::ep::Route>,
     ) {
-        let mut t = self.lane_sets.borrow_mut();
+        let mut t = self.routes.borrow_mut();
         if t.len() >= 64 && t.len().is_power_of_two() {
             t.retain(|_, (_, l)| l.strong_count() > 0);
         }
         t.insert(
             (remote.uuid, mode == crate::ep::ErrMode::Peer),
-            (Rc::downgrade(remote), Rc::downgrade(lanes)),
+            (Rc::downgrade(remote), Rc::downgrade(route)),
         );
     }
 }
@@ -244,8 +263,8 @@ pub(crate) struct WorkerInner {
     pub rndv: crate::rndv::Rndv,
     /// Peers' addresses, shared by the endpoints toward each (by worker id).
     pub peers: RefCell<HashMap<u64, std::rc::Weak<WorkerAddress>>>,
-    /// Lane sets by peer and error mode, with the address they were selected for.
-    pub lane_sets: RefCell<HashMap<(u64, bool), SharedLanes>>,
+    /// Routes by peer and error mode, with the address they were made for.
+    pub routes: RefCell<HashMap<(u64, bool), SharedRoute>>,
     pub keepalive: crate::keepalive::Keepalive,
     /// Which interfaces `progress` polls.
     pub activation: crate::activation::Activation,
@@ -451,7 +470,7 @@ impl Worker {
             am_reasm: RefCell::new(Reassembler::default()),
             rndv: crate::rndv::Rndv::new(ctx.inner.cfg.rndv_timeout),
             peers: RefCell::new(HashMap::new()),
-            lane_sets: RefCell::new(HashMap::new()),
+            routes: RefCell::new(HashMap::new()),
             keepalive: crate::keepalive::Keepalive::default(),
             tag: RefCell::new(crate::tag::TagState::new(ctx.inner.cfg.tag_unexp)),
             stream: RefCell::new(crate::stream::StreamState::new(ctx.inner.cfg.stream_unread)),

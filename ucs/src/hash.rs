@@ -84,9 +84,51 @@ impl Hasher for FastHasher {
 /// A `HashMap` with [`FastHash`].
 pub type FastMap<K, V> = std::collections::HashMap<K, V, FastHash>;
 
+/// Gives back the memory of a map that a burst grew and removals then emptied (a connection
+/// storm's pairing tables): when fewer than a quarter of its slots are used, the table is
+/// rebuilt at twice its length. A map never shrinks by itself, so without this a table that
+/// once held a million entries keeps their memory for good. The rebuild costs one pass over
+/// what is left, and the factor 4 between growing and shrinking keeps it amortized O(1) per
+/// removal. Call it after removing.
+///
+/// ```
+/// let mut m: std::collections::HashMap<u64, u64> = (0..10_000).map(|i| (i, i)).collect();
+/// m.retain(|k, _| *k < 10);
+/// ucs::hash::trim(&mut m);
+/// assert!(m.capacity() < 100);
+/// ```
+pub fn trim<K: Eq + std::hash::Hash, V, S: BuildHasher>(m: &mut std::collections::HashMap<K, V, S>) {
+    let cap = m.capacity();
+    if cap > 32 && m.len() < cap / 4 {
+        m.shrink_to(m.len() * 2);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trim_frees_a_drained_map_and_keeps_a_used_one() {
+        let mut m: FastMap<u64, u64> = (0..4096).map(|i| (i, i)).collect();
+        let full = m.capacity();
+        trim(&mut m);
+        assert_eq!(m.capacity(), full, "a full map is left alone");
+        for i in 0..4000 {
+            m.remove(&i);
+        }
+        trim(&mut m);
+        assert!(
+            m.capacity() < full / 8,
+            "capacity {} after draining",
+            m.capacity()
+        );
+        assert_eq!(m.len(), 96);
+        assert!((4000..4096).all(|i| m.get(&i) == Some(&i)));
+        m.clear();
+        trim(&mut m);
+        assert_eq!(m.capacity(), 0);
+    }
 
     #[test]
     fn spreads_sequential_and_strided_keys() {

@@ -62,7 +62,12 @@ impl Shared {
         if !same_addr(target, self.listen_addr) {
             let key = pair_key(target, sn);
             self.iface_eps.borrow_mut().insert(key, Rc::downgrade(&ep));
-            let token = self.unexpected.borrow_mut().remove(&key);
+            let token = {
+                let mut m = self.unexpected.borrow_mut();
+                let t = m.remove(&key);
+                ucs::hash::trim(&mut m);
+                t
+            };
             if let Some(c) = token.and_then(|t| self.conn_by_token(t)) {
                 c.pair.set(None);
                 let free = c.state.get() == State::Connected

@@ -257,6 +257,14 @@ impl Shared {
             }
         }
         ep.dispatching.set(false);
+        {
+            // Drained: an endpoint that stays idle then holds no queue memory (pending is off
+            // the fast path; the next episode allocates again).
+            let mut q = ep.pending.borrow_mut();
+            if q.is_empty() {
+                *q = VecDeque::new();
+            }
+        }
         // Stopped with the socket idle (the request ran out of something else): try again at
         // the next progress rather than waiting for a socket event that will not come.
         if !ep.pending.borrow().is_empty() && ep.conn_ready() && !ep.destroyed.get() {
@@ -436,6 +444,7 @@ impl Shared {
                 .is_some_and(|w| w.upgrade().is_none_or(|e| Rc::ptr_eq(&e, ep)))
             {
                 m.remove(&key);
+                ucs::hash::trim(&mut m);
             }
         }
         let Some(conn) = ep.conn.borrow_mut().take() else {

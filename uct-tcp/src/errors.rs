@@ -43,6 +43,7 @@ impl Shared {
             let mut m = self.unexpected.borrow_mut();
             if m.get(&key) == Some(&conn.token()) {
                 m.remove(&key);
+                ucs::hash::trim(&mut m);
             }
         }
     }

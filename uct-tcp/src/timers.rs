@@ -87,6 +87,10 @@ impl Timers {
                     true
                 }
             });
+            if list.len() < list.capacity() / 4 {
+                let keep = list.len() * 2;
+                list.shrink_to(keep); // a connection burst's deadlines have expired
+            }
             list.iter().map(|e| e.0).min()
         };
         if let Some(at) = next {

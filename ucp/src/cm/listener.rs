@@ -413,7 +413,7 @@ impl ConnRequest {
             address: Vec::new(),
         };
         if let Err(e) = self.answer(&accept) {
-            w.eps.borrow_mut().unmatched.remove(&key);
+            w.eps.borrow_mut().take_unmatched(&key);
             return Err(e);
         }
         super::cm(&w).watch_accepted(&ep, self.peer);

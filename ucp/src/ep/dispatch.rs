@@ -11,7 +11,7 @@ use super::{EpInner, Wired};
 impl EpInner {
     /// The uct endpoint of the AM lane.
     pub fn am_ep(&self) -> &uct::Ep {
-        &self.uct[self.lanes.am]
+        &self.uct[self.route.lanes.am]
     }
 
     /// True when the AM lane may be used (wired and nothing waiting ahead).
@@ -28,9 +28,9 @@ impl EpInner {
     /// Sends queued wireup messages on the wireup lane; false when it ran out of resources (a
     /// pending request is armed) or failed.
     fn dispatch_wireup(self: &Rc<Self>) -> bool {
-        let lane = self.lanes.wireup;
+        let lane = self.route.lanes.wireup;
         if let Some(w) = self.worker.upgrade() {
-            crate::activation::touch(&w, self.lanes.lanes[lane].local);
+            crate::activation::touch(&w, self.route.lanes.lanes[lane].local);
         }
         loop {
             // No borrow is held across the send: it may deliver at once (self) and the

@@ -142,8 +142,8 @@ impl EpInner {
         let Some(w) = self.worker.upgrade() else { return };
         let mut t = w.eps.borrow_mut();
         let key = (self.remote.uuid, self.conn_sn);
-        t.unmatched.remove(&key);
-        t.passive.remove(&key);
+        t.take_unmatched(&key);
+        t.take_passive(&key);
         if let Some(r) = self.remote_ep.get() {
             if t.by_remote.get(&(self.remote.uuid, r)) == Some(&self.id.get()) {
                 t.by_remote.remove(&(self.remote.uuid, r));
@@ -183,14 +183,13 @@ pub(crate) fn run_failures(w: &Rc<WorkerInner>) {
 
 /// A transport reported that the uct endpoint `key` failed.
 pub(crate) fn on_transport_error(w: &WorkerInner, key: uct::EpKey, st: Status) {
-    let found = {
-        let t = w.eps.borrow();
-        t.by_key
-            .get(&key)
-            .and_then(|&(id, lane)| t.get(id).map(|ep| (ep, lane)))
-    };
+    // A scan, as UCX's: failures are rare, and a map would cost every endpoint memory.
+    let found = w.eps.borrow().live().find_map(|ep| {
+        let lane = ep.uct.iter().position(|u| u.key() == key)?;
+        Some((ep, lane))
+    });
     let Some((ep, lane)) = found else { return };
-    let wi = &w.ifaces[ep.lanes.lanes[lane].local];
+    let wi = &w.ifaces[ep.route.lanes.lanes[lane].local];
     ep.fail(Error::new(
         st,
         format!(

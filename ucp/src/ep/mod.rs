@@ -5,6 +5,7 @@ mod connecting;
 mod dispatch;
 mod lifecycle;
 mod limits;
+mod route;
 mod send_queue;
 
 use std::cell::{Cell, RefCell};
@@ -12,16 +13,16 @@ use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 
 use ucs::{Error, Result, Status};
-use uct::IfaceFlags;
 
 use crate::address::WorkerAddress;
-use crate::lanes::{self, LaneSet, SelectParams};
+use crate::lanes::{self, SelectParams};
 use crate::worker::{reachable, WorkerInner};
 
 pub(crate) use connecting::handle as connecting_handle;
 pub(crate) use lifecycle::{on_transport_error, run_failures, ErrHandler, FlushOp};
 pub use lifecycle::{CloseMode, EpParams, ErrMode};
 pub(crate) use limits::{endpoint_thresholds, Limits};
+pub(crate) use route::Route;
 
 /// Wireup state of an endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,20 +45,14 @@ pub(crate) struct EpInner {
     pub conn_sn: u64,
     /// The peer's id of its endpoint toward us, once wireup told us.
     pub remote_ep: Cell<Option<u64>>,
-    /// Shared by the endpoints toward the same peer in the same error mode (the selection is
-    /// a pure function of both addresses and the configuration).
-    pub lanes: Rc<LaneSet>,
+    /// Lanes, limits, rendezvous lane: shared by the endpoints toward the same peer in the
+    /// same error mode (a pure function of both addresses and the configuration).
+    pub route: Rc<Route>,
     /// One uct endpoint per lane.
     pub uct: Vec<uct::Ep>,
-    /// A bit per lane: it connects endpoint to endpoint (wired by the wireup exchange).
-    pub p2p: u64,
     pub p2p_connected: Cell<bool>,
     /// Wireup messages waiting for the wireup lane (they go before anything else).
     pub wireup_q: RefCell<VecDeque<Vec<u8>>>,
-    pub limits: Limits,
-    /// The lane rendezvous sends register their buffer for (the peer fetches with
-    /// `get_zcopy`); none: the active-message pipeline.
-    pub rndv_lane: Option<usize>,
     pub wired: Cell<Wired>,
     /// Sends waiting, in order.
     pub queue: RefCell<send_queue::SendQueue>,
@@ -73,30 +68,14 @@ pub(crate) struct EpInner {
     pub error: RefCell<Option<Error>>,
     /// Multi-round RMA operations in flight (for flush); made by the first one.
     pub rma_state: std::cell::OnceCell<Box<crate::rma::EpRma>>,
-    /// The interfaces this endpoint keeps progressed, as a bit per interface index (a
-    /// wireup-only lane's is not among them).
-    pub used_ifaces: u64,
     /// The context's features (checked by the operations of each).
     pub features: crate::Features,
 }
 
 impl EpInner {
-    /// Lane `i` connects endpoint to endpoint.
-    pub(crate) fn is_p2p(&self, i: usize) -> bool {
-        self.p2p & (1 << i) != 0
-    }
-
     /// The endpoint's multi-round RMA state (made on first use: most endpoints never need it).
     pub(crate) fn rma(&self) -> &crate::rma::EpRma {
         self.rma_state.get_or_init(Box::default)
-    }
-
-    /// How rendezvous moves the data on this endpoint, for the protocol description.
-    pub(crate) fn rndv_scheme(&self) -> String {
-        match self.rndv_lane {
-            Some(l) => format!("get_zcopy on lane {l}"),
-            None => "AM pipeline".to_owned(),
-        }
     }
 
     /// True when queued sends or wireup messages could go now, with no transport event to
@@ -118,12 +97,10 @@ impl Drop for EpInner {
     fn drop(&mut self) {
         if let Some(w) = self.worker.upgrade() {
             crate::stream::forget(&w, self);
-            crate::activation::remove_users(&w, self.used_ifaces);
+            crate::activation::remove_users(&w, self.route.used_ifaces);
             if let Ok(mut t) = w.eps.try_borrow_mut() {
-                t.remove(self.id.get());
-                for u in &self.uct {
-                    t.by_key.remove(&u.key());
-                }
+                let peer = self.remote_ep.get().map(|r| (self.remote.uuid, r));
+                t.remove(self.id.get(), peer);
             }
         }
     }
@@ -293,7 +270,7 @@ impl Ep {
     /// endpoint is still connecting (its lanes are not chosen yet).
     pub fn describe_protocols(&self) -> String {
         self.ready()
-            .map(|e| e.limits.describe(&e.rndv_scheme()))
+            .map(|e| e.route.limits.describe(&e.route.rndv_scheme()))
             .unwrap_or_default()
     }
 
@@ -303,7 +280,7 @@ impl Ep {
         match self.ready().and_then(|e| Some((e, e.worker.upgrade()?))) {
             Some((e, w)) => {
                 let remote: Vec<_> = e.remote.entries.iter().map(|e| e.tl.clone()).collect();
-                e.lanes.describe(&w.local_infos(), &remote)
+                e.route.lanes.describe(&w.local_infos(), &remote)
             }
             None => String::new(),
         }
@@ -329,7 +306,7 @@ pub(crate) fn connect(w: &Rc<WorkerInner>, remote_bytes: &[u8], params: EpParams
         let sn = *c;
         *c += 1;
         // The peer connected first: adopt the endpoint its request made.
-        if let Some(ep) = t.passive.remove(&(remote.uuid, sn)) {
+        if let Some(ep) = t.take_passive(&(remote.uuid, sn)) {
             if let Some(h) = params.on_error {
                 *ep.err_handler.borrow_mut() = Some(h);
             }
@@ -364,83 +341,42 @@ pub(crate) fn create(
     params.local_uuid = w.uuid;
     params.remote_uuid = remote.uuid;
     params.peer_failure = err_mode == ErrMode::Peer;
-    let lanes = match w.shared_lanes(err_mode, &remote) {
-        Some(l) => l,
+    let route = match w.shared_route(err_mode, &remote) {
+        Some(r) => r,
         None => {
-            let l = Rc::new(lanes::select(&local, &remote_infos, &reach, &params)?);
-            w.keep_lanes(err_mode, &remote, &l);
-            l
+            let lanes = lanes::select(&local, &remote_infos, &reach, &params)?;
+            let r = Rc::new(Route::new(w, &remote, lanes)?);
+            w.keep_route(err_mode, &remote, &r);
+            r
         }
     };
-    let mut uct = Vec::with_capacity(lanes.lanes.len());
-    // Lanes and interfaces are bits of a u64 below (a selection has at most a few dozen
-    // lanes: one per usage, MAX_LANES_PER_OP per multi-lane usage).
-    if lanes.lanes.len() > 64 {
-        return Err(Error::new(
-            Status::InvalidParam,
-            format!(
-                "ucp: {} lanes selected; an endpoint has at most 64",
-                lanes.lanes.len()
-            ),
-        ));
-    }
-    let mut p2p_lanes = 0u64;
-    for l in &lanes.lanes {
+    let mut uct = Vec::with_capacity(route.lanes.lanes.len());
+    for (i, l) in route.lanes.lanes.iter().enumerate() {
         let wi = &w.ifaces[l.local];
         let e = &remote.entries[l.remote];
-        let f = wi.iface.attr().flags;
-        let ep = if f.contains(IfaceFlags::CONNECT_TO_IFACE) && !e.iface_addr.is_empty() {
-            wi.iface.ep_create_connected(&e.dev_addr, &e.iface_addr)?
-        } else if f.contains(IfaceFlags::CONNECT_TO_EP) {
-            p2p_lanes |= 1 << uct.len();
+        uct.push(if route.is_p2p(i) {
             wi.iface.ep_create()?
         } else {
-            return Err(Error::new(
-                Status::Unreachable,
-                format!(
-                    "ucp: {}/{} can connect neither to an interface nor to an endpoint",
-                    wi.info.tl_name, wi.info.dev_name
-                ),
-            ));
-        };
-        uct.push(ep);
+            wi.iface.ep_create_connected(&e.dev_addr, &e.iface_addr)?
+        });
     }
-    let am = &lanes.lanes[lanes.am];
-    let thr = endpoint_thresholds(w, &lanes, &remote);
-    let mut limits = Limits::new(
-        &w.ifaces[am.local].info.attr,
-        &remote.entries[am.remote].tl.attr,
-        &thr,
-    );
-    let rndv_lane = crate::rndv::get_lane(w, &lanes, &remote);
-    limits.rkey_max = rndv_lane.map_or(0, |l| w.ifaces[lanes.lanes[l].local].md.attr().rkey_packed_size);
-    let mut used_ifaces = 0u64;
-    for l in &lanes.lanes {
-        if l.usage.bits() & !lanes::LaneUsage::WIREUP.bits() != 0 {
-            used_ifaces |= 1 << l.local;
-        }
-    }
-    crate::activation::add_users(w, used_ifaces);
+    crate::activation::add_users(w, route.used_ifaces);
     let inner = Rc::new(EpInner {
-        used_ifaces,
         features: w.ctx.features(),
         worker: Rc::downgrade(w),
         id: Cell::new(0),
         remote,
         conn_sn,
         remote_ep: Cell::new(remote_ep),
-        lanes,
         uct,
-        wired: Cell::new(if p2p_lanes != 0 {
+        wired: Cell::new(if route.p2p != 0 {
             Wired::WaitingForPeer
         } else {
             Wired::Ready
         }),
-        p2p: p2p_lanes,
+        route,
         p2p_connected: Cell::new(false),
         wireup_q: RefCell::new(VecDeque::new()),
-        limits,
-        rndv_lane,
         queue: RefCell::default(),
         pending_armed: Cell::new(false),
         dispatching: Cell::new(false),
@@ -452,11 +388,7 @@ pub(crate) fn create(
     });
     let id = {
         let mut t = w.eps.borrow_mut();
-        let id = t.insert(Rc::downgrade(&inner));
-        for (lane, u) in inner.uct.iter().enumerate() {
-            t.by_key.insert(u.key(), (id, lane));
-        }
-        id
+        t.insert(Rc::downgrade(&inner))
     };
     inner.id.set(id);
     if err_mode == ErrMode::Peer {
@@ -467,8 +399,8 @@ pub(crate) fn create(
         println!(
             "[ucp] endpoint to {:#x}:\n{}{}",
             inner.remote.uuid,
-            inner.lanes.describe(&w.local_infos(), &remote_infos),
-            inner.limits.describe(&inner.rndv_scheme()),
+            inner.route.lanes.describe(&w.local_infos(), &remote_infos),
+            inner.route.limits.describe(&inner.route.rndv_scheme()),
         );
     }
     Ok(inner)

@@ -156,7 +156,7 @@ impl SendOp {
         match &self.kind {
             OpKind::Rndv(r) => r.lane(ep),
             OpKind::Rma(r) => r.lane(),
-            _ => ep.lanes.am,
+            _ => ep.route.lanes.am,
         }
     }
 
@@ -164,7 +164,7 @@ impl SendOp {
     /// resources (call again later).
     pub fn progress(&mut self, ep: &EpInner) -> Result<bool> {
         let lane = ep.am_ep();
-        let max = ep.limits.max_bcopy;
+        let max = ep.route.limits.max_bcopy;
         match &mut self.kind {
             OpKind::Whole { uct_id, bytes, data } => {
                 match lane.am_bcopy(*uct_id, |b| copy(b, &[bytes, data.bytes()])) {
@@ -290,7 +290,7 @@ impl EpInner {
             .worker
             .upgrade()
             .ok_or_else(|| Error::new(Status::NotConnected, "ucp: the worker is gone"))?;
-        let md = &w.ifaces[ep.lanes.lanes[ep.lanes.am].local].md;
+        let md = &w.ifaces[ep.route.lanes.lanes[ep.route.lanes.am].local].md;
         let mem = match data.register(md, MemAccess::LOCAL_READ) {
             Ok(m) => m,
             // Sent by copy instead: the caller keeps its buffer either way.

@@ -250,7 +250,7 @@ impl Payload for Staged {
 /// over).
 pub(crate) fn protocol(ep: &EpInner, m: &Message<'_>, len: usize, lent: bool) -> Proto {
     select(
-        &ep.limits,
+        &ep.route.limits,
         &Msg {
             op: m.head.op(),
             header_len: m.header.len(),
@@ -271,7 +271,7 @@ fn try_short<P: Payload>(ep: &EpInner, m: &Message<'_>, data: &P) -> Option<Resu
         return None;
     }
     let word = m.head.short_word()?;
-    let (l, bytes) = (&ep.limits, data.bytes());
+    let (l, bytes) = (&ep.route.limits, data.bytes());
     if bytes.len() >= l.rndv_thresh || bytes.len() + 8 > l.max_short || !ep.can_send_now() {
         return None;
     }
@@ -362,7 +362,7 @@ fn send_selected<P: Payload>(ep: &Rc<EpInner>, m: &Message<'_>, data: P) -> Resu
 pub(crate) fn queued(ep: &EpInner, m: &Message<'_>, data: Held, done: Done) -> Result<SendOp> {
     let (single, first, middle) = m.head.ids();
     let op = m.head.op();
-    let l = &ep.limits;
+    let l = &ep.route.limits;
     let mut p = [0u8; MAX_PREFIX];
     let n = m.head.single_prefix(ep, m.header, &mut p)?;
     if n + m.header.len() + data.len() <= l.max_bcopy {
@@ -411,7 +411,7 @@ fn rts_too_big(ep: &EpInner, header: &[u8]) -> Error {
             "ucp: AmFlags::RNDV with a {}-byte header: the announcement does not fit the {}-byte \
              segment of the AM lane (shorten the header or send eagerly)",
             header.len(),
-            ep.limits.max_bcopy
+            ep.route.limits.max_bcopy
         ),
     )
 }

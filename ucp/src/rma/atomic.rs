@@ -395,7 +395,7 @@ fn issue<T: 'static>(
         AtomicWidth::U64 => (crate::Features::AMO64, "Features::AMO64"),
     };
     super::require(&w, &[feature], name, what)?;
-    let Some(lane) = ep.lanes.amo else {
+    let Some(lane) = ep.route.lanes.amo else {
         return Err(no_lanes(ep, what));
     };
     let bytes = width as u64;
@@ -421,7 +421,7 @@ fn issue<T: 'static>(
             "ucp: atomic: the RemoteKey has no key for this endpoint's atomic lane",
         ));
     }
-    let l = &ep.lanes.lanes[lane];
+    let l = &ep.route.lanes.lanes[lane];
     let local = &w.ifaces[l.local].info.attr;
     let remote = &ep.remote.entries[l.remote].tl.attr;
     let both = |a: (AtomicOps, AtomicOps), b: (AtomicOps, AtomicOps)| (a.0 & b.0, a.1 & b.1);

@@ -92,7 +92,7 @@ fn plan(attr: &IfaceAttr, put: bool, len: usize) -> Result<(RmaProto, Mode, usiz
 /// The lane for `len` bytes: the RMA lanes for small transfers, the bandwidth lanes for those
 /// larger than a bcopy; the first one the key has an entry for.
 fn pick_lane(ep: &EpInner, rk: Option<&RkeyInner>, put: bool, len: usize, what: &str) -> Result<usize> {
-    let l = &ep.lanes;
+    let l = &ep.route.lanes;
     let w = worker_of(ep)?;
     super::require(&w, &[crate::Features::RMA], "Features::RMA", what)?;
     if l.rma.is_empty() && l.rma_bw.is_empty() {
@@ -165,7 +165,7 @@ impl Xfer {
         let len = data.len();
         let lane = pick_lane(ep, Some(&rk.inner), put, len, what)?;
         let w = worker_of(ep)?;
-        let wi = &w.ifaces[ep.lanes.lanes[lane].local];
+        let wi = &w.ifaces[ep.route.lanes.lanes[lane].local];
         let (_, mut mode, mut chunk) = plan(wi.iface.attr(), put, len)?;
         let buf = if mode == Mode::Zcopy {
             let access = if put {
@@ -380,7 +380,7 @@ impl Ep {
         let ep = self.connected_ep("Ep::put_protocol/get_protocol")?;
         let lane = pick_lane(ep, None, put, len, if put { "put" } else { "get" })?;
         let w = worker_of(ep)?;
-        let attr = w.ifaces[ep.lanes.lanes[lane].local].iface.attr();
+        let attr = w.ifaces[ep.route.lanes.lanes[lane].local].iface.attr();
         Ok(plan(attr, put, len)?.0)
     }
 }

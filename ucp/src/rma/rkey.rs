@@ -222,7 +222,7 @@ impl RkeyInner {
 
 /// The lanes of `ep` that may carry RMA or atomics.
 pub(crate) fn rma_amo_lanes(ep: &EpInner) -> impl Iterator<Item = usize> + '_ {
-    let l = &ep.lanes;
+    let l = &ep.route.lanes;
     (0..l.lanes.len()).filter(|i| l.rma.contains(i) || l.rma_bw.contains(i) || l.amo == Some(*i))
 }
 
@@ -267,11 +267,11 @@ impl Ep {
             "Features::RMA, AMO32 or AMO64",
             "rkey_unpack",
         )?;
-        let mut keys: Vec<Option<uct::Rkey>> = (0..ep.lanes.lanes.len()).map(|_| None).collect();
+        let mut keys: Vec<Option<uct::Rkey>> = (0..ep.route.lanes.lanes.len()).map(|_| None).collect();
         let mut any_lane = false;
         for i in rma_amo_lanes(ep) {
             any_lane = true;
-            let lane = &ep.lanes.lanes[i];
+            let lane = &ep.route.lanes.lanes[i];
             let Some(e) = p.entries.iter().find(|e| usize::from(e.resource) == lane.remote) else {
                 continue;
             };
@@ -303,7 +303,10 @@ impl Ep {
                     "ucp: rkey_unpack: the key has no entry for any RMA/atomic lane of this \
                      endpoint ({})",
                     rma_amo_lanes(ep)
-                        .map(|i| ep.remote.entries[ep.lanes.lanes[i].remote].tl.tl_name.clone())
+                        .map(|i| ep.remote.entries[ep.route.lanes.lanes[i].remote]
+                            .tl
+                            .tl_name
+                            .clone())
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),

@@ -147,9 +147,9 @@ pub(crate) fn start(
         .ok_or_else(|| Error::new(Status::NotConnected, "ucp: the worker is gone"))?;
     let mut resource = wire::NO_RESOURCE;
     let mut rkey = Vec::new();
-    let buf = match ep.rndv_lane.filter(|_| data.len() > 0) {
+    let buf = match ep.route.rndv_lane.filter(|_| data.len() > 0) {
         Some(lane) => {
-            let local = ep.lanes.lanes[lane].local;
+            let local = ep.route.lanes.lanes[lane].local;
             let access = MemAccess::LOCAL_READ | MemAccess::REMOTE_GET;
             match data.register(&w.ifaces[local].md, access) {
                 Ok(m) => match m.pack_rkey() {
@@ -169,7 +169,9 @@ pub(crate) fn start(
         }
         None => SendBuf::Held(data),
     };
-    if wire::RTS_LEN + rkey.len() + header.len() > ep.limits.max_bcopy || rkey.len() > usize::from(u16::MAX) {
+    if wire::RTS_LEN + rkey.len() + header.len() > ep.route.limits.max_bcopy
+        || rkey.len() > usize::from(u16::MAX)
+    {
         return Ok(Err((buf.into_held()?, done)));
     }
     let rndv_id = w.rndv.st.borrow_mut().next_id();
@@ -370,7 +372,7 @@ impl RndvOp {
     /// The lane it waits on for resources.
     pub fn lane(&self, ep: &EpInner) -> usize {
         match self {
-            RndvOp::Pipe(_) => ep.lanes.am,
+            RndvOp::Pipe(_) => ep.route.lanes.am,
             RndvOp::Get(g) => g.lane(),
         }
     }
@@ -397,7 +399,7 @@ impl PipeOp {
         if gone {
             return Ok(true);
         }
-        let per = ep.limits.max_bcopy - wire::DATA_PREFIX_LEN;
+        let per = ep.route.limits.max_bcopy - wire::DATA_PREFIX_LEN;
         while self.sent < buf.len() {
             let n = per.min(buf.len() - self.sent);
             let at = self.sent;

@@ -248,7 +248,7 @@ pub(crate) fn recv_data(w: &Rc<WorkerInner>, mut desc: AmDataDesc, mut buf: Recv
     }
     let buf = match get_plan(w, &d) {
         Some((lane, rkey)) => {
-            let md = &w.ifaces[ep.lanes.lanes[lane].local].md;
+            let md = &w.ifaces[ep.route.lanes.lanes[lane].local].md;
             match buf.register(md, MemAccess::LOCAL_WRITE) {
                 Ok(mem) => {
                     let op = GetOp::new(&ep, &d, lane, rkey, mem, done);
@@ -303,13 +303,13 @@ fn get_plan(w: &WorkerInner, d: &Desc) -> Option<(usize, uct::Rkey)> {
         return None;
     }
     let ep = &d.ep;
-    let lane = (0..ep.lanes.lanes.len()).find(|&i| {
-        let l = &ep.lanes.lanes[i];
+    let lane = (0..ep.route.lanes.lanes.len()).find(|&i| {
+        let l = &ep.route.lanes.lanes[i];
         l.remote == usize::from(d.resource)
             && w.ifaces[l.local].info.attr.flags.contains(IfaceFlags::GET_ZCOPY)
             && w.ifaces[l.local].info.attr.get_max_zcopy > 0
     })?;
-    let md = &w.ifaces[ep.lanes.lanes[lane].local].md;
+    let md = &w.ifaces[ep.route.lanes.lanes[lane].local].md;
     match md.component().rkey_unpack(&d.rkey) {
         Ok(k) => Some((lane, k)),
         Err(e) => {
@@ -492,7 +492,7 @@ impl GetOp {
         let Some(w) = ep.worker.upgrade() else {
             return Err(Error::new(Status::NotConnected, "ucp: the worker is gone"));
         };
-        let l = &ep.lanes.lanes[self.lane];
+        let l = &ep.route.lanes.lanes[self.lane];
         let max = w.ifaces[l.local]
             .info
             .attr
