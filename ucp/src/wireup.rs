@@ -308,11 +308,10 @@ fn on_request(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
             }
         }
     };
-    ep.remote_ep.set(Some(msg.src_ep));
+    let old = ep.remote_ep.replace(Some(msg.src_ep));
     w.eps
         .borrow_mut()
-        .by_remote
-        .insert((msg.src_worker, msg.src_ep), ep.id.get());
+        .link_remote(ep.id.get(), msg.src_worker, old, msg.src_ep);
     crate::stream::on_wired(w, &ep);
     if let Err(e) = connect_lanes(&ep, &msg.lanes) {
         ep.fail(e.clone());
@@ -341,11 +340,10 @@ fn on_reply(w: &Rc<WorkerInner>, msg: &Msg) -> Result<()> {
         ));
     }
     w.eps.borrow_mut().take_unmatched(&(msg.src_worker, ep.conn_sn));
-    ep.remote_ep.set(Some(msg.src_ep));
+    let old = ep.remote_ep.replace(Some(msg.src_ep));
     w.eps
         .borrow_mut()
-        .by_remote
-        .insert((msg.src_worker, msg.src_ep), ep.id.get());
+        .link_remote(ep.id.get(), msg.src_worker, old, msg.src_ep);
     crate::stream::on_wired(w, &ep);
     if let Err(e) = connect_lanes(&ep, &msg.lanes) {
         ep.fail(e.clone());

@@ -88,8 +88,8 @@ impl EpTable {
         }
     }
 
-    /// Frees id `id` (the endpoint is gone); `peer` is its entry in `by_remote`, when known
-    /// (else the whole map is searched).
+    /// Frees id `id` (the endpoint is gone); `peer`: its `by_remote` key (worker, endpoint),
+    /// once wireup named the peer's endpoint (entries are only made under that key).
     pub fn remove(&mut self, id: u64, peer: Option<(u64, u64)>) {
         let (i, g) = (id as u32 as usize, (id >> 32) as u32);
         if let Some((gen, w)) = self.slots.get_mut(i) {
@@ -98,13 +98,26 @@ impl EpTable {
                 self.free.push(i as u32);
             }
         }
-        match peer {
-            Some(k) if self.by_remote.get(&k) == Some(&id) => {
-                self.by_remote.remove(&k);
-            }
-            _ => self.by_remote.retain(|_, v| *v != id),
+        if let Some(k) = peer {
+            self.unlink_remote(id, k);
         }
-        ucs::hash::trim(&mut self.by_remote);
+    }
+
+    /// Names `id` our endpoint toward endpoint `new` of peer worker `worker`, dropping its
+    /// entry under `old` (an earlier id that peer gave), so an endpoint has one entry.
+    pub fn link_remote(&mut self, id: u64, worker: u64, old: Option<u64>, new: u64) {
+        if let Some(o) = old.filter(|&o| o != new) {
+            self.unlink_remote(id, (worker, o));
+        }
+        self.by_remote.insert((worker, new), id);
+    }
+
+    /// Removes the entry under `key` when it names `id`.
+    pub fn unlink_remote(&mut self, id: u64, key: (u64, u64)) {
+        if self.by_remote.get(&key) == Some(&id) {
+            self.by_remote.remove(&key);
+            ucs::hash::trim(&mut self.by_remote);
+        }
     }
 }
 

@@ -401,8 +401,7 @@ impl ConnRequest {
         {
             let mut t = w.eps.borrow_mut();
             t.unmatched.insert(key, ep.clone());
-            t.by_remote
-                .insert((self.remote.uuid, self.client_ep), ep.id.get());
+            t.link_remote(ep.id.get(), self.remote.uuid, None, self.client_ep);
         }
         let accept = Msg {
             kind: Kind::Accept,

@@ -145,9 +145,7 @@ impl EpInner {
         t.take_unmatched(&key);
         t.take_passive(&key);
         if let Some(r) = self.remote_ep.get() {
-            if t.by_remote.get(&(self.remote.uuid, r)) == Some(&self.id.get()) {
-                t.by_remote.remove(&(self.remote.uuid, r));
-            }
+            t.unlink_remote(self.id.get(), (self.remote.uuid, r));
         }
     }
 }
